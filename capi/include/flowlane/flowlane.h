@@ -1,0 +1,502 @@
+/*
+ * flowlane.h — the public C API of flowlane, an asynchronous execution engine.
+ *
+ * C99, self-contained. This header is the manual: every function says what it does,
+ * who owns what, when a callback may still run and which statuses it returns.
+ *
+ * Conventions
+ *  - Every function returns fl_status_t unless shown otherwise. On failure,
+ *    fl_last_error_message() describes the calling thread's last failed call.
+ *  - Handles are typed opaque pointers. NULL, stale (used after release/destroy) and
+ *    foreign handles are detected and answered with FL_ERR_INVALID_HANDLE or
+ *    FL_ERR_INVALID_ARGUMENT; they never crash. Using a handle concurrently with the call
+ *    that releases it is a race in the caller, as with free().
+ *  - Descriptors are size-prefixed (struct_size first), zero means "default", and a
+ *    descriptor larger than this version knows is accepted only if its unknown tail is
+ *    all zero bytes (else FL_ERR_INVALID_ARGUMENT).
+ *  - Outputs come last and are named out_*. On failure outputs are left unchanged.
+ *  - No C++ exception ever crosses this boundary.
+ *  - Roles are tagged as sqlite3.h does: CONSTRUCTOR, DESTRUCTOR, METHOD.
+ */
+#ifndef FLOWLANE_FLOWLANE_H
+#define FLOWLANE_FLOWLANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define FL_API
+#elif defined(__GNUC__)
+#  define FL_API __attribute__((visibility("default")))
+#else
+#  define FL_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Version and status                                                        */
+/* ======================================================================== */
+
+#define FL_VERSION_MAJOR 0
+#define FL_VERSION_MINOR 1
+#define FL_VERSION_PATCH 0
+#define FL_VERSION_HEX ((FL_VERSION_MAJOR << 16) | (FL_VERSION_MINOR << 8) | FL_VERSION_PATCH)
+
+/* X-macro table of every status: (name, value, description). Values are pinned
+   forever; new statuses are only appended. */
+#define FL_STATUS_MAP(X)                                                              \
+  X(FL_OK, 0, "success")                                                              \
+  X(FL_ERR_INVALID_ARGUMENT, 1, "invalid argument (NULL pointer, bad flag, bad struct_size, cycle)") \
+  X(FL_ERR_INVALID_HANDLE, 2, "stale, released or foreign handle")                    \
+  X(FL_ERR_OUT_OF_RANGE, 3, "value out of range (lane, device index, count)")         \
+  X(FL_ERR_NO_MEMORY, 4, "out of memory")                                             \
+  X(FL_ERR_WOULD_BLOCK, 5, "in-flight window full and FL_SUBMIT_NONBLOCKING given")  \
+  X(FL_ERR_EXHAUSTED, 6, "every lane is held")                                        \
+  X(FL_ERR_SHUTDOWN, 7, "engine is being destroyed")                                  \
+  X(FL_ERR_INSTRUCTION_FAILED, 8, "an instruction reported failure")                  \
+  X(FL_ERR_DEPENDENCY_FAILED, 9, "skipped: something it read was poisoned")           \
+  X(FL_ERR_CANCELLED, 10, "cancelled")                                                \
+  X(FL_ERR_TIMEOUT, 11, "timed out")                                                  \
+  X(FL_ERR_UNSUPPORTED, 12, "not supported by this build or this object")            \
+  X(FL_ERR_NO_DEVICE, 13, "no such device at run time")                               \
+  X(FL_ERR_CUDA, 14, "CUDA error")                                                    \
+  X(FL_ERR_NCCL, 15, "NCCL error")                                                    \
+  X(FL_ERR_INTERNAL, 16, "internal error")
+
+typedef enum fl_status {
+#define FL_STATUS_ENUM_(name, value, text) name = value,
+  FL_STATUS_MAP(FL_STATUS_ENUM_)
+#undef FL_STATUS_ENUM_
+  FL_STATUS_COUNT_ /* not a status: one past the last value */
+} fl_status_t;
+
+/* (major<<16)|(minor<<8)|patch of the loaded library; compare with FL_VERSION_HEX. */
+FL_API uint32_t fl_version_hex(void);
+/* "0.1.0" (static storage). */
+FL_API const char* fl_version_string(void);
+/* "FL_ERR_OUT_OF_RANGE"; "FL_STATUS_UNKNOWN" for values not in the table. Static storage. */
+FL_API const char* fl_status_name(fl_status_t status);
+/* A one-line English description of the status. Static storage. */
+FL_API const char* fl_status_string(fl_status_t status);
+/* The calling thread's last failed call, in words a user can act on; "" after a
+   success. Valid until the next flowlane call on this thread. Never NULL. */
+FL_API const char* fl_last_error_message(void);
+
+/* ======================================================================== */
+/* Handles                                                                   */
+/* ======================================================================== */
+
+typedef struct fl_engine fl_engine_t;
+typedef struct fl_stream fl_stream_t;
+typedef struct fl_object fl_object_t;
+typedef struct fl_taskgraph fl_taskgraph_t;
+typedef struct fl_comm fl_comm_t;
+typedef struct fl_instr_ctx fl_instr_ctx_t;
+typedef uint64_t fl_instr_id;
+
+/* ======================================================================== */
+/* Engine                                                                    */
+/* ======================================================================== */
+
+typedef struct fl_engine_desc {
+  uint64_t struct_size;    /* sizeof(fl_engine_desc_t) */
+  uint64_t num_workers;    /* host worker threads; 0 = one per logical core */
+  uint64_t max_lanes;      /* 0 = 8; lane ids are 0 .. max_lanes-1; lane 0 is the default (max 4096) */
+  uint64_t inflight_limit; /* instructions submitted but not completed; 0 = default (4096) */
+  uint64_t watchdog_ms;    /* 0 = off; see fl_engine_set_watchdog */
+  uint64_t flags;          /* 0 (no flags defined yet; non-zero is FL_ERR_INVALID_ARGUMENT) */
+} fl_engine_desc_t;
+#define FL_ENGINE_DESC_INIT { sizeof(fl_engine_desc_t), 0, 0, 0, 0, 0 }
+
+/* CONSTRUCTOR: fl_engine_t
+   desc NULL means all defaults. Starts the worker threads.
+   Returns FL_ERR_INVALID_ARGUMENT (NULL out_engine, struct_size smaller than the first
+   version of the struct, non-zero unknown tail, unknown flags), FL_ERR_OUT_OF_RANGE
+   (max_lanes > 4096, num_workers > 1024), FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** out_engine);
+
+/* METHOD: fl_engine_t
+   Waits for every instruction submitted (by any thread) before the call. Returns FL_OK,
+   or the first failure among them not yet returned by another wait (each failure is
+   returned once). Must not be called from an instruction callback (FL_ERR_INVALID_ARGUMENT:
+   it would wait for itself). */
+FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
+
+/* DESTRUCTOR: fl_engine_t
+   Drains all submitted work (errors are dropped: synchronize first to see them), runs
+   every pending cleanup and release callback, joins threads and frees. NULL is a no-op.
+   Afterwards every handle of this engine (streams, objects, graphs, comms) is stale.
+   Must not be called from an instruction or task callback (FL_ERR_INVALID_ARGUMENT). */
+FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine);
+
+/* Number of lanes (max_lanes). 0 for a NULL or stale engine. */
+FL_API uint32_t fl_engine_lane_count(const fl_engine_t* engine);
+/* Number of host worker threads. 0 for a NULL or stale engine. */
+FL_API uint32_t fl_engine_worker_count(const fl_engine_t* engine);
+
+/* ======================================================================== */
+/* Lanes                                                                     */
+/* ======================================================================== */
+
+/* METHOD: fl_engine_t
+   Smallest free lane id >= 1, held until released; FL_ERR_EXHAUSTED when all are held.
+   A released id is handed out again, so code that takes a fresh lane per iteration
+   reuses the same streams and memory. */
+FL_API fl_status_t fl_lane_acquire(fl_engine_t* engine, uint32_t* out_lane);
+
+/* METHOD: fl_engine_t
+   Work already submitted on the lane still runs. Lane 0 cannot be released
+   (FL_ERR_INVALID_ARGUMENT); a lane that is not held gives FL_ERR_INVALID_ARGUMENT;
+   an id >= lane count gives FL_ERR_OUT_OF_RANGE. */
+FL_API fl_status_t fl_lane_release(fl_engine_t* engine, uint32_t lane);
+
+/* ======================================================================== */
+/* Streams                                                                   */
+/* ======================================================================== */
+
+typedef enum fl_device_type { FL_DEVICE_CPU = 0, FL_DEVICE_CUDA = 1 } fl_device_type_t;
+typedef struct fl_device { int32_t type; int32_t index; } fl_device_t;
+typedef enum fl_stream_kind {
+  FL_STREAM_HOST = 0,
+  FL_STREAM_COMPUTE = 1,
+  FL_STREAM_H2D = 2,
+  FL_STREAM_D2H = 3,
+  FL_STREAM_COLLECTIVE = 4
+} fl_stream_kind_t;
+
+/* METHOD: fl_engine_t
+   Interned: the same (lane, device, kind) always yields the same stream, valid until the
+   engine is destroyed; there is nothing to release. Host streams use {FL_DEVICE_CPU, 0}
+   and FL_STREAM_HOST; {FL_DEVICE_CPU, 0} with FL_STREAM_COLLECTIVE is the host
+   collective stream used by host-memory communicators. CUDA kinds need a CUDA build
+   (else FL_ERR_UNSUPPORTED) and an existing device (else FL_ERR_NO_DEVICE).
+   Errors: FL_ERR_OUT_OF_RANGE (lane), FL_ERR_INVALID_ARGUMENT (kind, device type,
+   CPU device index != 0, CPU with a GPU kind). */
+FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t device,
+                                 fl_stream_kind_t kind, fl_stream_t** out_stream);
+
+/* METHOD: fl_stream_t
+   Waits for everything submitted to this stream before the call; error rule as
+   fl_engine_synchronize, restricted to this stream. */
+FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream);
+
+/* METHOD: fl_stream_t — the stream's lane, device and kind. Any out pointer may be NULL. */
+FL_API fl_status_t fl_stream_info(fl_stream_t* stream, uint32_t* out_lane, fl_device_t* out_device,
+                                  fl_stream_kind_t* out_kind);
+
+/* ======================================================================== */
+/* Objects                                                                   */
+/* ======================================================================== */
+
+typedef void (*fl_release_fn)(void* user_data);
+
+/* CONSTRUCTOR: fl_object_t
+   A dependence object: a thing instructions read or write (a buffer, a tensor, or
+   nothing — a "phony" used only for ordering). `release(user_data)` (may be NULL) runs
+   exactly once, on some thread, after the caller released the object and the last
+   instruction using it has completed (or during fl_engine_destroy). */
+FL_API fl_status_t fl_object_create(fl_engine_t* engine, void* user_data, fl_release_fn release,
+                                    fl_object_t** out_object);
+
+/* DESTRUCTOR: fl_object_t
+   Drops the caller's reference. Using the handle afterwards returns FL_ERR_INVALID_HANDLE. */
+FL_API fl_status_t fl_object_release(fl_object_t* object);
+
+/* METHOD: fl_object_t
+   Waits, as StarPU's data acquire does, until the caller may access the object:
+   FL_READ  -> every write submitted before the call has completed;
+   FL_WRITE -> every read and write submitted before the call has completed.
+   It waits for nothing else. Returns FL_ERR_INSTRUCTION_FAILED or
+   FL_ERR_DEPENDENCY_FAILED while the object's current value is poisoned, with a message
+   naming the instruction that failed (every call that observes the poison returns it,
+   and the failure then counts as returned for fl_engine_synchronize).
+   FL_ERR_INVALID_ARGUMENT for an access other than FL_READ, FL_WRITE, FL_READ_WRITE, or
+   when called from an instruction callback that would wait for itself. */
+FL_API fl_status_t fl_object_wait(fl_object_t* object, uint32_t access);
+
+/* METHOD: fl_object_t — the user_data given at creation. */
+FL_API fl_status_t fl_object_user_data(fl_object_t* object, void** out_user_data);
+
+/* ======================================================================== */
+/* Host instructions                                                         */
+/* ======================================================================== */
+
+enum { FL_READ = 1, FL_WRITE = 2, FL_READ_WRITE = 3 };
+typedef struct fl_operand {
+  fl_object_t* object;
+  uint32_t access;   /* FL_READ, FL_WRITE or FL_READ_WRITE */
+  uint32_t reserved; /* 0 */
+} fl_operand_t;
+
+/* An instruction's function. Runs on a worker thread. Return FL_OK, or a failure status
+   (any non-OK value; FL_ERR_INSTRUCTION_FAILED is typical): the instruction then fails
+   and poisons every object it writes. */
+typedef fl_status_t (*fl_host_fn)(fl_instr_ctx_t* ctx, void* user_data);
+
+/* Inside fn only: attach a message to this instruction's failure (copied). */
+FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message);
+/* Inside fn only: the lane the instruction runs on. 0 for a NULL ctx. */
+FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx);
+/* Inside fn only: the instruction's id. 0 for a NULL ctx. */
+FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx);
+/* Inside fn only: the engine the instruction belongs to (to submit follow-up work). */
+FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx);
+
+#define FL_SUBMIT_NONBLOCKING 1u
+
+typedef struct fl_host_instr {
+  uint64_t struct_size;
+  fl_host_fn fn;              /* required */
+  void* user_data;
+  fl_release_fn cleanup;      /* may be NULL; called exactly once with user_data, after fn
+                                 ran or after the instruction was skipped */
+  const fl_operand_t* operands; /* copied at submit */
+  uint64_t num_operands;
+  const char* name;           /* copied; shown in errors, dumps and traces; may be NULL */
+  uint64_t flags;             /* FL_SUBMIT_NONBLOCKING */
+} fl_host_instr_t;
+#define FL_HOST_INSTR_INIT { sizeof(fl_host_instr_t), 0, 0, 0, 0, 0, 0, 0 }
+
+/* METHOD: fl_stream_t
+   Asynchronous. Blocks only while the in-flight window is full (or returns
+   FL_ERR_WOULD_BLOCK with FL_SUBMIT_NONBLOCKING). Submissions made from inside an
+   instruction callback never block: they are admitted even over the window, so an
+   engine cannot deadlock on itself. If this returns an error, neither fn nor cleanup is
+   ever called. An object listed more than once counts once, with the union of its
+   accesses. The stream must be a host stream (FL_STREAM_HOST).
+   Errors: FL_ERR_INVALID_HANDLE (stream, or an operand object stale/foreign),
+   FL_ERR_INVALID_ARGUMENT (NULL instr/fn, bad struct_size, operands NULL with a count,
+   access 0 or unknown, reserved != 0, unknown flags, non-host stream), FL_ERR_SHUTDOWN,
+   FL_ERR_WOULD_BLOCK, FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* instr,
+                                  fl_instr_id* out_instr_id);
+
+/* ======================================================================== */
+/* Task graphs and parallel loops (no stream ordering)                       */
+/* ======================================================================== */
+
+typedef fl_status_t (*fl_task_fn)(void* user_data);
+typedef fl_status_t (*fl_range_fn)(uint64_t lo, uint64_t hi, void* user_data);
+
+/* METHOD: fl_engine_t
+   Calls body on disjoint subranges [lo, hi) covering [begin, end), each at most `grain`
+   long (grain 0 = chosen by the engine), in parallel on the engine's workers; the calling
+   thread helps. Returns the first failure a body returned (remaining chunks are not
+   started). May be called from inside a task or instruction. */
+FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t end, uint64_t grain,
+                                   fl_range_fn body, void* user_data);
+
+/* CONSTRUCTOR: fl_taskgraph_t */
+FL_API fl_status_t fl_taskgraph_create(fl_engine_t* engine, fl_taskgraph_t** out_graph);
+/* METHOD: fl_taskgraph_t — adds a node; name copied, may be NULL. Node ids are dense from 0. */
+FL_API fl_status_t fl_taskgraph_add(fl_taskgraph_t* graph, fl_task_fn fn, void* user_data,
+                                    const char* name, uint64_t* out_node);
+/* METHOD: fl_taskgraph_t — `after` starts only once `before` has finished.
+   FL_ERR_OUT_OF_RANGE for unknown nodes; FL_ERR_INVALID_ARGUMENT for before == after. */
+FL_API fl_status_t fl_taskgraph_precede(fl_taskgraph_t* graph, uint64_t before, uint64_t after);
+/* METHOD: fl_taskgraph_t
+   Runs every node once, respecting edges. num_threads: -1 all logical cores, 0 physical
+   cores, N > 0 at most N threads. Cycle: FL_ERR_INVALID_ARGUMENT naming a node on it. A
+   failing task stops unstarted tasks and its error is returned. A graph can be run many
+   times; running one graph from two threads at once gives FL_ERR_INVALID_ARGUMENT. */
+FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads);
+/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. */
+FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph);
+
+/* ======================================================================== */
+/* GPU (CUDA builds; every call returns FL_ERR_UNSUPPORTED in a CPU-only build)  */
+/* ======================================================================== */
+
+/* Number of CUDA devices visible (0 when none). FL_ERR_UNSUPPORTED in a CPU-only build. */
+FL_API fl_status_t fl_cuda_device_count(int32_t* out_count);
+
+typedef struct fl_dim3 { uint32_t x, y, z; } fl_dim3_t;
+
+typedef struct fl_kernel_instr {
+  uint64_t struct_size;
+  const void* func;             /* a __global__ function's host-side handle (required) */
+  fl_dim3_t grid;               /* 0 in a component = 1 */
+  fl_dim3_t block;              /* 0 in a component = 1 */
+  uint64_t shared_mem_bytes;
+  const void* const* args;      /* args[i] points at argument i; the bytes are copied at submit */
+  const uint64_t* arg_sizes;    /* arg_sizes[i] = sizeof(argument i) */
+  uint64_t num_args;
+  const fl_operand_t* operands; /* copied at submit */
+  uint64_t num_operands;
+  const char* name;             /* copied; may be NULL */
+  uint64_t flags;               /* FL_SUBMIT_NONBLOCKING */
+} fl_kernel_instr_t;
+#define FL_KERNEL_INSTR_INIT { sizeof(fl_kernel_instr_t), 0, {0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/* METHOD: fl_stream_t — a CUDA stream (COMPUTE, H2D, D2H, COLLECTIVE kinds). */
+FL_API fl_status_t fl_submit_kernel(fl_stream_t* stream, const fl_kernel_instr_t* instr,
+                                    fl_instr_id* out_instr_id);
+
+/* A device function: receives the instruction's cudaStream_t (as void*) and may enqueue
+   anything on it (cuBLAS, several kernels). Return FL_OK or a failure status. */
+typedef fl_status_t (*fl_device_fn)(fl_instr_ctx_t* ctx, void* cuda_stream, void* user_data);
+
+typedef struct fl_device_instr {
+  uint64_t struct_size;
+  fl_device_fn fn;              /* required */
+  void* user_data;
+  fl_release_fn cleanup;        /* may be NULL; called exactly once, after the GPU work it
+                                   enqueued has completed, or after the instruction was skipped */
+  const fl_operand_t* operands;
+  uint64_t num_operands;
+  const char* name;
+  uint64_t flags;
+} fl_device_instr_t;
+#define FL_DEVICE_INSTR_INIT { sizeof(fl_device_instr_t), 0, 0, 0, 0, 0, 0, 0 }
+
+FL_API fl_status_t fl_submit_device(fl_stream_t* stream, const fl_device_instr_t* instr,
+                                    fl_instr_id* out_instr_id);
+
+typedef enum fl_memcpy_kind {
+  FL_MEMCPY_H2D = 1,
+  FL_MEMCPY_D2H = 2,
+  FL_MEMCPY_D2D = 3,
+  FL_MEMSET = 4 /* dst[0..bytes) = (uint8_t)value; src unused */
+} fl_memcpy_kind_t;
+
+typedef struct fl_memcpy_instr {
+  uint64_t struct_size;
+  uint32_t kind;                /* fl_memcpy_kind_t */
+  uint32_t value;               /* byte value for FL_MEMSET */
+  void* dst;
+  const void* src;
+  uint64_t bytes;
+  const fl_operand_t* operands;
+  uint64_t num_operands;
+  const char* name;
+  uint64_t flags;
+} fl_memcpy_instr_t;
+#define FL_MEMCPY_INSTR_INIT { sizeof(fl_memcpy_instr_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+FL_API fl_status_t fl_submit_memcpy(fl_stream_t* stream, const fl_memcpy_instr_t* instr,
+                                    fl_instr_id* out_instr_id);
+
+/* Page-locked host memory for fast async copies. */
+FL_API fl_status_t fl_host_alloc_pinned(uint64_t bytes, void** out_ptr);
+FL_API fl_status_t fl_host_free_pinned(void* ptr);
+
+/* CUDA's stream priority range for a device (lower number = higher priority). */
+FL_API fl_status_t fl_cuda_priority_range(int32_t device, int32_t* out_least, int32_t* out_greatest);
+/* METHOD: fl_stream_t — sets the priority of a CUDA stream before its first instruction
+   (FL_ERR_INVALID_ARGUMENT afterwards); the value is clamped to the device's range and the
+   applied value is returned in out_applied (may be NULL). */
+FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority, int32_t* out_applied);
+
+/* ======================================================================== */
+/* Collectives                                                               */
+/* ======================================================================== */
+
+typedef struct fl_comm_unique_id { char internal[128]; } fl_comm_unique_id_t;
+
+typedef enum fl_comm_backend {
+  FL_COMM_NCCL = 0,       /* NCCL over CUDA devices (CUDA builds) */
+  FL_COMM_HOST_FAKE = 1   /* host-memory communicator for ranks inside one process (tests,
+                             CPU-only builds): ranks that share a unique id rendezvous */
+} fl_comm_backend_t;
+
+typedef struct fl_comm_desc {
+  uint64_t struct_size;
+  uint64_t nranks;
+  uint64_t rank;
+  uint64_t device;     /* CUDA device index (NCCL) */
+  uint64_t lane;       /* the lane whose COLLECTIVE stream issues this comm's collectives */
+  uint64_t backend;    /* fl_comm_backend_t */
+  uint64_t flags;      /* 0 */
+} fl_comm_desc_t;
+#define FL_COMM_DESC_INIT { sizeof(fl_comm_desc_t), 0, 0, 0, 0, 0, 0 }
+
+FL_API fl_status_t fl_comm_get_unique_id(uint32_t backend, fl_comm_unique_id_t* out_id);
+FL_API fl_status_t fl_comm_create(fl_engine_t* engine, const fl_comm_desc_t* desc,
+                                  const fl_comm_unique_id_t* id, fl_comm_t** out_comm);
+FL_API fl_status_t fl_comm_destroy(fl_comm_t* comm);
+
+typedef enum fl_coll_op {
+  FL_COLL_ALL_REDUCE = 1, FL_COLL_ALL_GATHER = 2, FL_COLL_REDUCE_SCATTER = 3,
+  FL_COLL_BROADCAST = 4, FL_COLL_SEND = 5, FL_COLL_RECV = 6
+} fl_coll_op_t;
+typedef enum fl_dtype {
+  FL_DTYPE_INT8 = 0, FL_DTYPE_UINT8 = 1, FL_DTYPE_INT32 = 2, FL_DTYPE_UINT32 = 3,
+  FL_DTYPE_INT64 = 4, FL_DTYPE_UINT64 = 5, FL_DTYPE_FLOAT16 = 6, FL_DTYPE_FLOAT32 = 7,
+  FL_DTYPE_FLOAT64 = 8, FL_DTYPE_BFLOAT16 = 9
+} fl_dtype_t;
+typedef enum fl_redop { FL_REDOP_SUM = 0, FL_REDOP_PROD = 1, FL_REDOP_MAX = 2, FL_REDOP_MIN = 3 } fl_redop_t;
+
+typedef struct fl_coll_part {
+  uint32_t op;          /* fl_coll_op_t */
+  uint32_t dtype;       /* fl_dtype_t */
+  uint32_t redop;       /* fl_redop_t */
+  uint32_t peer;        /* root (broadcast) or peer (send/recv) */
+  const void* sendbuf;
+  void* recvbuf;
+  uint64_t count;       /* elements per rank */
+} fl_coll_part_t;
+
+typedef struct fl_collective_instr {
+  uint64_t struct_size;
+  const fl_coll_part_t* parts;  /* issued as one group (ncclGroupStart/End); copied */
+  uint64_t num_parts;
+  const fl_operand_t* operands;
+  uint64_t num_operands;
+  const char* name;
+  uint64_t flags;
+} fl_collective_instr_t;
+#define FL_COLLECTIVE_INSTR_INIT { sizeof(fl_collective_instr_t), 0, 0, 0, 0, 0, 0 }
+
+/* METHOD: fl_comm_t — submits on the comm's lane COLLECTIVE stream; `stream` must be that
+   stream (another lane is FL_ERR_INVALID_ARGUMENT, never a silent deadlock). */
+FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm,
+                                        const fl_collective_instr_t* instr, fl_instr_id* out_instr_id);
+
+/* ======================================================================== */
+/* Diagnostics: watchdog, state dump, traces, counters                        */
+/* ======================================================================== */
+
+typedef void (*fl_dump_fn)(const char* dump, void* user_data);
+
+typedef struct fl_watchdog_desc {
+  uint64_t struct_size;
+  uint64_t timeout_ms;   /* 0 = off */
+  fl_dump_fn callback;   /* NULL = write to stderr (or to path) */
+  void* user_data;
+  const char* path;      /* NULL = stderr; copied */
+  uint64_t flags;        /* 0 */
+} fl_watchdog_desc_t;
+#define FL_WATCHDOG_DESC_INIT { sizeof(fl_watchdog_desc_t), 0, 0, 0, 0, 0 }
+
+FL_API fl_status_t fl_engine_set_watchdog(fl_engine_t* engine, const fl_watchdog_desc_t* desc);
+
+/* METHOD: fl_engine_t — writes the state dump (NUL-terminated, truncated to size) and the
+   size it needs including the NUL into out_needed (may be NULL). buffer may be NULL with size 0. */
+FL_API fl_status_t fl_engine_dump(fl_engine_t* engine, char* buffer, uint64_t size, uint64_t* out_needed);
+
+FL_API fl_status_t fl_trace_start(fl_engine_t* engine, const char* path);
+FL_API fl_status_t fl_trace_stop(fl_engine_t* engine);
+
+typedef struct fl_engine_stats {
+  uint64_t struct_size;
+  uint64_t submitted;
+  uint64_t completed;
+  uint64_t failed;
+  uint64_t in_flight;
+  uint64_t window_stalls;
+  uint64_t steals;
+  uint64_t parks;
+} fl_engine_stats_t;
+#define FL_ENGINE_STATS_INIT { sizeof(fl_engine_stats_t), 0, 0, 0, 0, 0, 0, 0 }
+
+/* METHOD: fl_engine_t — fills the counters; out->struct_size must be set by the caller. */
+FL_API fl_status_t fl_engine_stats(fl_engine_t* engine, fl_engine_stats_t* out_stats);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLOWLANE_FLOWLANE_H */

@@ -1,0 +1,74 @@
+// The C boundary. Every exported function body runs inside guard(): nothing but a status
+// crosses extern "C". flowlane::Error → its status and message; std::bad_alloc →
+// FL_ERR_NO_MEMORY; any other exception → FL_ERR_INTERNAL with its text. A success clears
+// the thread's last error message.
+#pragma once
+
+#include <exception>
+#include <new>
+#include <string>
+
+#include "core/engine.hpp"
+#include "core/error.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane {
+
+template <class F>
+inline fl_status_t guard(F&& f) noexcept {
+  try {
+    fl_status_t s = f();
+    if (s == FL_OK) clear_last_error();
+    return s;
+  } catch (const Error& e) {
+    set_last_error(e.message);
+    return e.status;
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of memory");
+    return FL_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("internal error: ") + e.what());
+    return FL_ERR_INTERNAL;
+  } catch (...) {
+    set_last_error("internal error: unknown exception");
+    return FL_ERR_INTERNAL;
+  }
+}
+
+// Throws FL_ERR_INVALID_ARGUMENT naming the parameter when p is NULL.
+template <class T>
+inline void require_out(T* p, const char* fn, const char* param) {
+  if (p == nullptr) fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + param + " is NULL");
+}
+
+// Checks a size-prefixed descriptor: struct_size at least `known_min` (the first released
+// layout) and any bytes beyond sizeof(Desc) all zero.
+template <class Desc>
+inline void check_desc(const Desc* d, const char* fn, const char* type, uint64_t known_min = sizeof(Desc)) {
+  if (d == nullptr) fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": descriptor is NULL");
+  uint64_t size = d->struct_size;
+  if (size < known_min)
+    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + type + ".struct_size is " + std::to_string(size) +
+                                      ", expected sizeof(" + type + ") = " + std::to_string(sizeof(Desc)) +
+                                      " (initialize it with the _INIT macro)");
+  if (size > sizeof(Desc)) {
+    if (size > (1u << 16))
+      fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + type + ".struct_size " + std::to_string(size) +
+                                        " is implausibly large");
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(d);
+    for (uint64_t i = sizeof(Desc); i < size; ++i)
+      if (bytes[i] != 0)
+        fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + type + " has non-zero bytes beyond the " +
+                                          std::to_string(sizeof(Desc)) +
+                                          " this library knows (a newer header's field is set; upgrade libflowlane)");
+  }
+}
+
+// Resolve C handles; throw FL_ERR_INVALID_HANDLE with an actionable message.
+core::Engine* engine_from(const fl_engine_t* h, const char* fn);
+core::Stream* stream_from(const fl_stream_t* h, const char* fn);
+core::Object* object_from(const fl_object_t* h, const char* fn);
+
+[[noreturn]] void unsupported_without_cuda(const char* fn);
+
+}  // namespace flowlane

@@ -1,0 +1,431 @@
+// C entry points: version and status, engine, lanes, streams, objects, host instructions.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "capi/src/capi_common.hpp"
+#include "core/handles.hpp"
+
+namespace flowlane {
+
+using core::Engine;
+using core::Object;
+using core::Stream;
+
+HandleTable<Engine>& engine_table() {
+  static HandleTable<Engine>* t = new HandleTable<Engine>();  // never destroyed: handles may outlive statics
+  return *t;
+}
+HandleTable<Stream>& stream_table() {
+  static HandleTable<Stream>* t = new HandleTable<Stream>();
+  return *t;
+}
+HandleTable<Object>& object_table() {
+  static HandleTable<Object>* t = new HandleTable<Object>();
+  return *t;
+}
+
+Engine* engine_from(const fl_engine_t* h, const char* fn) {
+  if (h == nullptr) fail(FL_ERR_INVALID_HANDLE, std::string(fn) + ": engine is NULL");
+  Engine* e = engine_table().lookup(handle_bits(h));
+  if (e == nullptr)
+    fail(FL_ERR_INVALID_HANDLE, std::string(fn) + ": the engine handle is stale (destroyed) or not an engine");
+  return e;
+}
+
+Stream* stream_from(const fl_stream_t* h, const char* fn) {
+  if (h == nullptr) fail(FL_ERR_INVALID_HANDLE, std::string(fn) + ": stream is NULL");
+  Stream* s = stream_table().lookup(handle_bits(h));
+  if (s == nullptr)
+    fail(FL_ERR_INVALID_HANDLE,
+         std::string(fn) + ": the stream handle is stale (its engine was destroyed) or not a stream");
+  return s;
+}
+
+Object* object_from(const fl_object_t* h, const char* fn) {
+  if (h == nullptr) fail(FL_ERR_INVALID_HANDLE, std::string(fn) + ": object is NULL");
+  Object* o = object_table().lookup(handle_bits(h));
+  if (o == nullptr)
+    fail(FL_ERR_INVALID_HANDLE, std::string(fn) + ": the object handle is stale (released, or its engine was "
+                                                  "destroyed) or not an object");
+  return o;
+}
+
+void unsupported_without_cuda(const char* fn) {
+  fail(FL_ERR_UNSUPPORTED, std::string(fn) + ": this libflowlane was built without CUDA (FLOWLANE_WITH_CUDA=OFF "
+                                             "or no toolkit at build time)");
+}
+
+namespace {
+
+std::string lane_out_of_range(const char* fn, uint32_t lane, const Engine& e) {
+  return std::string(fn) + ": lane " + std::to_string(lane) + " is out of range: this engine has " +
+         std::to_string(e.lane_count()) + " lanes (0.." + std::to_string(e.lane_count() - 1) + ")";
+}
+
+// Resolves operands into the instruction: handles checked, objects of this engine only,
+// duplicates merged into one operand with the union of their accesses.
+void resolve_operands(core::Instr* i, Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn) {
+  if (n > 0 && ops == nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": operands is NULL but num_operands is " + std::to_string(n));
+  if (n > (1u << 20))
+    fail(FL_ERR_OUT_OF_RANGE, std::string(fn) + ": num_operands " + std::to_string(n) + " exceeds 1048576");
+  i->operands.clear();
+  for (uint64_t k = 0; k < n; ++k) {
+    const fl_operand_t& op = ops[k];
+    std::string where = std::string(fn) + ": operand " + std::to_string(k);
+    if (op.access == 0 || (op.access & ~uint32_t(FL_READ_WRITE)) != 0)
+      fail(FL_ERR_INVALID_ARGUMENT, where + " has access " + std::to_string(op.access) +
+                                        "; use FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
+    if (op.reserved != 0) fail(FL_ERR_INVALID_ARGUMENT, where + " has a non-zero reserved field");
+    if (op.object == nullptr) fail(FL_ERR_INVALID_HANDLE, where + " has a NULL object");
+    Object* o = object_table().lookup(handle_bits(op.object));
+    if (o == nullptr)
+      fail(FL_ERR_INVALID_HANDLE, where + " names a stale (released) object or is not an object handle");
+    if (o->engine != &e) fail(FL_ERR_INVALID_HANDLE, where + " names an object that belongs to another engine");
+    i->operands.push_back(core::Operand{o, op.access});
+  }
+  auto& v = i->operands;
+  if (v.size() > 1) {
+    std::sort(v.begin(), v.end(), [](const core::Operand& a, const core::Operand& b) { return a.obj < b.obj; });
+    size_t out = 0;
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (out > 0 && v[out - 1].obj == v[k].obj)
+        v[out - 1].access |= v[k].access;
+      else
+        v[out++] = v[k];
+    }
+    v.resize(out);
+  }
+}
+
+// Returns an unsubmitted record to the pool when submission fails half-way.
+struct InstrGuard {
+  Engine& e;
+  core::Instr* i;
+  ~InstrGuard() {
+    if (i != nullptr) {
+      i->operands.clear();
+      i->producers.clear();
+      e.recycle(i);
+    }
+  }
+};
+
+}  // namespace
+}  // namespace flowlane
+
+using namespace flowlane;
+
+// ---------------------------------------------------------------------------------------
+// Version and status
+
+extern "C" {
+
+FL_API uint32_t fl_version_hex(void) { return FL_VERSION_HEX; }
+
+#define FL_STR2_(x) #x
+#define FL_STR_(x) FL_STR2_(x)
+FL_API const char* fl_version_string(void) {
+  return FL_STR_(FL_VERSION_MAJOR) "." FL_STR_(FL_VERSION_MINOR) "." FL_STR_(FL_VERSION_PATCH);
+}
+
+FL_API const char* fl_status_name(fl_status_t status) {
+  switch (status) {
+#define FL_STATUS_NAME_(name, value, text) \
+  case name:                               \
+    return #name;
+    FL_STATUS_MAP(FL_STATUS_NAME_)
+#undef FL_STATUS_NAME_
+    default:
+      return "FL_STATUS_UNKNOWN";
+  }
+}
+
+FL_API const char* fl_status_string(fl_status_t status) {
+  switch (status) {
+#define FL_STATUS_TEXT_(name, value, text) \
+  case name:                               \
+    return text;
+    FL_STATUS_MAP(FL_STATUS_TEXT_)
+#undef FL_STATUS_TEXT_
+    default:
+      return "unknown status";
+  }
+}
+
+FL_API const char* fl_last_error_message(void) { return last_error(); }
+
+// ---------------------------------------------------------------------------------------
+// Engine
+
+FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** out_engine) {
+  return guard([&] {
+    require_out(out_engine, "fl_engine_create", "out_engine");
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    if (desc != nullptr) {
+      check_desc(desc, "fl_engine_create", "fl_engine_desc_t");
+      d = *desc;
+      d.struct_size = sizeof(d);
+    }
+    if (d.flags != 0)
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_create: flags " + std::to_string(d.flags) + " are unknown (use 0)");
+    if (d.max_lanes > 4096)
+      fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: max_lanes " + std::to_string(d.max_lanes) + " exceeds 4096");
+    if (d.num_workers > 1024)
+      fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: num_workers " + std::to_string(d.num_workers) + " exceeds 1024");
+    if (d.inflight_limit > (uint64_t(1) << 40))
+      fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: inflight_limit " + std::to_string(d.inflight_limit) + " is too large");
+    auto e = std::make_unique<core::Engine>(d);
+    uint64_t h = engine_table().insert(e.get());
+    if (h == 0) fail(FL_ERR_NO_MEMORY, "fl_engine_create: the process-wide engine table is full");
+    e->set_handle(h);
+    if (d.watchdog_ms != 0) {
+      fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
+      w.timeout_ms = d.watchdog_ms;
+      fl_status_t st = fl_engine_set_watchdog(handle_cast<fl_engine_t>(h), &w);
+      if (st != FL_OK && st != FL_ERR_UNSUPPORTED) {
+        engine_table().erase(h);
+        fail(st, last_error());
+      }
+    }
+    *out_engine = handle_cast<fl_engine_t>(h);
+    e.release();
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine) {
+  return guard([&] { return engine_from(engine, "fl_engine_synchronize")->synchronize(); });
+}
+
+FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
+  return guard([&] {
+    if (engine == nullptr) return FL_OK;
+    Engine* e = engine_from(engine, "fl_engine_destroy");
+    if (e->pool().on_worker() || core::current_instr() != nullptr)
+      fail(FL_ERR_INVALID_ARGUMENT,
+           "fl_engine_destroy called from one of the engine's own callbacks: it would wait for itself");
+    if (engine_table().erase(handle_bits(engine)) == nullptr)
+      fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine was destroyed concurrently");
+    delete e;
+    return FL_OK;
+  });
+}
+
+FL_API uint32_t fl_engine_lane_count(const fl_engine_t* engine) {
+  Engine* e = engine ? engine_table().lookup(handle_bits(engine)) : nullptr;
+  return e ? e->lane_count() : 0;
+}
+
+FL_API uint32_t fl_engine_worker_count(const fl_engine_t* engine) {
+  Engine* e = engine ? engine_table().lookup(handle_bits(engine)) : nullptr;
+  return e ? e->worker_count() : 0;
+}
+
+FL_API fl_status_t fl_engine_stats(fl_engine_t* engine, fl_engine_stats_t* out_stats) {
+  return guard([&] {
+    Engine* e = engine_from(engine, "fl_engine_stats");
+    require_out(out_stats, "fl_engine_stats", "out_stats");
+    uint64_t size = out_stats->struct_size;
+    if (size < sizeof(uint64_t) * 2)
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_stats: out_stats->struct_size must be set (FL_ENGINE_STATS_INIT)");
+    fl_engine_stats_t st = e->stats();
+    size_t n = std::min<uint64_t>(size, sizeof(st));
+    std::memcpy(reinterpret_cast<char*>(out_stats) + sizeof(uint64_t), reinterpret_cast<char*>(&st) + sizeof(uint64_t),
+                n - sizeof(uint64_t));
+    return FL_OK;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Lanes
+
+FL_API fl_status_t fl_lane_acquire(fl_engine_t* engine, uint32_t* out_lane) {
+  return guard([&] {
+    Engine* e = engine_from(engine, "fl_lane_acquire");
+    require_out(out_lane, "fl_lane_acquire", "out_lane");
+    *out_lane = e->acquire_lane();
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_lane_release(fl_engine_t* engine, uint32_t lane) {
+  return guard([&] {
+    engine_from(engine, "fl_lane_release")->release_lane(lane);
+    return FL_OK;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams
+
+FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t device, fl_stream_kind_t kind,
+                                 fl_stream_t** out_stream) {
+  return guard([&] {
+    Engine* e = engine_from(engine, "fl_stream_get");
+    require_out(out_stream, "fl_stream_get", "out_stream");
+    if (lane >= e->lane_count()) fail(FL_ERR_OUT_OF_RANGE, lane_out_of_range("fl_stream_get", lane, *e));
+    if (uint32_t(kind) > uint32_t(FL_STREAM_COLLECTIVE))
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: stream kind " + std::to_string(int(kind)) +
+                                        " is unknown (FL_STREAM_HOST..FL_STREAM_COLLECTIVE)");
+    if (device.type == FL_DEVICE_CPU) {
+      if (device.index != 0)
+        fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: the CPU device has index 0, not " + std::to_string(device.index));
+      if (kind != FL_STREAM_HOST && kind != FL_STREAM_COLLECTIVE)
+        fail(FL_ERR_INVALID_ARGUMENT,
+             "fl_stream_get: the CPU device has FL_STREAM_HOST and FL_STREAM_COLLECTIVE streams only; "
+             "COMPUTE, H2D and D2H streams belong to a CUDA device");
+    } else if (device.type == FL_DEVICE_CUDA) {
+      if (kind == FL_STREAM_HOST)
+        fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: FL_STREAM_HOST streams use the device {FL_DEVICE_CPU, 0}");
+#if !FLOWLANE_HAVE_CUDA
+      unsupported_without_cuda("fl_stream_get");
+#else
+      fail(FL_ERR_UNSUPPORTED, "fl_stream_get: CUDA streams are not implemented yet (GPU backend pending)");
+#endif
+    } else {
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: device type " + std::to_string(device.type) +
+                                        " is unknown (FL_DEVICE_CPU or FL_DEVICE_CUDA)");
+    }
+    *out_stream = handle_cast<fl_stream_t>(e->stream(lane, device, kind)->handle);
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream) {
+  return guard([&] {
+    Stream* s = stream_from(stream, "fl_stream_synchronize");
+    return s->engine->synchronize(s);
+  });
+}
+
+FL_API fl_status_t fl_stream_info(fl_stream_t* stream, uint32_t* out_lane, fl_device_t* out_device,
+                                  fl_stream_kind_t* out_kind) {
+  return guard([&] {
+    Stream* s = stream_from(stream, "fl_stream_info");
+    if (out_lane) *out_lane = s->lane->id;
+    if (out_device) *out_device = s->device;
+    if (out_kind) *out_kind = s->kind;
+    return FL_OK;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Objects
+
+FL_API fl_status_t fl_object_create(fl_engine_t* engine, void* user_data, fl_release_fn release,
+                                    fl_object_t** out_object) {
+  return guard([&] {
+    Engine* e = engine_from(engine, "fl_object_create");
+    require_out(out_object, "fl_object_create", "out_object");
+    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_object_create: the engine is being destroyed");
+    Object* o = e->create_object(user_data, release);
+    o->handle = object_table().insert(o);
+    if (o->handle == 0) {
+      o->release = nullptr;
+      e->release_object_ref(o);
+      fail(FL_ERR_NO_MEMORY, "fl_object_create: the process-wide object table is full");
+    }
+    *out_object = handle_cast<fl_object_t>(o->handle);
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_object_release(fl_object_t* object) {
+  return guard([&] {
+    Object* o = object_from(object, "fl_object_release");
+    if (object_table().erase(handle_bits(object)) == nullptr)
+      fail(FL_ERR_INVALID_HANDLE, "fl_object_release: the object was released concurrently");
+    o->engine->release_object_ref(o);
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_object_wait(fl_object_t* object, uint32_t access) {
+  return guard([&] {
+    Object* o = object_from(object, "fl_object_wait");
+    if (access == 0 || (access & ~uint32_t(FL_READ_WRITE)) != 0)
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_object_wait: access " + std::to_string(access) +
+                                        " is not FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
+    return o->engine->wait_object(o, access);
+  });
+}
+
+FL_API fl_status_t fl_object_user_data(fl_object_t* object, void** out_user_data) {
+  return guard([&] {
+    Object* o = object_from(object, "fl_object_user_data");
+    require_out(out_user_data, "fl_object_user_data", "out_user_data");
+    *out_user_data = o->user_data;
+    return FL_OK;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Host instructions
+
+FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message) {
+  if (ctx == nullptr) return;
+  try {
+    reinterpret_cast<core::Instr*>(ctx)->error = message ? message : "";
+  } catch (...) {
+  }
+}
+
+FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
+  return ctx ? reinterpret_cast<const core::Instr*>(ctx)->stream->lane->id : 0;
+}
+
+FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx) {
+  return ctx ? reinterpret_cast<const core::Instr*>(ctx)->id : 0;
+}
+
+FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) {
+  return ctx ? handle_cast<fl_engine_t>(reinterpret_cast<const core::Instr*>(ctx)->engine->handle()) : nullptr;
+}
+
+FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* instr, fl_instr_id* out_instr_id) {
+  return guard([&] {
+    Stream* s = stream_from(stream, "fl_submit_host");
+    check_desc(instr, "fl_submit_host", "fl_host_instr_t");
+    if (instr->fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: fn is NULL");
+    if ((instr->flags & ~uint64_t(FL_SUBMIT_NONBLOCKING)) != 0)
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: unknown flags " + std::to_string(instr->flags) +
+                                        " (only FL_SUBMIT_NONBLOCKING is defined)");
+    if (!s->is_host_executed())
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: the stream (" + s->describe() +
+                                        ") is a device stream; host callbacks go to a host stream "
+                                        "({FL_DEVICE_CPU, 0}, FL_STREAM_HOST), device work via fl_submit_device");
+    if (s->kind != FL_STREAM_HOST)
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: the stream (" + s->describe() +
+                                        ") is not a FL_STREAM_HOST stream");
+    Engine& e = *s->engine;
+    InstrGuard g{e, e.new_instr()};
+    core::Instr* i = g.i;
+    resolve_operands(i, e, instr->operands, instr->num_operands, "fl_submit_host");
+    i->kind = core::InstrKind::kHost;
+    i->stream = s;
+    i->fn = instr->fn;
+    i->user_data = instr->user_data;
+    i->cleanup = instr->cleanup;
+    if (instr->name != nullptr)
+      i->name.assign(instr->name);
+    else
+      i->name.clear();
+    if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_submit_host: the engine is being destroyed");
+    e.admit((instr->flags & FL_SUBMIT_NONBLOCKING) != 0);
+    fl_instr_id id;
+    try {
+      id = e.submit(i);
+    } catch (...) {
+      e.retire_window_slot();
+      throw;
+    }
+    g.i = nullptr;
+    if (out_instr_id) *out_instr_id = id;
+    return FL_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,298 @@
+// Engine lifetime, lanes, interned streams, the in-flight window, synchronisation and the
+// failure ledger.
+#include "core/engine.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/handles.hpp"
+
+namespace flowlane {
+HandleTable<core::Stream>& stream_table();
+HandleTable<core::Object>& object_table();
+}
+
+namespace flowlane::core {
+
+// ---------------------------------------------------------------------------------------
+// Streams
+
+void Stream::advance_completed() {
+  // release pairs with the acquire in synchronize(): everything the instruction did
+  // (cleanup, release callbacks, failure record) happens-before the waiter returns.
+  completed.fetch_add(1, std::memory_order_release);
+  completed.notify_all();
+}
+
+std::string Stream::describe() const {
+  static const char* kKinds[] = {"host", "compute", "h2d", "d2h", "collective"};
+  std::string s = "lane " + std::to_string(lane ? lane->id : 0) + ", ";
+  if (device.type == FL_DEVICE_CUDA) s += "cuda:" + std::to_string(device.index) + " ";
+  s += kKinds[kind];
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Engine
+
+Engine::Engine(const fl_engine_desc_t& desc) {
+  unsigned workers = desc.num_workers ? unsigned(desc.num_workers) : std::max(1u, std::thread::hardware_concurrency());
+  uint32_t lanes = desc.max_lanes ? uint32_t(desc.max_lanes) : 8;
+  inflight_limit_ = desc.inflight_limit ? desc.inflight_limit : 4096;
+  pool_ = std::make_unique<Pool>(workers);
+  lanes_.reserve(lanes);
+  for (uint32_t l = 0; l < lanes; ++l) {
+    auto lane = std::make_unique<Lane>();
+    lane->engine = this;
+    lane->id = l;
+    lanes_.push_back(std::move(lane));
+  }
+  lane_held_.assign(lanes, false);
+  lane_held_[0] = true;  // lane 0 is the default lane and is never handed out
+  size_t nstreams = size_t(lanes) * device_slots_ * kStreamKinds;
+  streams_ = std::make_unique<std::atomic<Stream*>[]>(nstreams);
+  for (size_t k = 0; k < nstreams; ++k) streams_[k].store(nullptr, std::memory_order_relaxed);
+}
+
+Engine::~Engine() { drain_and_stop(); }
+
+void Engine::drain_and_stop() {
+  // 1. Refuse new work. Passing through every lane's submit lock after raising the flag
+  //    guarantees each submission either completed its queueing before or sees the flag.
+  shutdown_.store(true, std::memory_order_release);  // pairs with acquire in submit()
+  for (auto& lane : lanes_) {
+    lane->submit_lock.lock();
+    lane->submit_lock.unlock();
+  }
+  // 2. Drain. Errors are dropped here (synchronize first to see them).
+  for (Stream* s : all_streams()) {
+    uint64_t target = s->submitted.load(std::memory_order_acquire);
+    block_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; }, s->completed);
+  }
+  // 3. Join workers.
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    extra_pools_.clear();
+  }
+  pool_.reset();
+  // 4. Run every pending release callback: objects the caller still holds.
+  for (;;) {
+    Object* o;
+    {
+      std::lock_guard<std::mutex> lock(objects_mu_);
+      o = objects_head_;
+    }
+    if (o == nullptr) break;
+    object_table().erase(o->handle);  // the caller's handle is stale from now on
+    destroy_object(o);
+  }
+  {
+    std::lock_guard<std::mutex> lock(failures_mu_);
+    for (FailureRecord& f : failures_)
+      if (f.instr->unref()) recycle(f.instr);
+    failures_.clear();
+  }
+  size_t nstreams = size_t(lanes_.size()) * device_slots_ * kStreamKinds;
+  for (size_t k = 0; k < nstreams; ++k) {
+    Stream* s = streams_[k].load(std::memory_order_acquire);
+    if (s == nullptr) continue;
+    stream_table().erase(s->handle);
+    delete s;
+  }
+}
+
+Pool& Engine::pool_for_threads(unsigned n) {
+  if (n == 0 || n == pool_->size()) return *pool_;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  auto& p = extra_pools_[n];
+  if (!p) p = std::make_unique<Pool>(n);
+  return *p;
+}
+
+// ---------------------------------------------------------------------------------------
+// Lanes
+
+uint32_t Engine::acquire_lane() {
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  for (uint32_t l = 1; l < lane_held_.size(); ++l) {
+    if (!lane_held_[l]) {
+      lane_held_[l] = true;
+      return l;
+    }
+  }
+  fail(FL_ERR_EXHAUSTED, "fl_lane_acquire: all " + std::to_string(lane_held_.size() - 1) +
+                             " acquirable lanes (1.." + std::to_string(lane_held_.size() - 1) +
+                             ") are held; release one with fl_lane_release or create the engine with a larger max_lanes");
+}
+
+void Engine::release_lane(uint32_t l) {
+  if (l >= lane_held_.size())
+    fail(FL_ERR_OUT_OF_RANGE, "fl_lane_release: lane " + std::to_string(l) + " is out of range: this engine has " +
+                                  std::to_string(lane_held_.size()) + " lanes");
+  if (l == 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_lane_release: lane 0 is the default lane and cannot be released");
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  if (!lane_held_[l])
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_lane_release: lane " + std::to_string(l) + " is not held (released twice?)");
+  lane_held_[l] = false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams
+
+Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
+  uint32_t slot = device.type == FL_DEVICE_CPU ? 0 : 1 + uint32_t(device.index);
+  size_t index = (size_t(l) * device_slots_ + slot) * kStreamKinds + uint32_t(kind);
+  Stream* s = streams_[index].load(std::memory_order_acquire);  // pairs with release below
+  if (s != nullptr) return s;
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  s = streams_[index].load(std::memory_order_relaxed);
+  if (s != nullptr) return s;
+  auto fresh = std::make_unique<Stream>();
+  fresh->engine = this;
+  fresh->lane = lanes_[l].get();
+  fresh->device = device;
+  fresh->kind = kind;
+  fresh->handle = stream_table().insert(fresh.get());
+  if (fresh->handle == 0) fail(FL_ERR_NO_MEMORY, "fl_stream_get: the process-wide stream table is full");
+  s = fresh.release();
+  streams_[index].store(s, std::memory_order_release);  // publishes the initialised stream
+  return s;
+}
+
+std::vector<Stream*> Engine::all_streams() const {
+  std::vector<Stream*> out;
+  size_t nstreams = size_t(lanes_.size()) * device_slots_ * kStreamKinds;
+  for (size_t k = 0; k < nstreams; ++k)
+    if (Stream* s = streams_[k].load(std::memory_order_acquire)) out.push_back(s);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Instructions and the window
+
+Instr* Engine::new_instr() {
+  Instr* i = instr_pool_.get();
+  i->engine = this;
+  return i;
+}
+
+void Engine::admit(bool nonblocking) {
+  if (pool_->on_worker()) {
+    // A callback submitting follow-up work is never blocked (it could be the very work
+    // that must finish to open the window): admitted over the limit.
+    inflight_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const int64_t limit = int64_t(inflight_limit_);
+  int64_t cur = inflight_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (cur < limit) {
+      if (inflight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return;
+      continue;
+    }
+    if (nonblocking)
+      fail(FL_ERR_WOULD_BLOCK, "the in-flight window is full (" + std::to_string(limit) +
+                                   " instructions submitted and not completed); retry later or submit without "
+                                   "FL_SUBMIT_NONBLOCKING to wait");
+    window_stalls_.fetch_add(1, std::memory_order_relaxed);
+    // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
+    // either the retiring thread sees us registered, or we see its decrement.
+    window_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    cur = inflight_.load(std::memory_order_seq_cst);
+    while (cur >= limit) {
+      inflight_.wait(cur, std::memory_order_relaxed);
+      cur = inflight_.load(std::memory_order_relaxed);
+    }
+    window_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void Engine::retire_window_slot() {
+  inflight_.fetch_sub(1, std::memory_order_seq_cst);
+  if (window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
+}
+
+// ---------------------------------------------------------------------------------------
+// Waits and failures
+
+void Engine::record_failure(Instr* i) {
+  i->ref();
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  failures_.push_back(FailureRecord{i});
+}
+
+fl_status_t Engine::collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto) {
+  Instr* first = nullptr;
+  std::vector<Instr*> drop;
+  {
+    std::lock_guard<std::mutex> lock(failures_mu_);
+    for (auto it = failures_.begin(); it != failures_.end();) {
+      Instr* f = it->instr;
+      if (f->reported.load(std::memory_order_relaxed)) {  // returned already: forget it
+        drop.push_back(f);
+        it = failures_.erase(it);
+        continue;
+      }
+      bool covered = std::any_of(upto.begin(), upto.end(), [f](const auto& p) {
+        return p.first == f->stream && f->seq <= p.second;
+      });
+      if (covered && (first == nullptr || f->id < first->id)) first = f;
+      ++it;
+    }
+    if (first != nullptr) first->reported.store(true, std::memory_order_relaxed);
+  }
+  fl_status_t st = FL_OK;
+  std::string msg;
+  if (first != nullptr) {
+    st = first->status;
+    msg = first->error;
+  }
+  for (Instr* f : drop)
+    if (f->unref()) recycle(f);
+  if (st != FL_OK) return report(st, msg);
+  return FL_OK;
+}
+
+fl_status_t Engine::synchronize() {
+  if (current_instr() != nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside instruction " +
+                                      current_instr()->describe() + ": it would wait for itself");
+  std::vector<std::pair<Stream*, uint64_t>> upto;
+  for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
+  for (auto& [s, target] : upto) {
+    Stream* st = s;
+    uint64_t t = target;
+    block_until([st, t] { return st->completed.load(std::memory_order_acquire) >= t; }, st->completed);
+  }
+  return collect_failure(upto);
+}
+
+fl_status_t Engine::synchronize(Stream* s) {
+  Instr* self = current_instr();
+  if (self != nullptr && self->stream->lane == s->lane && s->is_host_executed())
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside instruction " + self->describe() +
+                                      " on a stream of its own lane: it would wait for itself");
+  uint64_t target = s->submitted.load(std::memory_order_acquire);
+  block_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; }, s->completed);
+  return collect_failure({{s, target}});
+}
+
+fl_engine_stats_t Engine::stats() const {
+  fl_engine_stats_t st{};
+  st.struct_size = sizeof(st);
+  for (const auto& lane : lanes_) {
+    st.submitted += lane->submitted.load(std::memory_order_relaxed);
+    st.completed += lane->completed.load(std::memory_order_relaxed);
+    st.failed += lane->failed.load(std::memory_order_relaxed);
+  }
+  int64_t inflight = inflight_.load(std::memory_order_relaxed);
+  st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;
+  st.window_stalls = window_stalls_.load(std::memory_order_relaxed);
+  PoolStats ps = pool_->stats();
+  st.steals = ps.steals;
+  st.parks = ps.parks;
+  return st;
+}
+
+}  // namespace flowlane::core

@@ -1,0 +1,202 @@
+// The engine: lanes (strands on the work-stealing pool), interned streams, dependence
+// objects, instruction records and the in-flight window. Dependency rules and the lane
+// protocol are written down in core/README.md.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/instr.hpp"
+#include "core/pool.hpp"
+#include "core/spinlock.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane::core {
+
+class Engine;
+struct Lane;
+
+// Number of stream kinds (fl_stream_kind_t) and device slots per lane: slot 0 is the CPU,
+// slot 1 + i is CUDA device i.
+inline constexpr uint32_t kStreamKinds = 5;
+
+struct Stream {
+  Engine* engine = nullptr;
+  Lane* lane = nullptr;
+  uint64_t handle = 0;
+  fl_device_t device{FL_DEVICE_CPU, 0};
+  fl_stream_kind_t kind = FL_STREAM_HOST;
+  // Submission and completion counters of this stream. `submitted` is written under the
+  // lane's submit lock; `completed` only advances, in submission order (a stream is FIFO).
+  std::atomic<uint64_t> submitted{0};
+  std::atomic<uint64_t> completed{0};
+  // Backend state (CUDA stream, event bookkeeping) for device streams; null for host ones.
+  void* backend = nullptr;
+
+  bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
+  void advance_completed();           // completed += 1, wakes waiters
+  std::string describe() const;       // "lane 1, host"
+};
+
+// A lane: a strand on the pool. Its instructions start in submission order, one at a time,
+// on whichever worker runs the lane task; idle workers steal runnable lanes.
+struct Lane {
+  Task task;  // run = Lane::run_task; submitted to the pool whenever the lane becomes runnable
+  Engine* engine = nullptr;
+  uint32_t id = 0;
+
+  // Serialises dependency recording with FIFO order, so that edges skipped because two
+  // instructions share this lane are always backed by queue order. Uncontended when one
+  // thread submits to a lane, which is the common case.
+  SpinLock submit_lock;
+  bool shutdown_seen = false;  // written under submit_lock
+
+  // Vyukov's intrusive MPSC queue of instructions (producers hold submit_lock anyway).
+  std::atomic<Instr*> tail{nullptr};
+  Instr* head = nullptr;  // consumer side only
+  Instr stub;
+
+  // 0: idle (no task queued or running); 1: owned (queued, running, or blocked on `cur`).
+  std::atomic<uint32_t> scheduled{0};
+  Instr* cur = nullptr;  // head instruction waiting for its predecessors; consumer side only
+
+  // Counters (stats). `submitted` under submit_lock; `completed` by the lane runner.
+  std::atomic<uint64_t> submitted{0};
+  std::atomic<uint64_t> completed{0};
+  std::atomic<uint64_t> failed{0};
+
+  Lane();
+  void push(Instr* i);  // producer (under submit_lock)
+  Instr* pop();         // consumer
+  bool maybe_nonempty() const;
+  void schedule();      // makes the lane runnable if it is idle
+  static void run_task(Task* t);
+};
+
+struct FailureRecord {
+  Instr* instr;  // holds a reference
+};
+
+class Engine {
+ public:
+  explicit Engine(const fl_engine_desc_t& desc);
+  ~Engine();  // drains, runs releases, joins
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  uint64_t handle() const { return handle_; }
+  void set_handle(uint64_t h) { handle_ = h; }
+
+  Pool& pool() { return *pool_; }
+  // A cached pool with exactly n workers (the main pool when n equals its size), for task
+  // graphs run with an explicit thread count.
+  Pool& pool_for_threads(unsigned n);
+
+  uint32_t lane_count() const { return uint32_t(lanes_.size()); }
+  uint32_t worker_count() const { return pool_->size(); }
+  uint64_t inflight_limit() const { return inflight_limit_; }
+
+  // Lanes.
+  uint32_t acquire_lane();
+  void release_lane(uint32_t lane);
+  Lane& lane(uint32_t id) { return *lanes_[id]; }
+
+  // Streams (interned).
+  Stream* stream(uint32_t lane, fl_device_t device, fl_stream_kind_t kind);
+
+  // Objects.
+  Object* create_object(void* user_data, fl_release_fn release);
+  void release_object_ref(Object* o);  // runs release() when the last reference goes
+
+  // Instructions.
+  Instr* new_instr();  // from the pool of records; refs = 1
+  // Records dependencies of `i` (operands already resolved) and queues it on its lane.
+  // Takes ownership of the window slot admitted by admit().
+  fl_instr_id submit(Instr* i);
+  // In-flight window: takes a slot, blocking while full (FL_ERR_WOULD_BLOCK when
+  // nonblocking). Never blocks on a worker thread of this engine (an instruction or task
+  // submitting more work): such submissions are admitted over the limit.
+  void admit(bool nonblocking);
+  void retire_window_slot();
+
+  // Waits. Each returns FL_OK or a failure status, with the thread's message set.
+  fl_status_t synchronize();
+  fl_status_t synchronize(Stream* s);
+  fl_status_t wait_object(Object* o, uint32_t access);
+
+  // Instruction lifecycle (lane runner side).
+  void execute_host(Instr* i);
+  void complete(Instr* i);
+  void recycle(Instr* i);  // refs reached zero
+
+  void record_failure(Instr* i);
+  bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
+
+  fl_engine_stats_t stats() const;
+  std::vector<Stream*> all_streams() const;
+
+ private:
+  // Waits until done(): a worker of this engine's pool helps run other work meanwhile;
+  // any other thread sleeps on `atom` (notified by whoever makes done() true).
+  template <class Done, class Atomic>
+  void block_until(Done&& done, Atomic& atom) {
+    if (pool_->on_worker()) {
+      pool_->help_until(done);
+      return;
+    }
+    for (;;) {
+      auto v = atom.load(std::memory_order_acquire);
+      if (done()) return;
+      atom.wait(v, std::memory_order_acquire);
+    }
+  }
+  void record(Instr* i, const Operand& op);
+  void destroy_object(Object* o);
+  fl_status_t collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto);
+  void drain_and_stop();
+
+  uint64_t handle_ = 0;
+  uint64_t inflight_limit_ = 4096;
+  std::unique_ptr<Pool> pool_;
+  std::mutex pools_mu_;
+  std::map<unsigned, std::unique_ptr<Pool>> extra_pools_;
+
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::mutex lanes_mu_;
+  std::vector<bool> lane_held_;
+
+  // Interned streams: index = (lane * device_slots + slot) * kStreamKinds + kind.
+  uint32_t device_slots_ = 1;
+  std::unique_ptr<std::atomic<Stream*>[]> streams_;
+  std::mutex streams_mu_;
+
+  // Live objects (so that destroy can run every release callback).
+  std::mutex objects_mu_;
+  Object* objects_head_ = nullptr;
+
+  // In-flight window: `inflight_` counts submitted, not completed instructions.
+  std::atomic<int64_t> inflight_{0};
+  std::atomic<uint32_t> window_waiters_{0};
+  std::atomic<uint64_t> window_stalls_{0};
+
+  std::atomic<uint64_t> next_id_{1};
+  InstrPool instr_pool_;
+
+  std::mutex failures_mu_;
+  std::deque<FailureRecord> failures_;
+
+  std::atomic<bool> shutdown_{false};
+};
+
+// The instruction running on this thread (inside its callback), or null.
+Instr* current_instr();
+
+}  // namespace flowlane::core

@@ -1,0 +1,129 @@
+// Instruction records, dependency edges and dependence objects.
+//
+// An instruction's `pending` counter holds one unit per unfinished predecessor, plus
+//   one unit for the submitting thread (dropped when submission has recorded every edge),
+//   one unit for the lane (dropped when the lane reaches the instruction at its head).
+// Whoever drops it to zero launches the instruction: the lane runs it inline; anyone
+// else (a completing predecessor, the submitter) re-schedules the lane, which is then
+// blocked on that very instruction.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <concurrentqueue.h>
+
+#include "core/alloc.hpp"
+#include "core/spinlock.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane::core {
+
+class Engine;
+struct Stream;
+struct Object;
+struct Instr;
+
+enum class InstrState : uint32_t {
+  kFree = 0,     // in the record pool
+  kPending = 1,  // submitted, waiting for predecessors or its turn on the lane
+  kRunning = 2,  // callback executing
+  kDone = 3,     // completed successfully
+  kFailed = 4,   // its callback failed
+  kSkipped = 5,  // not run: an input was poisoned
+};
+
+inline bool is_terminal(InstrState s) { return s >= InstrState::kDone; }
+
+struct Edge : MiAllocated {
+  Instr* succ = nullptr;
+  Edge* next = nullptr;
+};
+
+struct Operand {
+  Object* obj;
+  uint32_t access;
+};
+
+enum class InstrKind : uint8_t { kHost = 0, kKernel, kDeviceFn, kMemcpy, kCollective };
+
+struct Instr : MiAllocated {
+  // --- identity ---
+  fl_instr_id id = 0;
+  uint64_t seq = 0;  // position in its stream (1-based)
+  Stream* stream = nullptr;
+  Engine* engine = nullptr;
+  InstrKind kind = InstrKind::kHost;
+  std::string name;
+
+  // --- work ---
+  fl_host_fn fn = nullptr;
+  void* user_data = nullptr;
+  fl_release_fn cleanup = nullptr;
+  std::vector<Operand> operands;
+  std::vector<Instr*> producers;  // last writer of each read operand at submit (referenced)
+
+  // --- scheduling ---
+  std::atomic<int32_t> pending{0};
+  std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed
+  std::atomic<int32_t> refs{0};
+  std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
+  std::atomic<Instr*> lane_next{nullptr};
+  bool in_callback_submit = false;  // admitted over the window from inside a callback
+
+  // --- result (written before the terminal state is published with release) ---
+  fl_status_t status = FL_OK;
+  std::string error;   // full message naming this instruction
+  std::string origin;  // message of the original failure this one stems from
+  std::atomic<bool> reported{false};  // returned once by a synchronize
+
+  // Inline edge storage for the first few predecessors (no allocation in the common case).
+  static constexpr int kInlineEdges = 4;
+  Edge inline_edges[kInlineEdges];
+  int inline_edges_used = 0;
+
+  InstrState load_state(std::memory_order mo = std::memory_order_acquire) const {
+    return InstrState(state.load(mo));
+  }
+  void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+  // Returns true when this dropped the last reference.
+  bool unref() { return refs.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+  std::string describe() const;  // "'name' (#7, lane 1, host)"
+};
+
+inline Edge* const kSealed = reinterpret_cast<Edge*>(uintptr_t(1));
+
+// A dependence object.
+struct Object : MiAllocated {
+  Engine* engine = nullptr;
+  uint64_t handle = 0;
+  void* user_data = nullptr;
+  fl_release_fn release = nullptr;
+  // One reference for the caller's handle plus one per in-flight instruction using it.
+  std::atomic<int64_t> refs{1};
+
+  SpinLock lock;                // guards the fields below
+  Instr* last_writer = nullptr; // referenced
+  std::vector<Instr*> readers;  // referenced; the reads since last_writer
+
+  // Engine's intrusive list of live objects (under engine objects_mu_).
+  Object* prev = nullptr;
+  Object* next = nullptr;
+};
+
+// Free instruction records, reused so that their vectors and strings keep their capacity
+// and steady-state submission allocates nothing. Lock-free (moodycamel::ConcurrentQueue).
+class InstrPool {
+ public:
+  ~InstrPool();
+  Instr* get();
+  void put(Instr* i);
+
+ private:
+  moodycamel::ConcurrentQueue<Instr*> free_;
+  std::atomic<uint64_t> allocated_{0};
+};
+
+}  // namespace flowlane::core

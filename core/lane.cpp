@@ -1,0 +1,237 @@
+// Lanes as strands on the pool, and the life of an instruction once it reaches the head
+// of its lane: poison check, callback, cleanup, completion, release of successors.
+#include <cstddef>
+#include <exception>
+#include <string>
+
+#include "core/engine.hpp"
+#include "core/error.hpp"
+
+namespace flowlane::core {
+
+namespace {
+thread_local Instr* t_current_instr = nullptr;
+
+// A lane runs at most this many instructions before it re-queues itself, so that one busy
+// lane cannot starve the others on a small pool.
+constexpr int kLaneBatch = 64;
+}  // namespace
+
+Instr* current_instr() { return t_current_instr; }
+
+// ---------------------------------------------------------------------------------------
+// The lane queue: Vyukov's intrusive MPSC queue with a stub node. Producers are serialised
+// by the lane's submit lock anyway; the consumer is whichever worker runs the lane task.
+
+Lane::Lane() {
+  task.run = &Lane::run_task;
+  stub.lane_next.store(nullptr, std::memory_order_relaxed);
+  tail.store(&stub, std::memory_order_relaxed);
+  head = &stub;
+}
+
+void Lane::push(Instr* i) {
+  i->lane_next.store(nullptr, std::memory_order_relaxed);
+  // seq_cst: with the seq_cst store of `scheduled` = 0 and the seq_cst load of `tail` in
+  // maybe_nonempty(), either the runner going idle sees this item or schedule() sees the
+  // lane idle (a store–load (Dekker) pattern, so both sides need seq_cst).
+  Instr* prev = tail.exchange(i, std::memory_order_seq_cst);
+  prev->lane_next.store(i, std::memory_order_release);  // pairs with acquire in pop()
+}
+
+Instr* Lane::pop() {
+  Instr* h = head;
+  Instr* next = h->lane_next.load(std::memory_order_acquire);  // pairs with release in push()
+  if (h == &stub) {
+    if (next == nullptr) return nullptr;
+    head = next;
+    h = next;
+    next = next->lane_next.load(std::memory_order_acquire);
+  }
+  if (next != nullptr) {
+    head = next;
+    return h;
+  }
+  if (h != tail.load(std::memory_order_acquire)) return nullptr;  // a push is half done; retry later
+  push(&stub);
+  next = h->lane_next.load(std::memory_order_acquire);
+  if (next != nullptr) {
+    head = next;
+    return h;
+  }
+  return nullptr;
+}
+
+bool Lane::maybe_nonempty() const {
+  Instr* h = head;
+  return h->lane_next.load(std::memory_order_acquire) != nullptr ||
+         tail.load(std::memory_order_seq_cst) != h;  // see push()
+}
+
+void Lane::schedule() {
+  // seq_cst pairs with the runner's seq_cst store of 0 (see push()).
+  if (scheduled.load(std::memory_order_seq_cst) != 0) return;
+  if (scheduled.exchange(1, std::memory_order_seq_cst) == 0) engine->pool().submit(&task);
+}
+
+void Lane::run_task(Task* t) {
+  Lane* lane = reinterpret_cast<Lane*>(reinterpret_cast<char*>(t) - offsetof(Lane, task));
+  Engine* engine = lane->engine;
+  for (int n = 0; n < kLaneBatch; ++n) {
+    Instr* i = lane->cur;
+    if (i == nullptr) {
+      i = lane->pop();
+      if (i == nullptr) {
+        // Going idle: publish, then look again, so that a producer that saw the lane owned
+        // cannot leave its instruction behind (see push()).
+        lane->scheduled.store(0, std::memory_order_seq_cst);
+        if (!lane->maybe_nonempty()) return;
+        if (lane->scheduled.exchange(1, std::memory_order_seq_cst) != 0) return;  // re-scheduled by a producer
+        continue;
+      }
+      // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
+      // re-submits this lane task, and the resumed runner must find the instruction.
+      lane->cur = i;
+      // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
+      // (when we drop it) makes every predecessor's results visible before running.
+      if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
+    }
+    lane->cur = nullptr;
+    engine->execute_host(i);
+  }
+  engine->pool().submit(&lane->task);  // yield; the lane stays owned
+}
+
+// ---------------------------------------------------------------------------------------
+
+void Engine::execute_host(Instr* i) {
+  // Skip if something it reads is poisoned. Producers have all completed: cross-lane ones
+  // through edges, same-lane ones through lane order.
+  Instr* poisoned_by = nullptr;
+  for (Instr* p : i->producers) {
+    InstrState ps = p->load_state();
+    if (ps == InstrState::kFailed || ps == InstrState::kSkipped) {
+      poisoned_by = p;
+      break;
+    }
+  }
+  if (poisoned_by != nullptr) {
+    i->status = FL_ERR_DEPENDENCY_FAILED;
+    i->origin = poisoned_by->origin;
+    i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + i->origin;
+    i->state.store(uint32_t(InstrState::kSkipped), std::memory_order_relaxed);
+  } else {
+    i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
+    Instr* saved = t_current_instr;
+    t_current_instr = i;
+    fl_status_t st;
+    i->error.clear();
+    try {
+      st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
+    } catch (const std::exception& ex) {
+      st = FL_ERR_INSTRUCTION_FAILED;
+      i->error = std::string("C++ exception: ") + ex.what();
+    } catch (...) {
+      st = FL_ERR_INSTRUCTION_FAILED;
+      i->error = "unknown C++ exception";
+    }
+    t_current_instr = saved;
+    if (st != FL_OK) {
+      i->status = st;
+      std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
+      i->error = "instruction " + i->describe() + " failed: " + detail;
+      i->origin = i->error;
+      i->state.store(uint32_t(InstrState::kFailed), std::memory_order_relaxed);
+    } else {
+      i->error.clear();
+    }
+  }
+  if (i->cleanup != nullptr) {
+    try {
+      i->cleanup(i->user_data);
+    } catch (...) {
+      // A cleanup callback must not throw; the instruction's result stands.
+    }
+  }
+  complete(i);
+}
+
+void Engine::complete(Instr* i) {
+  InstrState final_state = i->load_state(std::memory_order_relaxed);
+  if (!is_terminal(final_state)) final_state = InstrState::kDone;
+  for (Instr* p : i->producers)
+    if (p->unref()) recycle(p);
+  i->producers.clear();
+
+  // Publish the result: release pairs with the acquire loads of waiters and of dependents'
+  // poison checks.
+  i->state.store(uint32_t(final_state), std::memory_order_release);
+  i->state.notify_all();
+
+  // Seal the successor list and release every successor. acq_rel: acquire pairs with the
+  // release CAS that published each edge in add_edge(); release orders our result before
+  // any successor that sees the list sealed.
+  Edge* e = i->succ_head.exchange(kSealed, std::memory_order_acq_rel);
+  while (e != nullptr) {
+    Instr* succ = e->succ;
+    Edge* next = e->next;
+    bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
+    if (!inline_edge) delete e;
+    // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
+    if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
+      pool_->submit(&succ->stream->lane->task);
+    }
+    e = next;
+  }
+
+  Lane* lane = i->stream->lane;
+  if (final_state != InstrState::kDone) {
+    lane->failed.fetch_add(1, std::memory_order_relaxed);
+    record_failure(i);
+  }
+  for (Operand& op : i->operands) release_object_ref(op.obj);
+  i->operands.clear();
+  lane->completed.fetch_add(1, std::memory_order_relaxed);
+  i->stream->advance_completed();
+  retire_window_slot();
+  if (i->unref()) recycle(i);
+}
+
+void Engine::recycle(Instr* i) {
+  i->state.store(uint32_t(InstrState::kFree), std::memory_order_relaxed);
+  i->succ_head.store(nullptr, std::memory_order_relaxed);
+  i->inline_edges_used = 0;
+  i->error.clear();
+  i->origin.clear();
+  i->status = FL_OK;
+  i->reported.store(false, std::memory_order_relaxed);
+  instr_pool_.put(i);
+}
+
+std::string Instr::describe() const {
+  std::string s = "'";
+  s += name.empty() ? std::string("<unnamed>") : name;
+  s += "' (#" + std::to_string(id) + ", " + (stream ? stream->describe() : std::string("?")) + ")";
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+
+InstrPool::~InstrPool() {
+  Instr* i;
+  while (free_.try_dequeue(i)) delete i;
+}
+
+Instr* InstrPool::get() {
+  Instr* i;
+  if (free_.try_dequeue(i)) return i;
+  allocated_.fetch_add(1, std::memory_order_relaxed);
+  return new Instr();
+}
+
+void InstrPool::put(Instr* i) {
+  if (!free_.enqueue(i)) delete i;
+}
+
+}  // namespace flowlane::core

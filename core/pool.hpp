@@ -1,0 +1,94 @@
+// The work-stealing pool: one Chase–Lev deque per worker (core/wsq.hpp), an injection
+// queue for work from outside (moodycamel::ConcurrentQueue), random-victim stealing, and
+// parking on an event count (core/notifier.hpp) after a short spin.
+// Protocols: core/README.md (pool half: core/README.pool.md).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "core/task.hpp"
+
+namespace flowlane::core {
+
+struct PoolStats {
+  uint64_t steals = 0;  // tasks taken from another worker's deque
+  uint64_t parks = 0;   // times a worker went to sleep
+};
+
+// The calling thread's worker index in `pool` (0 .. size()-1), or -1 when it is not one
+// of pool's workers.
+class Pool;
+int worker_index(const Pool& pool);
+
+class Pool {
+ public:
+  // Starts `num_workers` threads (0 = one per logical core).
+  explicit Pool(unsigned num_workers);
+  // Joins the workers. Every task submitted before must have run; the owner drains first.
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  unsigned size() const;
+
+  // Schedules t to run exactly once on some worker. Callable from any thread. From a
+  // worker of this pool the task goes to that worker's own deque (LIFO for the owner,
+  // stealable by others); from elsewhere to the injection queue. Wakes a sleeper if needed.
+  void submit(Task* t);
+
+  // True when the calling thread is one of this pool's workers.
+  bool on_worker() const;
+
+  // Runs queued tasks on the calling worker until done() returns true. Only valid
+  // on_worker(); used by fork–join so that a worker waiting on its children helps instead
+  // of blocking (nested fork–join never deadlocks, even with one worker).
+  template <class Done>
+  void help_until(Done&& done) {
+    while (!done()) {
+      if (!run_one()) relax();
+    }
+  }
+
+  // Runs at most one pending task on the calling worker; false if none was found.
+  bool run_one();
+
+  PoolStats stats() const;
+
+ private:
+  friend int worker_index(const Pool& pool);
+  // A brief pause between unsuccessful run_one() calls: a CPU pause, a yield after a while.
+  // Not a sleep: the thread is waiting for its own children, which are running elsewhere.
+  void relax();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Fork–join counter. count_down() from any thread; wait() helps on a worker of `pool`,
+// or blocks (futex) elsewhere. The count reaches zero once: add() is for a holder of a
+// count (the waiter before it waits, or a task that has not counted down yet).
+//
+// A Latch usually lives on the waiter's stack frame, and the waiter may return the moment
+// it sees zero. So count_down() touches the latch's memory exactly once, with the RMW that
+// may reach zero; the wake-up after it is a FUTEX_WAKE, which reads no memory.
+//
+//   // count_: [ 1-bit sleeper | 63-bit count ]  (the futex word is its low 32 bits)
+class Latch {
+ public:
+  explicit Latch(int64_t count) : count_(count) {}
+  void add(int64_t n) { count_.fetch_add(n, std::memory_order_relaxed); }
+  void count_down();
+  void wait(Pool& pool);
+  // Acquire: pairs with the acq_rel RMW in count_down(); what the counted-down tasks wrote
+  // is visible to the waiter.
+  bool done() const { return (count_.load(std::memory_order_acquire) & kCountMask) == 0; }
+
+ private:
+  static constexpr int64_t kSleeper = int64_t(1) << 62;
+  static constexpr int64_t kCountMask = kSleeper - 1;
+  [[gnu::cold]] void block();  // the off-worker slow path of wait()
+  std::atomic<int64_t> count_;
+};
+
+}  // namespace flowlane::core
