@@ -70,13 +70,18 @@ void Engine::drain_and_stop() {
     uint64_t target = s->submitted.load(std::memory_order_acquire);
     block_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; }, s->completed);
   }
-  // 3. Join workers.
+  // 3. Wait for every lane task to finish its tail: the last instruction completing does
+  //    not mean its lane has gone idle (it may still be popping or re-queueing itself).
+  //    acquire pairs with the runner's seq_cst store of 0 in Lane::run_task().
+  for (auto& lane : lanes_)
+    while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // 4. Join workers.
   {
     std::lock_guard<std::mutex> lock(pools_mu_);
     extra_pools_.clear();
   }
   pool_.reset();
-  // 4. Run every pending release callback: objects the caller still holds.
+  // 5. Run every pending release callback: objects the caller still holds.
   for (;;) {
     Object* o;
     {
@@ -172,7 +177,7 @@ std::vector<Stream*> Engine::all_streams() const {
 // Instructions and the window
 
 Instr* Engine::new_instr() {
-  Instr* i = instr_pool_.get();
+  Instr* i = InstrPool::get();
   i->engine = this;
   return i;
 }

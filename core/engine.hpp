@@ -76,7 +76,7 @@ struct Lane {
   Lane();
   void push(Instr* i);  // producer (under submit_lock)
   Instr* pop();         // consumer
-  bool maybe_nonempty() const;
+  bool pushed_since(const Instr* head_before) const;
   void schedule();      // makes the lane runnable if it is idle
   static void run_task(Task* t);
 };
@@ -188,7 +188,6 @@ class Engine {
   std::atomic<uint64_t> window_stalls_{0};
 
   std::atomic<uint64_t> next_id_{1};
-  InstrPool instr_pool_;
 
   std::mutex failures_mu_;
   std::deque<FailureRecord> failures_;

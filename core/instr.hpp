@@ -13,8 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <concurrentqueue.h>
-
 #include "core/alloc.hpp"
 #include "core/spinlock.hpp"
 #include "flowlane/flowlane.h"
@@ -114,16 +112,15 @@ struct Object : MiAllocated {
 };
 
 // Free instruction records, reused so that their vectors and strings keep their capacity
-// and steady-state submission allocates nothing. Lock-free (moodycamel::ConcurrentQueue).
+// and steady-state submission allocates nothing. Each thread keeps a small cache; records
+// move between threads (submitters take, workers give back) through a process-wide depot
+// in batches of kBatch, so the depot's mutex is taken once per kBatch records, never per
+// instruction. Records are engine-agnostic (the engine is set when one is taken).
 class InstrPool {
  public:
-  ~InstrPool();
-  Instr* get();
-  void put(Instr* i);
-
- private:
-  moodycamel::ConcurrentQueue<Instr*> free_;
-  std::atomic<uint64_t> allocated_{0};
+  static constexpr size_t kBatch = 128;
+  static Instr* get();
+  static void put(Instr* i);
 };
 
 }  // namespace flowlane::core

@@ -2,6 +2,8 @@
 // of its lane: poison check, callback, cleanup, completion, release of successors.
 #include <cstddef>
 #include <exception>
+#include <mutex>
+#include <vector>
 #include <string>
 
 #include "core/engine.hpp"
@@ -62,10 +64,10 @@ Instr* Lane::pop() {
   return nullptr;
 }
 
-bool Lane::maybe_nonempty() const {
-  Instr* h = head;
-  return h->lane_next.load(std::memory_order_acquire) != nullptr ||
-         tail.load(std::memory_order_seq_cst) != h;  // see push()
+bool Lane::pushed_since(const Instr* h) const {
+  // Only `tail` is read: the caller may no longer own the consumer side. An empty queue
+  // has tail == head; any push since moves tail. seq_cst: see push().
+  return tail.load(std::memory_order_seq_cst) != h;
 }
 
 void Lane::schedule() {
@@ -83,9 +85,11 @@ void Lane::run_task(Task* t) {
       i = lane->pop();
       if (i == nullptr) {
         // Going idle: publish, then look again, so that a producer that saw the lane owned
-        // cannot leave its instruction behind (see push()).
+        // cannot leave its instruction behind (see push()). Once `scheduled` is 0 another
+        // worker may own the lane, so only the head captured before is compared.
+        const Instr* h = lane->head;
         lane->scheduled.store(0, std::memory_order_seq_cst);
-        if (!lane->maybe_nonempty()) return;
+        if (!lane->pushed_since(h)) return;
         if (lane->scheduled.exchange(1, std::memory_order_seq_cst) != 0) return;  // re-scheduled by a producer
         continue;
       }
@@ -206,7 +210,7 @@ void Engine::recycle(Instr* i) {
   i->origin.clear();
   i->status = FL_OK;
   i->reported.store(false, std::memory_order_relaxed);
-  instr_pool_.put(i);
+  InstrPool::put(i);
 }
 
 std::string Instr::describe() const {
@@ -218,20 +222,60 @@ std::string Instr::describe() const {
 
 // ---------------------------------------------------------------------------------------
 
-InstrPool::~InstrPool() {
-  Instr* i;
-  while (free_.try_dequeue(i)) delete i;
+namespace {
+
+struct Depot {
+  std::mutex mu;
+  std::vector<std::vector<Instr*>> batches;  // full batches of InstrPool::kBatch records
+};
+
+Depot& depot() {
+  static Depot* d = new Depot();  // never destroyed: thread caches may flush at exit
+  return *d;
 }
 
+struct ThreadCache {
+  std::vector<Instr*> free;
+  ~ThreadCache() {  // thread exit: hand the records to the depot in batches
+    while (free.size() >= InstrPool::kBatch) {
+      std::vector<Instr*> batch(free.end() - InstrPool::kBatch, free.end());
+      free.resize(free.size() - InstrPool::kBatch);
+      std::lock_guard<std::mutex> lock(depot().mu);
+      depot().batches.push_back(std::move(batch));
+    }
+    for (Instr* i : free) delete i;
+  }
+};
+
+thread_local ThreadCache t_cache;
+
+}  // namespace
+
 Instr* InstrPool::get() {
-  Instr* i;
-  if (free_.try_dequeue(i)) return i;
-  allocated_.fetch_add(1, std::memory_order_relaxed);
-  return new Instr();
+  auto& c = t_cache.free;
+  if (c.empty()) {
+    Depot& d = depot();
+    std::unique_lock<std::mutex> lock(d.mu);
+    if (!d.batches.empty()) {
+      c.swap(d.batches.back());
+      d.batches.pop_back();
+    }
+  }
+  if (c.empty()) return new Instr();
+  Instr* i = c.back();
+  c.pop_back();
+  return i;
 }
 
 void InstrPool::put(Instr* i) {
-  if (!free_.enqueue(i)) delete i;
+  auto& c = t_cache.free;
+  c.push_back(i);
+  if (c.size() >= 2 * kBatch) {  // keep kBatch locally, give a batch away
+    std::vector<Instr*> batch(c.end() - kBatch, c.end());
+    c.resize(c.size() - kBatch);
+    std::lock_guard<std::mutex> lock(depot().mu);
+    depot().batches.push_back(std::move(batch));
+  }
 }
 
 }  // namespace flowlane::core

@@ -6,7 +6,9 @@
 
 #include <exception>
 #include <new>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "core/engine.hpp"
 #include "core/error.hpp"
@@ -62,6 +64,15 @@ inline void check_desc(const Desc* d, const char* fn, const char* type, uint64_t
                                           std::to_string(sizeof(Desc)) +
                                           " this library knows (a newer header's field is set; upgrade libflowlane)");
   }
+}
+
+// The bits of an enum parameter that came from C. C callers may pass any int; reading it as
+// the C++ enum type would be undefined for values outside the enumerators.
+template <class E>
+inline int64_t enum_bits(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return int64_t(v);
 }
 
 // Resolve C handles; throw FL_ERR_INVALID_HANDLE with an actionable message.

@@ -132,7 +132,7 @@ FL_API const char* fl_version_string(void) {
 }
 
 FL_API const char* fl_status_name(fl_status_t status) {
-  switch (status) {
+  switch (enum_bits(status)) {
 #define FL_STATUS_NAME_(name, value, text) \
   case name:                               \
     return #name;
@@ -144,7 +144,7 @@ FL_API const char* fl_status_name(fl_status_t status) {
 }
 
 FL_API const char* fl_status_string(fl_status_t status) {
-  switch (status) {
+  switch (enum_bits(status)) {
 #define FL_STATUS_TEXT_(name, value, text) \
   case name:                               \
     return text;
@@ -267,8 +267,9 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
     Engine* e = engine_from(engine, "fl_stream_get");
     require_out(out_stream, "fl_stream_get", "out_stream");
     if (lane >= e->lane_count()) fail(FL_ERR_OUT_OF_RANGE, lane_out_of_range("fl_stream_get", lane, *e));
-    if (uint32_t(kind) > uint32_t(FL_STREAM_COLLECTIVE))
-      fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: stream kind " + std::to_string(int(kind)) +
+    const int64_t kind_bits = enum_bits(kind);
+    if (kind_bits < 0 || kind_bits > FL_STREAM_COLLECTIVE)
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: stream kind " + std::to_string(kind_bits) +
                                         " is unknown (FL_STREAM_HOST..FL_STREAM_COLLECTIVE)");
     if (device.type == FL_DEVICE_CPU) {
       if (device.index != 0)

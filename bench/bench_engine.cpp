@@ -1,0 +1,265 @@
+// Per-instruction cost of the engine (lanes, dependency inference, window), through the
+// public C API, next to StarPU's starpu_task_insert with the same access patterns
+// (no-op codelet, STARPU_NCPU = workers, calibration off) in the same binary.
+//
+// Each benchmark iteration submits a batch of kBatch instructions and waits for all of
+// them; items_per_second is instructions per second, so ns/instruction = 1e9 / that.
+// BM_*Flowlane / BM_*Starpu pairs are reported as ratios by scripts/run-benchmarks.sh.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "flowlane/flowlane.h"
+
+#ifdef FL_HAVE_STARPU
+#include <starpu.h>
+#endif
+
+namespace {
+
+constexpr int kBatch = 10000;
+constexpr int kFan = 64;
+
+fl_status_t noop(fl_instr_ctx_t*, void*) { return FL_OK; }
+
+struct FlEngine {
+  fl_engine_t* e = nullptr;
+  std::vector<fl_stream_t*> lanes;
+  explicit FlEngine(int workers, uint64_t window = 0) {
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    d.num_workers = uint64_t(workers);
+    d.max_lanes = 8;
+    d.inflight_limit = window;
+    if (fl_engine_create(&d, &e) != FL_OK) std::abort();
+    for (uint32_t l = 0; l < 8; ++l) {
+      fl_stream_t* s;
+      if (fl_stream_get(e, l, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s) != FL_OK) std::abort();
+      lanes.push_back(s);
+    }
+  }
+  ~FlEngine() { fl_engine_destroy(e); }
+  fl_object_t* object() {
+    fl_object_t* o;
+    if (fl_object_create(e, nullptr, nullptr, &o) != FL_OK) std::abort();
+    return o;
+  }
+};
+
+inline void fl_submit(fl_stream_t* s, const fl_operand_t* ops, uint64_t n) {
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = noop;
+  in.operands = ops;
+  in.num_operands = n;
+  if (fl_submit_host(s, &in, nullptr) != FL_OK) std::abort();
+}
+
+void finish(benchmark::State& state, int per_iter) {
+  state.SetItemsProcessed(int64_t(state.iterations()) * per_iter);
+  state.counters["ns_per_instr"] = benchmark::Counter(double(state.iterations()) * per_iter,
+                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
+                                                      benchmark::Counter::kIs1000);
+}
+
+// ----------------------------------------------------------------------------- flowlane
+
+void BM_IndependentOneLaneFlowlane(benchmark::State& state) {
+  FlEngine f(int(state.range(0)));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[0], nullptr, 0);
+    fl_engine_synchronize(f.e);
+  }
+  finish(state, kBatch);
+}
+
+void BM_IndependentEightLanesFlowlane(benchmark::State& state) {
+  FlEngine f(int(state.range(0)));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[k & 7], nullptr, 0);
+    fl_engine_synchronize(f.e);
+  }
+  finish(state, kBatch);
+}
+
+void BM_ChainTwoLanesFlowlane(benchmark::State& state) {
+  FlEngine f(int(state.range(0)));
+  fl_object_t* o = f.object();
+  fl_operand_t op{o, FL_READ_WRITE, 0};
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[k & 1], &op, 1);
+    fl_engine_synchronize(f.e);
+  }
+  fl_object_release(o);
+  finish(state, kBatch);
+}
+
+// One producer writes X; 64 instructions on 8 lanes read X and each write its Y_i; one
+// join reads every Y_i. kFan + 2 instructions per round.
+void BM_FanOutInFlowlane(benchmark::State& state) {
+  FlEngine f(int(state.range(0)));
+  fl_object_t* x = f.object();
+  std::vector<fl_object_t*> ys(kFan);
+  for (auto& y : ys) y = f.object();
+  std::vector<fl_operand_t> join;
+  for (auto* y : ys) join.push_back(fl_operand_t{y, FL_READ, 0});
+  const int rounds = kBatch / (kFan + 2);
+  for (auto _ : state) {
+    for (int r = 0; r < rounds; ++r) {
+      fl_operand_t wx{x, FL_WRITE, 0};
+      fl_submit(f.lanes[0], &wx, 1);
+      for (int i = 0; i < kFan; ++i) {
+        fl_operand_t ops[2] = {{x, FL_READ, 0}, {ys[size_t(i)], FL_WRITE, 0}};
+        fl_submit(f.lanes[size_t(i & 7)], ops, 2);
+      }
+      fl_submit(f.lanes[0], join.data(), join.size());
+    }
+    fl_engine_synchronize(f.e);
+  }
+  fl_object_release(x);
+  for (auto* y : ys) fl_object_release(y);
+  finish(state, rounds * (kFan + 2));
+}
+
+// Caller-side cost only: the time spent inside fl_submit_host (the window is large
+// enough never to block); the drain is outside the measured time.
+void BM_SubmitOnlyFlowlane(benchmark::State& state) {
+  FlEngine f(int(state.range(0)), 2 * kBatch);
+  fl_object_t* o = f.object();
+  fl_operand_t op{o, FL_READ, 0};
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[k & 7], &op, 1);
+    auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    fl_engine_synchronize(f.e);
+  }
+  fl_object_release(o);
+  finish(state, kBatch);
+}
+
+// ------------------------------------------------------------------------------- StarPU
+
+#ifdef FL_HAVE_STARPU
+
+void starpu_noop(void**, void*) {}
+
+struct StarpuRuntime {
+  starpu_codelet cl0{}, cl1{}, clv{};
+  int ncpus = -1;
+  void ensure(int workers) {
+    if (ncpus == workers) return;
+    if (ncpus != -1) starpu_shutdown();
+    setenv("STARPU_SILENT", "1", 1);
+    setenv("STARPU_CALIBRATE", "0", 1);
+    starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.ncpus = workers;
+    conf.ncuda = 0;
+    conf.nopencl = 0;
+    conf.calibrate = 0;
+    if (starpu_init(&conf) != 0) std::abort();
+    ncpus = workers;
+    starpu_codelet_init(&cl0);
+    cl0.cpu_funcs[0] = starpu_noop;
+    cl0.nbuffers = 0;
+    cl0.name = "noop0";
+    starpu_codelet_init(&cl1);
+    cl1.cpu_funcs[0] = starpu_noop;
+    cl1.nbuffers = 1;
+    cl1.modes[0] = STARPU_RW;
+    cl1.name = "noop1";
+    starpu_codelet_init(&clv);
+    clv.cpu_funcs[0] = starpu_noop;
+    clv.nbuffers = STARPU_VARIABLE_NBUFFERS;
+    clv.name = "noopv";
+  }
+} g_starpu;
+
+void BM_IndependentOneLaneStarpu(benchmark::State& state) {
+  g_starpu.ensure(int(state.range(0)));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k)
+      if (starpu_task_insert(&g_starpu.cl0, 0) != 0) std::abort();
+    starpu_task_wait_for_all();
+  }
+  finish(state, kBatch);
+}
+
+void BM_ChainTwoLanesStarpu(benchmark::State& state) {
+  g_starpu.ensure(int(state.range(0)));
+  uint64_t var = 0;
+  starpu_data_handle_t h;
+  starpu_variable_data_register(&h, STARPU_MAIN_RAM, uintptr_t(&var), sizeof(var));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k)
+      if (starpu_task_insert(&g_starpu.cl1, STARPU_RW, h, 0) != 0) std::abort();
+    starpu_task_wait_for_all();
+  }
+  starpu_data_unregister(h);
+  finish(state, kBatch);
+}
+
+void BM_FanOutInStarpu(benchmark::State& state) {
+  g_starpu.ensure(int(state.range(0)));
+  uint64_t xv = 0;
+  std::vector<uint64_t> yv(kFan);
+  starpu_data_handle_t x;
+  std::vector<starpu_data_handle_t> ys(kFan);
+  starpu_variable_data_register(&x, STARPU_MAIN_RAM, uintptr_t(&xv), sizeof(xv));
+  for (int i = 0; i < kFan; ++i)
+    starpu_variable_data_register(&ys[size_t(i)], STARPU_MAIN_RAM, uintptr_t(&yv[size_t(i)]), sizeof(uint64_t));
+  std::vector<starpu_data_descr> join(kFan);
+  for (int i = 0; i < kFan; ++i) join[size_t(i)] = starpu_data_descr{ys[size_t(i)], STARPU_R};
+  const int rounds = kBatch / (kFan + 2);
+  for (auto _ : state) {
+    for (int r = 0; r < rounds; ++r) {
+      starpu_task_insert(&g_starpu.clv, STARPU_W, x, 0);
+      for (int i = 0; i < kFan; ++i) starpu_task_insert(&g_starpu.clv, STARPU_R, x, STARPU_W, ys[size_t(i)], 0);
+      starpu_task_insert(&g_starpu.clv, STARPU_DATA_MODE_ARRAY, join.data(), kFan, 0);
+    }
+    starpu_task_wait_for_all();
+  }
+  starpu_data_unregister(x);
+  for (auto& y : ys) starpu_data_unregister(y);
+  finish(state, rounds * (kFan + 2));
+}
+
+void BM_SubmitOnlyStarpu(benchmark::State& state) {
+  g_starpu.ensure(int(state.range(0)));
+  uint64_t var = 0;
+  starpu_data_handle_t h;
+  starpu_variable_data_register(&h, STARPU_MAIN_RAM, uintptr_t(&var), sizeof(var));
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < kBatch; ++k) starpu_task_insert(&g_starpu.clv, STARPU_R, h, 0);
+    auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    starpu_task_wait_for_all();
+  }
+  starpu_data_unregister(h);
+  finish(state, kBatch);
+}
+
+#endif  // FL_HAVE_STARPU
+
+void Workers(benchmark::internal::Benchmark* b) {
+  b->ArgName("workers")->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_IndependentOneLaneFlowlane)->Apply(Workers);
+BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers);
+BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers);
+BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers);
+BENCHMARK(BM_SubmitOnlyFlowlane)->Apply(Workers)->UseManualTime();
+#ifdef FL_HAVE_STARPU
+BENCHMARK(BM_IndependentOneLaneStarpu)->Apply(Workers);
+BENCHMARK(BM_ChainTwoLanesStarpu)->Apply(Workers);
+BENCHMARK(BM_FanOutInStarpu)->Apply(Workers);
+BENCHMARK(BM_SubmitOnlyStarpu)->Apply(Workers)->UseManualTime();
+#endif
+
+BENCHMARK_MAIN();
