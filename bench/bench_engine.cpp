@@ -245,20 +245,20 @@ void BM_SubmitOnlyStarpu(benchmark::State& state) {
 #endif  // FL_HAVE_STARPU
 
 void Workers(benchmark::internal::Benchmark* b) {
-  b->ArgName("workers")->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  b->ArgName("workers")->Arg(2)->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace
 
-BENCHMARK(BM_IndependentOneLaneFlowlane)->Apply(Workers);
-BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers);
-BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers);
-BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers);
+BENCHMARK(BM_IndependentOneLaneFlowlane)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_SubmitOnlyFlowlane)->Apply(Workers)->UseManualTime();
 #ifdef FL_HAVE_STARPU
-BENCHMARK(BM_IndependentOneLaneStarpu)->Apply(Workers);
-BENCHMARK(BM_ChainTwoLanesStarpu)->Apply(Workers);
-BENCHMARK(BM_FanOutInStarpu)->Apply(Workers);
+BENCHMARK(BM_IndependentOneLaneStarpu)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_ChainTwoLanesStarpu)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_FanOutInStarpu)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_SubmitOnlyStarpu)->Apply(Workers)->UseManualTime();
 #endif
 

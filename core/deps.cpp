@@ -23,32 +23,49 @@ bool ordered_by_lane(const Instr* before, const Instr* after) {
          after->stream->is_host_executed();
 }
 
-// Makes `succ` wait for `pred` unless pred has already completed.
-void add_edge(Instr* pred, Instr* succ) {
-  if (ordered_by_lane(pred, succ)) return;
-  if (is_terminal(pred->load_state(std::memory_order_acquire))) return;  // cheap early out
-  Edge* e = succ->inline_edges_used < Instr::kInlineEdges ? &succ->inline_edges[succ->inline_edges_used++]
-                                                         : new Edge();
-  e->succ = succ;
-  // Count the edge before publishing it: the submitter's own unit keeps pending > 0
-  // whatever order the completer's decrement and this increment take.
-  succ->pending.fetch_add(1, std::memory_order_relaxed);
-  Edge* head = pred->succ_head.load(std::memory_order_acquire);
-  for (;;) {
-    if (head == kSealed) {  // pred completed meanwhile: no wait needed
-      succ->pending.fetch_sub(1, std::memory_order_relaxed);
-      bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
-      if (inline_edge)
-        --succ->inline_edges_used;
-      else
-        delete e;
+// Notes that `succ` depends on `pred` through `obj`: keeps a reference for the poison check
+// (reads) and diagnostics, and makes `succ` wait for `pred` unless lane order already
+// implies it or pred has already completed.
+void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+  bool edge = !ordered_by_lane(pred, succ) && !is_terminal(pred->load_state(std::memory_order_acquire));
+  if (edge) {
+    Edge* e = succ->inline_edges_used < Instr::kInlineEdges ? &succ->inline_edges[succ->inline_edges_used++]
+                                                           : new Edge();
+    e->succ = succ;
+    // Count the edge before publishing it: the submitter's own unit keeps pending > 0
+    // whatever order the completer's decrement and this increment take.
+    succ->pending.fetch_add(1, std::memory_order_relaxed);
+    Edge* head = pred->succ_head.load(std::memory_order_acquire);
+    for (;;) {
+      if (head == kSealed) {  // pred completed meanwhile: no wait needed
+        succ->pending.fetch_sub(1, std::memory_order_relaxed);
+        bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
+        if (inline_edge)
+          --succ->inline_edges_used;
+        else
+          delete e;
+        edge = false;
+        break;
+      }
+      e->next = head;
+      // release publishes the edge to the completer's acq_rel exchange in complete().
+      if (pred->succ_head.compare_exchange_weak(head, e, std::memory_order_release, std::memory_order_acquire))
+        break;
+    }
+    if (edge) {
+      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
+    }
+  }
+  if (!edge && !reads) return;
+  // A read after a write of the same instruction's deps needs only one entry per pred.
+  for (Instr::Dep& d : succ->deps) {
+    if (d.pred == pred) {
+      d.flags |= uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0));
       return;
     }
-    e->next = head;
-    // release publishes the edge to the completer's acq_rel exchange in complete().
-    if (pred->succ_head.compare_exchange_weak(head, e, std::memory_order_release, std::memory_order_acquire))
-      return;
   }
+  pred->ref();
+  succ->deps.push_back(Instr::Dep{pred, obj, uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0))});
 }
 
 // Drops completed readers once the list has grown, so that an object read forever and
@@ -70,16 +87,10 @@ void Engine::record(Instr* i, const Operand& op) {
   Object* o = op.obj;
   std::lock_guard<SpinLock> lock(o->lock);
   Instr* w = o->last_writer;
-  if (w != nullptr) {
-    if (op.access & FL_READ) {
-      w->ref();
-      i->producers.push_back(w);
-    }
-    add_edge(w, i);  // RAW, or WAW for a write-only access
-  }
+  if (w != nullptr) add_dep(this, w, i, o, (op.access & FL_READ) != 0);  // RAW, or WAW for a write-only access
   if (op.access & FL_WRITE) {
     for (Instr* r : o->readers) {
-      if (r != i) add_edge(r, i);  // WAR
+      if (r != i) add_dep(this, r, i, o, false);  // WAR
       if (r->unref()) recycle(r);
     }
     o->readers.clear();
@@ -114,6 +125,7 @@ fl_instr_id Engine::submit(Instr* i) {
   lane.submitted.fetch_add(1, std::memory_order_relaxed);
   fl_instr_id id = i->id;
   lane.push(i);
+  if (Observer* ob = observer()) ob->on_submit(*i);
   lane.submit_lock.unlock();
 
   // Drop the submitter's unit. If that was the last one, the lane already reached i and is
@@ -192,9 +204,27 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
                                         " uses this object itself and would wait for its own completion");
     }
   }
+  Observer* ob = observer();
+  if (ob) ob->on_wait(true, "fl_object_wait");
+  Lane* my_lane = self ? self->stream->lane : nullptr;
   for (Instr* w : waits) {
+    if (my_lane != nullptr) {  // tell diagnostics what the running instruction waits for
+      std::lock_guard<SpinLock> lock(my_lane->diag_lock);
+      w->ref();
+      my_lane->active_waits_on = w;
+      my_lane->active_waits_obj = o;
+    }
     block_until([w] { return is_terminal(w->load_state()); }, w->state);
+    if (my_lane != nullptr) {
+      {
+        std::lock_guard<SpinLock> lock(my_lane->diag_lock);
+        my_lane->active_waits_on = nullptr;
+        my_lane->active_waits_obj = nullptr;
+      }
+      if (w->unref()) recycle(w);
+    }
   }
+  if (ob) ob->on_wait(false, "fl_object_wait");
   fl_status_t st = FL_OK;
   std::string msg;
   if (writer != nullptr) {

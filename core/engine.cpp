@@ -107,6 +107,14 @@ void Engine::drain_and_stop() {
   }
 }
 
+void Engine::set_observer(std::unique_ptr<Observer> o) {
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  observer_.store(o.get(), std::memory_order_release);  // pairs with acquire in observer()
+  observers_.push_back(std::move(o));
+}
+
+void Engine::clear_observer() { observer_.store(nullptr, std::memory_order_release); }
+
 Pool& Engine::pool_for_threads(unsigned n) {
   if (n == 0 || n == pool_->size()) return *pool_;
   std::lock_guard<std::mutex> lock(pools_mu_);
@@ -201,6 +209,8 @@ void Engine::admit(bool nonblocking) {
                                    " instructions submitted and not completed); retry later or submit without "
                                    "FL_SUBMIT_NONBLOCKING to wait");
     window_stalls_.fetch_add(1, std::memory_order_relaxed);
+    Observer* ob = observer();
+    if (ob) ob->on_window_stall(true);
     // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
     // either the retiring thread sees us registered, or we see its decrement.
     window_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -210,6 +220,7 @@ void Engine::admit(bool nonblocking) {
       cur = inflight_.load(std::memory_order_relaxed);
     }
     window_waiters_.fetch_sub(1, std::memory_order_relaxed);
+    if (ob) ob->on_window_stall(false);
   }
 }
 
@@ -265,11 +276,14 @@ fl_status_t Engine::synchronize() {
                                       current_instr()->describe() + ": it would wait for itself");
   std::vector<std::pair<Stream*, uint64_t>> upto;
   for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
+  Observer* ob = observer();
+  if (ob) ob->on_wait(true, "fl_engine_synchronize");
   for (auto& [s, target] : upto) {
     Stream* st = s;
     uint64_t t = target;
     block_until([st, t] { return st->completed.load(std::memory_order_acquire) >= t; }, st->completed);
   }
+  if (ob) ob->on_wait(false, "fl_engine_synchronize");
   return collect_failure(upto);
 }
 
@@ -279,7 +293,10 @@ fl_status_t Engine::synchronize(Stream* s) {
     fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside instruction " + self->describe() +
                                       " on a stream of its own lane: it would wait for itself");
   uint64_t target = s->submitted.load(std::memory_order_acquire);
+  Observer* ob = observer();
+  if (ob) ob->on_wait(true, "fl_stream_synchronize");
   block_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; }, s->completed);
+  if (ob) ob->on_wait(false, "fl_stream_synchronize");
   return collect_failure({{s, target}});
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/instr.hpp"
+#include "core/observer.hpp"
 #include "core/pool.hpp"
 #include "core/spinlock.hpp"
 #include "flowlane/flowlane.h"
@@ -72,6 +73,18 @@ struct Lane {
   std::atomic<uint64_t> submitted{0};
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> failed{0};
+
+  // Diagnostics: the instruction at the head of the lane (running, or blocked on its
+  // predecessors) and what a running one waits for inside fl_object_wait. Written by the
+  // runner under diag_lock (uncontended: only dumps take it too); a dump takes a reference
+  // under the lock before reading a record.
+  SpinLock diag_lock;
+  Instr* active = nullptr;
+  bool active_blocked = false;
+  Instr* active_waits_on = nullptr;  // referenced while set
+  Object* active_waits_obj = nullptr;
+  void set_active(Instr* i, bool blocked);
+  void clear_active(Instr* i);
 
   Lane();
   void push(Instr* i);  // producer (under submit_lock)
@@ -141,6 +154,16 @@ class Engine {
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
 
   fl_engine_stats_t stats() const;
+
+  // Diagnostics hooks (core/observer.hpp). The engine owns every observer ever installed
+  // until it is destroyed; set_observer(nullptr) stops new calls.
+  Observer* observer() const { return observer_.load(std::memory_order_acquire); }
+  void set_observer(std::unique_ptr<Observer> o);
+  void clear_observer();
+  // Lanes, for diagnostics.
+  const std::vector<std::unique_ptr<Lane>>& lanes() const { return lanes_; }
+  int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
+  uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
   std::vector<Stream*> all_streams() const;
 
  private:
@@ -193,6 +216,10 @@ class Engine {
   std::deque<FailureRecord> failures_;
 
   std::atomic<bool> shutdown_{false};
+
+  std::atomic<Observer*> observer_{nullptr};
+  std::mutex observers_mu_;
+  std::vector<std::unique_ptr<Observer>> observers_;  // every observer installed, kept to the end
 };
 
 // The instruction running on this thread (inside its callback), or null.

@@ -61,7 +61,18 @@ struct Instr : MiAllocated {
   void* user_data = nullptr;
   fl_release_fn cleanup = nullptr;
   std::vector<Operand> operands;
-  std::vector<Instr*> producers;  // last writer of each read operand at submit (referenced)
+  // What this instruction depends on, each entry holding a reference on `pred` until the
+  // instruction completes: the last writer of every object it reads (kReads: its poison
+  // decides whether this one is skipped) and every predecessor it waits for through an
+  // edge (kEdge). Diagnostics read them to say what a stuck instruction waits for.
+  struct Dep {
+    static constexpr uint8_t kReads = 1;
+    static constexpr uint8_t kEdge = 2;
+    Instr* pred;
+    Object* obj;
+    uint8_t flags;
+  };
+  std::vector<Dep> deps;
 
   // --- scheduling ---
   std::atomic<int32_t> pending{0};

@@ -96,14 +96,30 @@ void Lane::run_task(Task* t) {
       // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
       // re-submits this lane task, and the resumed runner must find the instruction.
       lane->cur = i;
+      lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
       // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
       // (when we drop it) makes every predecessor's results visible before running.
       if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
     }
     lane->cur = nullptr;
+    lane->set_active(i, false);
     engine->execute_host(i);
   }
   engine->pool().submit(&lane->task);  // yield; the lane stays owned
+}
+
+void Lane::set_active(Instr* i, bool blocked) {
+  std::lock_guard<SpinLock> lock(diag_lock);
+  active = i;
+  active_blocked = blocked;
+}
+
+void Lane::clear_active(Instr* i) {
+  std::lock_guard<SpinLock> lock(diag_lock);
+  if (active == i) {
+    active = nullptr;
+    active_blocked = false;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -112,10 +128,11 @@ void Engine::execute_host(Instr* i) {
   // Skip if something it reads is poisoned. Producers have all completed: cross-lane ones
   // through edges, same-lane ones through lane order.
   Instr* poisoned_by = nullptr;
-  for (Instr* p : i->producers) {
-    InstrState ps = p->load_state();
+  for (const Instr::Dep& d : i->deps) {
+    if ((d.flags & Instr::Dep::kReads) == 0) continue;
+    InstrState ps = d.pred->load_state();
     if (ps == InstrState::kFailed || ps == InstrState::kSkipped) {
-      poisoned_by = p;
+      poisoned_by = d.pred;
       break;
     }
   }
@@ -126,6 +143,7 @@ void Engine::execute_host(Instr* i) {
     i->state.store(uint32_t(InstrState::kSkipped), std::memory_order_relaxed);
   } else {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
+    if (Observer* ob = observer()) ob->on_start(*i);
     Instr* saved = t_current_instr;
     t_current_instr = i;
     fl_status_t st;
@@ -163,14 +181,15 @@ void Engine::execute_host(Instr* i) {
 void Engine::complete(Instr* i) {
   InstrState final_state = i->load_state(std::memory_order_relaxed);
   if (!is_terminal(final_state)) final_state = InstrState::kDone;
-  for (Instr* p : i->producers)
-    if (p->unref()) recycle(p);
-  i->producers.clear();
+  for (const Instr::Dep& d : i->deps)
+    if (d.pred->unref()) recycle(d.pred);
+  i->deps.clear();
 
   // Publish the result: release pairs with the acquire loads of waiters and of dependents'
   // poison checks.
   i->state.store(uint32_t(final_state), std::memory_order_release);
   i->state.notify_all();
+  if (Observer* ob = observer()) ob->on_end(*i);
 
   // Seal the successor list and release every successor. acq_rel: acquire pairs with the
   // release CAS that published each edge in add_edge(); release orders our result before
@@ -199,6 +218,7 @@ void Engine::complete(Instr* i) {
   lane->completed.fetch_add(1, std::memory_order_relaxed);
   i->stream->advance_completed();
   retire_window_slot();
+  lane->clear_active(i);
   if (i->unref()) recycle(i);
 }
 

@@ -107,7 +107,7 @@ struct InstrGuard {
   ~InstrGuard() {
     if (i != nullptr) {
       i->operands.clear();
-      i->producers.clear();
+      i->deps.clear();
       e.recycle(i);
     }
   }

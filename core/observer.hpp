@@ -1,0 +1,36 @@
+// Hooks for diagnostics (timeline traces). The engine calls them only while an observer
+// is installed: the cost when off is one relaxed load and a branch per hook point.
+//
+// Threading: hooks run on whichever thread does the work (submitters, workers) and may
+// run concurrently; an observer synchronises itself. An observer, once installed, is
+// owned by the engine and lives until the engine is destroyed (uninstalling only stops
+// new calls), so a hook that is already running never touches freed memory.
+#pragma once
+
+#include <cstdint>
+
+namespace flowlane::core {
+
+struct Instr;
+struct Object;
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // After `i` was queued on its lane (its id, stream and name are set).
+  virtual void on_submit(const Instr& i) { (void)i; }
+  // `succ` will wait for `pred` because of `obj` (cross-stream edges only).
+  virtual void on_edge(const Instr& pred, const Instr& succ, const Object* obj) {
+    (void)pred, (void)succ, (void)obj;
+  }
+  // The callback of `i` is about to run / `i` reached a terminal state (done, failed, skipped).
+  virtual void on_start(const Instr& i) { (void)i; }
+  virtual void on_end(const Instr& i) { (void)i; }
+  // A submitter blocked on the full in-flight window (begin) and got room (end).
+  virtual void on_window_stall(bool begin) { (void)begin; }
+  // A thread started / stopped waiting in fl_object_wait, fl_stream_synchronize or
+  // fl_engine_synchronize; `what` names the call.
+  virtual void on_wait(bool begin, const char* what) { (void)begin, (void)what; }
+};
+
+}  // namespace flowlane::core
