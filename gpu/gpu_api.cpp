@@ -1,4 +1,4 @@
-// GPU and collective entry points. The exported symbol set is the same in every build:
+// GPU entry points (communicators and collectives: core/comm.cpp). The exported symbol set is the same in every build:
 // a CPU-only build answers FL_ERR_UNSUPPORTED; the CUDA backend (gpu/, issue 5) is not
 // written yet, so a CUDA build currently answers FL_ERR_UNSUPPORTED too, saying so.
 #include <string>
@@ -59,36 +59,6 @@ FL_API fl_status_t fl_cuda_priority_range(int32_t device, int32_t* out_least, in
 FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority, int32_t* out_applied) {
   (void)stream, (void)priority, (void)out_applied;
   return guard([&]() -> fl_status_t { gpu_unavailable("fl_stream_set_priority"); });
-}
-
-FL_API fl_status_t fl_comm_get_unique_id(uint32_t backend, fl_comm_unique_id_t* out_id) {
-  (void)backend, (void)out_id;
-  return guard([&]() -> fl_status_t {
-    fail(FL_ERR_UNSUPPORTED, "fl_comm_get_unique_id: communicators are not implemented in this version yet");
-  });
-}
-
-FL_API fl_status_t fl_comm_create(fl_engine_t* engine, const fl_comm_desc_t* desc, const fl_comm_unique_id_t* id,
-                                  fl_comm_t** out_comm) {
-  (void)engine, (void)desc, (void)id, (void)out_comm;
-  return guard([&]() -> fl_status_t {
-    fail(FL_ERR_UNSUPPORTED, "fl_comm_create: communicators are not implemented in this version yet");
-  });
-}
-
-FL_API fl_status_t fl_comm_destroy(fl_comm_t* comm) {
-  return guard([&]() -> fl_status_t {
-    if (comm == nullptr) return FL_OK;
-    fail(FL_ERR_INVALID_HANDLE, "fl_comm_destroy: not a communicator (communicators are not implemented yet)");
-  });
-}
-
-FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm, const fl_collective_instr_t* instr,
-                                        fl_instr_id* out_instr_id) {
-  (void)stream, (void)comm, (void)instr, (void)out_instr_id;
-  return guard([&]() -> fl_status_t {
-    fail(FL_ERR_UNSUPPORTED, "fl_submit_collective: collectives are not implemented in this version yet");
-  });
 }
 
 }  // extern "C"

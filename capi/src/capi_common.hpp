@@ -82,4 +82,21 @@ core::Object* object_from(const fl_object_t* h, const char* fn);
 
 [[noreturn]] void unsupported_without_cuda(const char* fn);
 
+// The common path of every fl_submit_*: resolves and merges the C operands (stale,
+// foreign, NULL or bad-access operands throw with the operand's index), builds the
+// instruction record, takes a window slot (blocking, or FL_ERR_WOULD_BLOCK) and queues it
+// on the stream's lane. On any error nothing is queued and neither fn nor cleanup runs.
+struct SubmitArgs {
+  core::InstrKind kind = core::InstrKind::kHost;
+  fl_host_fn fn = nullptr;          // runs on the lane (for device kinds: launches the work)
+  void* user_data = nullptr;
+  fl_release_fn cleanup = nullptr;
+  const fl_operand_t* operands = nullptr;
+  uint64_t num_operands = 0;
+  const char* name = nullptr;
+  bool nonblocking = false;
+  const char* api = "fl_submit";   // the entry point, for messages
+};
+fl_instr_id submit_instruction(core::Stream* s, const SubmitArgs& a);
+
 }  // namespace flowlane

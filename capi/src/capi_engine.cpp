@@ -64,55 +64,6 @@ std::string lane_out_of_range(const char* fn, uint32_t lane, const Engine& e) {
          std::to_string(e.lane_count()) + " lanes (0.." + std::to_string(e.lane_count() - 1) + ")";
 }
 
-// Resolves operands into the instruction: handles checked, objects of this engine only,
-// duplicates merged into one operand with the union of their accesses.
-void resolve_operands(core::Instr* i, Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn) {
-  if (n > 0 && ops == nullptr)
-    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": operands is NULL but num_operands is " + std::to_string(n));
-  if (n > (1u << 20))
-    fail(FL_ERR_OUT_OF_RANGE, std::string(fn) + ": num_operands " + std::to_string(n) + " exceeds 1048576");
-  i->operands.clear();
-  for (uint64_t k = 0; k < n; ++k) {
-    const fl_operand_t& op = ops[k];
-    std::string where = std::string(fn) + ": operand " + std::to_string(k);
-    if (op.access == 0 || (op.access & ~uint32_t(FL_READ_WRITE)) != 0)
-      fail(FL_ERR_INVALID_ARGUMENT, where + " has access " + std::to_string(op.access) +
-                                        "; use FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
-    if (op.reserved != 0) fail(FL_ERR_INVALID_ARGUMENT, where + " has a non-zero reserved field");
-    if (op.object == nullptr) fail(FL_ERR_INVALID_HANDLE, where + " has a NULL object");
-    Object* o = object_table().lookup(handle_bits(op.object));
-    if (o == nullptr)
-      fail(FL_ERR_INVALID_HANDLE, where + " names a stale (released) object or is not an object handle");
-    if (o->engine != &e) fail(FL_ERR_INVALID_HANDLE, where + " names an object that belongs to another engine");
-    i->operands.push_back(core::Operand{o, op.access});
-  }
-  auto& v = i->operands;
-  if (v.size() > 1) {
-    std::sort(v.begin(), v.end(), [](const core::Operand& a, const core::Operand& b) { return a.obj < b.obj; });
-    size_t out = 0;
-    for (size_t k = 0; k < v.size(); ++k) {
-      if (out > 0 && v[out - 1].obj == v[k].obj)
-        v[out - 1].access |= v[k].access;
-      else
-        v[out++] = v[k];
-    }
-    v.resize(out);
-  }
-}
-
-// Returns an unsubmitted record to the pool when submission fails half-way.
-struct InstrGuard {
-  Engine& e;
-  core::Instr* i;
-  ~InstrGuard() {
-    if (i != nullptr) {
-      i->operands.clear();
-      i->deps.clear();
-      e.recycle(i);
-    }
-  }
-};
-
 }  // namespace
 }  // namespace flowlane
 
@@ -401,29 +352,17 @@ FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* in
     if (s->kind != FL_STREAM_HOST)
       fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: the stream (" + s->describe() +
                                         ") is not a FL_STREAM_HOST stream");
-    Engine& e = *s->engine;
-    InstrGuard g{e, e.new_instr()};
-    core::Instr* i = g.i;
-    resolve_operands(i, e, instr->operands, instr->num_operands, "fl_submit_host");
-    i->kind = core::InstrKind::kHost;
-    i->stream = s;
-    i->fn = instr->fn;
-    i->user_data = instr->user_data;
-    i->cleanup = instr->cleanup;
-    if (instr->name != nullptr)
-      i->name.assign(instr->name);
-    else
-      i->name.clear();
-    if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_submit_host: the engine is being destroyed");
-    e.admit((instr->flags & FL_SUBMIT_NONBLOCKING) != 0);
-    fl_instr_id id;
-    try {
-      id = e.submit(i);
-    } catch (...) {
-      e.retire_window_slot();
-      throw;
-    }
-    g.i = nullptr;
+    SubmitArgs a;
+    a.kind = core::InstrKind::kHost;
+    a.fn = instr->fn;
+    a.user_data = instr->user_data;
+    a.cleanup = instr->cleanup;
+    a.operands = instr->operands;
+    a.num_operands = instr->num_operands;
+    a.name = instr->name;
+    a.nonblocking = (instr->flags & FL_SUBMIT_NONBLOCKING) != 0;
+    a.api = "fl_submit_host";
+    fl_instr_id id = submit_instruction(s, a);
     if (out_instr_id) *out_instr_id = id;
     return FL_OK;
   });
