@@ -2,6 +2,7 @@
 // of its lane: poison check, callback, cleanup, completion, release of successors.
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <vector>
 #include <string>
@@ -12,7 +13,7 @@
 namespace flowlane::core {
 
 namespace {
-thread_local Instr* t_current_instr = nullptr;
+FL_TLS thread_local Instr* t_current_instr = nullptr;
 
 // A lane runs at most this many instructions before it re-queues itself, so that one busy
 // lane cannot starve the others on a small pool.
@@ -256,23 +257,38 @@ Depot& depot() {
 
 struct ThreadCache {
   std::vector<Instr*> free;
-  ~ThreadCache() {  // thread exit: hand the records to the depot in batches
-    while (free.size() >= InstrPool::kBatch) {
-      std::vector<Instr*> batch(free.end() - InstrPool::kBatch, free.end());
-      free.resize(free.size() - InstrPool::kBatch);
-      std::lock_guard<std::mutex> lock(depot().mu);
-      depot().batches.push_back(std::move(batch));
-    }
-    for (Instr* i : free) delete i;
-  }
+  ~ThreadCache();
 };
 
-thread_local ThreadCache t_cache;
+// The fast path reads a trivial initial-exec pointer; the owning thread_local (whose
+// destructor flushes the cache at thread exit) is touched only when a thread first
+// allocates its cache.
+FL_TLS thread_local ThreadCache* t_cache_ptr = nullptr;
+thread_local std::unique_ptr<ThreadCache> t_cache_owner;
+
+ThreadCache& cache() {
+  if (t_cache_ptr == nullptr) {
+    t_cache_owner = std::make_unique<ThreadCache>();
+    t_cache_ptr = t_cache_owner.get();
+  }
+  return *t_cache_ptr;
+}
+
+ThreadCache::~ThreadCache() {  // thread exit: hand the records to the depot in batches
+  t_cache_ptr = nullptr;
+  while (free.size() >= InstrPool::kBatch) {
+    std::vector<Instr*> batch(free.end() - InstrPool::kBatch, free.end());
+    free.resize(free.size() - InstrPool::kBatch);
+    std::lock_guard<std::mutex> lock(depot().mu);
+    depot().batches.push_back(std::move(batch));
+  }
+  for (Instr* i : free) delete i;
+}
 
 }  // namespace
 
 Instr* InstrPool::get() {
-  auto& c = t_cache.free;
+  auto& c = cache().free;
   if (c.empty()) {
     Depot& d = depot();
     std::unique_lock<std::mutex> lock(d.mu);
@@ -288,7 +304,7 @@ Instr* InstrPool::get() {
 }
 
 void InstrPool::put(Instr* i) {
-  auto& c = t_cache.free;
+  auto& c = cache().free;
   c.push_back(i);
   if (c.size() >= 2 * kBatch) {  // keep kBatch locally, give a batch away
     std::vector<Instr*> batch(c.end() - kBatch, c.end());

@@ -25,16 +25,17 @@ void resolve_operands(core::Instr* i, Engine& e, const fl_operand_t* ops, uint64
   i->operands.clear();
   for (uint64_t k = 0; k < n; ++k) {
     const fl_operand_t& op = ops[k];
-    std::string where = std::string(fn) + ": operand " + std::to_string(k);
+    // The message prefix is built only on an error path: this loop is per operand, per submit.
+    auto where = [&] { return std::string(fn) + ": operand " + std::to_string(k); };
     if (op.access == 0 || (op.access & ~uint32_t(FL_READ_WRITE)) != 0)
-      fail(FL_ERR_INVALID_ARGUMENT, where + " has access " + std::to_string(op.access) +
+      fail(FL_ERR_INVALID_ARGUMENT, where() + " has access " + std::to_string(op.access) +
                                         "; use FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
-    if (op.reserved != 0) fail(FL_ERR_INVALID_ARGUMENT, where + " has a non-zero reserved field");
-    if (op.object == nullptr) fail(FL_ERR_INVALID_HANDLE, where + " has a NULL object");
+    if (op.reserved != 0) fail(FL_ERR_INVALID_ARGUMENT, where() + " has a non-zero reserved field");
+    if (op.object == nullptr) fail(FL_ERR_INVALID_HANDLE, where() + " has a NULL object");
     Object* o = object_table().lookup(handle_bits(op.object));
     if (o == nullptr)
-      fail(FL_ERR_INVALID_HANDLE, where + " names a stale (released) object or is not an object handle");
-    if (o->engine != &e) fail(FL_ERR_INVALID_HANDLE, where + " names an object that belongs to another engine");
+      fail(FL_ERR_INVALID_HANDLE, where() + " names a stale (released) object or is not an object handle");
+    if (o->engine != &e) fail(FL_ERR_INVALID_HANDLE, where() + " names an object that belongs to another engine");
     i->operands.push_back(core::Operand{o, op.access});
   }
   auto& v = i->operands;
