@@ -1,0 +1,24 @@
+# Sourced by the scripts in this directory: repository root, build settings, logging.
+# Environment knobs (all optional):
+#   FLOWLANE_BUILD_DIR    build directory (default: build)
+#   FLOWLANE_JOBS         parallel build jobs (default: number of CPUs)
+#   FLOWLANE_CMAKE_ARGS   extra arguments for the CMake configure step
+#   FLOWLANE_SKIP_SETUP=1 do not check/install Debian packages
+FLOWLANE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${FLOWLANE_BUILD_DIR:-build}"
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$FLOWLANE_ROOT/$BUILD_DIR" ;; esac
+JOBS="${FLOWLANE_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+read -r -a EXTRA_CMAKE_ARGS <<<"${FLOWLANE_CMAKE_ARGS:-}"
+
+say() { printf '\n==> %s\n' "$*"; }
+
+run_setup() {
+  if [[ "${FLOWLANE_SKIP_SETUP:-0}" != 1 ]]; then
+    "$FLOWLANE_ROOT/scripts/setup.sh"
+  fi
+}
+
+# configure_release [cmake args...]: a Release build in $BUILD_DIR.
+configure_release() {
+  cmake -S "$FLOWLANE_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@" "${EXTRA_CMAKE_ARGS[@]}"
+}

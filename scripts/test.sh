@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds flowlane and runs every test, from a fresh Debian machine: installs missing
+# packages, builds everything (Release, in build/: library, tests, examples, benchmarks),
+# runs ctest, then the Python binding tests (when bindings/python/tests exists) and the
+# Rust crate tests (when bindings/rust/Cargo.toml exists). Every suite runs even if an
+# earlier one failed; the exit status is non-zero if any failed.
+#   FLOWLANE_TEST_JOBS   parallel ctest jobs (default 2)
+#   FLOWLANE_CTEST_ARGS  extra ctest arguments (e.g. "-L abi")
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$FLOWLANE_ROOT"
+
+run_setup
+say "configure ($BUILD_DIR, Release)"
+configure_release -DFLOWLANE_BUILD_TESTS=ON
+say "build"
+cmake --build "$BUILD_DIR" -j "$JOBS"
+
+failed=()
+read -r -a ctest_args <<<"${FLOWLANE_CTEST_ARGS:-}"
+say "ctest"
+if ! (cd "$BUILD_DIR" && ctest --output-on-failure -j "${FLOWLANE_TEST_JOBS:-2}" "${ctest_args[@]}"); then
+  failed+=(ctest)
+fi
+
+# The bindings load the library just built: they are told where it is.
+lib="$BUILD_DIR/capi/libflowlane.so.0"
+export FLOWLANE_LIBRARY="$lib"
+export FLOWLANE_LIB_DIR="$BUILD_DIR/capi"
+export LD_LIBRARY_PATH="$BUILD_DIR/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+if [[ -d bindings/python/tests ]]; then
+  say "python binding tests (FLOWLANE_LIBRARY=$lib)"
+  if ! PYTHONPATH="$FLOWLANE_ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q bindings/python; then
+    failed+=(python)
+  fi
+else
+  echo "(no bindings/python/tests: Python binding tests skipped)"
+fi
+
+if [[ -f bindings/rust/Cargo.toml ]]; then
+  say "rust binding tests (FLOWLANE_LIB_DIR=$FLOWLANE_LIB_DIR)"
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo not found (scripts/setup.sh installs it where Debian has it)" >&2
+    failed+=(rust)
+  elif ! (cd bindings/rust && cargo test --offline); then
+    failed+=(rust)
+  fi
+else
+  echo "(no bindings/rust/Cargo.toml: Rust binding tests skipped)"
+fi
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  say "FAILED: ${failed[*]}"
+  exit 1
+fi
+say "all tests passed"
