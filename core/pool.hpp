@@ -56,6 +56,10 @@ class Pool {
 
   PoolStats stats() const;
 
+  // Workers that are parking or parked right now (between prepare_wait and wake-up). A
+  // snapshot, for tests and diagnostics.
+  unsigned parked_workers() const;
+
  private:
   friend int worker_index(const Pool& pool);
   // A brief pause between unsuccessful run_one() calls: a CPU pause, a yield after a while.
@@ -79,6 +83,7 @@ class Latch {
   explicit Latch(int64_t count) : count_(count) {}
   void add(int64_t n) { count_.fetch_add(n, std::memory_order_relaxed); }
   void count_down();
+  void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
   void wait(Pool& pool);
   // Acquire: pairs with the acq_rel RMW in count_down(); what the counted-down tasks wrote
   // is visible to the waiter.
