@@ -139,6 +139,41 @@ void BM_SubmitOnlyFlowlane(benchmark::State& state) {
   finish(state, kBatch);
 }
 
+// Submission from several threads at once. "OwnLane": each thread submits to its own lane
+// with its own object (the common case: the lane and object spin locks are uncontended, so
+// the per-instruction caller cost stays flat as threads are added, up to the core count).
+// "SharedObject": every thread's instructions touch one object (the per-object lock and
+// the object's cache line are contended: the cost this design pays only when programs
+// really share data across threads). Caller-side time per instruction.
+FlEngine* g_shared_engine = nullptr;
+std::vector<fl_object_t*> g_thread_objects;
+
+void SetupShared(const benchmark::State& state) {
+  g_shared_engine = new FlEngine(2, 1u << 22);
+  g_thread_objects.clear();
+  for (int t = 0; t < state.threads(); ++t) g_thread_objects.push_back(g_shared_engine->object());
+}
+
+void TeardownShared(const benchmark::State&) {
+  fl_engine_synchronize(g_shared_engine->e);
+  for (auto* o : g_thread_objects) fl_object_release(o);
+  delete g_shared_engine;
+  g_shared_engine = nullptr;
+}
+
+void SubmitThreads(benchmark::State& state, bool shared) {
+  const int per_iter = 1000;
+  FlEngine& f = *g_shared_engine;
+  fl_object_t* o = g_thread_objects[shared ? 0 : size_t(state.thread_index())];
+  fl_operand_t op{o, FL_READ, 0};
+  for (auto _ : state)
+    for (int k = 0; k < per_iter; ++k) fl_submit(f.lanes[size_t(1 + state.thread_index())], &op, 1);
+  finish(state, per_iter);
+}
+
+void BM_SubmitThreadsOwnLaneFlowlane(benchmark::State& state) { SubmitThreads(state, false); }
+void BM_SubmitThreadsSharedObjectFlowlane(benchmark::State& state) { SubmitThreads(state, true); }
+
 // ------------------------------------------------------------------------------- StarPU
 
 #ifdef FL_HAVE_STARPU
@@ -255,6 +290,8 @@ BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_SubmitOnlyFlowlane)->Apply(Workers)->UseManualTime();
+BENCHMARK(BM_SubmitThreadsOwnLaneFlowlane)->ThreadRange(1, 4)->Setup(SetupShared)->Teardown(TeardownShared)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SubmitThreadsSharedObjectFlowlane)->ThreadRange(1, 4)->Setup(SetupShared)->Teardown(TeardownShared)->Unit(benchmark::kMicrosecond);
 #ifdef FL_HAVE_STARPU
 BENCHMARK(BM_IndependentOneLaneStarpu)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_ChainTwoLanesStarpu)->Apply(Workers)->UseRealTime();
