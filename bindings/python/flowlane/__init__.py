@@ -1,0 +1,86 @@
+"""flowlane: Python bindings (ctypes, standard library only) of the flowlane engine.
+
+    import flowlane
+
+    with flowlane.Engine(workers=4) as engine:
+        x = engine.object(3.0)
+        y = engine.object()
+        engine.submit(lambda v: v * 2, reads=[x], writes=[y], name="double")
+        print(y.wait())            # 6.0
+
+See bindings/README.md for the model (lanes, streams, objects), errors and thread-safety.
+"""
+
+from . import _ffi
+from ._core import (
+    CPU,
+    KEEP,
+    Access,
+    Device,
+    DeviceType,
+    Engine,
+    EngineStats,
+    InstrContext,
+    Lane,
+    Object,
+    Stream,
+    StreamKind,
+    current_instruction,
+)
+from ._ffi import LibraryNotFound, LibraryVersionMismatch
+from .errors import (
+    Cancelled,
+    ClosedError,
+    CudaError,
+    DependencyFailed,
+    Exhausted,
+    FlowlaneError,
+    InstructionFailed,
+    InternalError,
+    InvalidArgument,
+    InvalidHandle,
+    NcclError,
+    NoDevice,
+    NoMemory,
+    OutOfRange,
+    Shutdown,
+    Timeout,
+    UnknownStatus,
+    Unsupported,
+    WouldBlock,
+)
+from .gpu import (
+    CollOp,
+    CollPart,
+    Comm,
+    CommBackend,
+    CommUniqueId,
+    DType,
+    MemcpyKind,
+    PinnedBuffer,
+    RedOp,
+    cuda_device_count,
+    cuda_priority_range,
+)
+from .graph import Task, TaskGraph, parallel_for
+
+__version__ = "0.1.0"
+
+#: (major, minor, patch) of the loaded C library.
+library_version = _ffi.version
+#: Path the C library was loaded from.
+library_path = _ffi.path
+
+READ = Access.READ
+WRITE = Access.WRITE
+READ_WRITE = Access.READ_WRITE
+
+__all__ = [
+    "Access", "CPU", "Cancelled", "ClosedError", "CollOp", "CollPart", "Comm", "CommBackend", "CommUniqueId",
+    "CudaError", "DType", "DependencyFailed", "Device", "DeviceType", "Engine", "EngineStats", "Exhausted",
+    "FlowlaneError", "InstrContext", "InstructionFailed", "InternalError", "InvalidArgument", "InvalidHandle",
+    "KEEP", "Lane", "LibraryNotFound", "LibraryVersionMismatch", "MemcpyKind", "NcclError", "NoDevice", "NoMemory",
+    "Object", "OutOfRange", "PinnedBuffer", "READ", "READ_WRITE", "RedOp", "Shutdown", "Stream", "StreamKind",
+    "Task", "TaskGraph", "Timeout", "UnknownStatus", "Unsupported", "WRITE", "WouldBlock", "cuda_device_count",
+    "cuda_priority_range", "current_instruction", "library_path", "library_version", "parallel_for",
+]

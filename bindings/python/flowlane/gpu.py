@@ -1,0 +1,375 @@
+"""GPU and collective entry points.
+
+In a CPU-only build of the library every call here raises :class:`Unsupported` (the
+symbols exist with or without CUDA); the wrappers are complete so that Python code
+written against them runs unchanged on a CUDA build.
+
+Raw device pointers are plain ints here. The library copies kernel arguments at submit;
+buffers behind pointers (memcpy, collectives) must stay alive until the instruction
+completes: describe them with flowlane Objects in ``reads``/``writes`` and wait on those.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+from ctypes import byref, c_int32, c_uint64, c_void_p
+from typing import Optional, Sequence
+
+from . import _ffi
+from ._core import (
+    Engine,
+    Stream,
+    _describe_exception,
+    _int,
+    _keep,
+    _objects,
+    _pin_thread_state,
+    _register,
+    _release_trampoline,
+    _tls,
+)
+from ._ffi import lib
+from ._managed import Managed
+from .errors import ClosedError, check, error_for
+
+__all__ = [
+    "cuda_device_count",
+    "cuda_priority_range",
+    "PinnedBuffer",
+    "CommBackend",
+    "CollOp",
+    "DType",
+    "RedOp",
+    "MemcpyKind",
+    "CollPart",
+    "CommUniqueId",
+    "Comm",
+]
+
+
+class MemcpyKind(enum.IntEnum):
+    H2D = _ffi.FL_MEMCPY_H2D
+    D2H = _ffi.FL_MEMCPY_D2H
+    D2D = _ffi.FL_MEMCPY_D2D
+    MEMSET = _ffi.FL_MEMSET
+
+
+class CommBackend(enum.IntEnum):
+    NCCL = _ffi.FL_COMM_NCCL
+    HOST_FAKE = _ffi.FL_COMM_HOST_FAKE
+
+
+class CollOp(enum.IntEnum):
+    ALL_REDUCE = _ffi.FL_COLL_ALL_REDUCE
+    ALL_GATHER = _ffi.FL_COLL_ALL_GATHER
+    REDUCE_SCATTER = _ffi.FL_COLL_REDUCE_SCATTER
+    BROADCAST = _ffi.FL_COLL_BROADCAST
+    SEND = _ffi.FL_COLL_SEND
+    RECV = _ffi.FL_COLL_RECV
+
+
+class DType(enum.IntEnum):
+    INT8 = _ffi.FL_DTYPE_INT8
+    UINT8 = _ffi.FL_DTYPE_UINT8
+    INT32 = _ffi.FL_DTYPE_INT32
+    UINT32 = _ffi.FL_DTYPE_UINT32
+    INT64 = _ffi.FL_DTYPE_INT64
+    UINT64 = _ffi.FL_DTYPE_UINT64
+    FLOAT16 = _ffi.FL_DTYPE_FLOAT16
+    FLOAT32 = _ffi.FL_DTYPE_FLOAT32
+    FLOAT64 = _ffi.FL_DTYPE_FLOAT64
+    BFLOAT16 = _ffi.FL_DTYPE_BFLOAT16
+
+
+class RedOp(enum.IntEnum):
+    SUM = _ffi.FL_REDOP_SUM
+    PROD = _ffi.FL_REDOP_PROD
+    MAX = _ffi.FL_REDOP_MAX
+    MIN = _ffi.FL_REDOP_MIN
+
+
+def cuda_device_count() -> int:
+    """Number of visible CUDA devices (Unsupported in a CPU-only build)."""
+    out = c_int32()
+    check(lib.fl_cuda_device_count(byref(out)), "fl_cuda_device_count")
+    return int(out.value)
+
+
+def cuda_priority_range(device: int = 0):
+    """(least, greatest) stream priority of a device (lower number = higher priority)."""
+    least, greatest = c_int32(), c_int32()
+    check(lib.fl_cuda_priority_range(_int("device", device, -(2**31), 2**31 - 1), byref(least), byref(greatest)),
+          "fl_cuda_priority_range")
+    return int(least.value), int(greatest.value)
+
+
+def stream_set_priority(stream: Stream, priority: int) -> int:
+    applied = c_int32()
+    check(lib.fl_stream_set_priority(stream._ptr(), _int("priority", priority, -(2**31), 2**31 - 1), byref(applied)),
+          "fl_stream_set_priority")
+    return int(applied.value)
+
+
+def _operands(stream: Stream, reads, writes):
+    reads = _objects("reads", reads, stream.engine)
+    writes = _objects("writes", writes, stream.engine)
+    n = len(reads) + len(writes)
+    if not n:
+        return None, 0
+    ops = (_ffi.fl_operand * n)()
+    for i, o in enumerate(reads):
+        ops[i].object, ops[i].access = o._ptr(), _ffi.FL_READ
+    for j, o in enumerate(writes):
+        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _ffi.FL_WRITE
+    return ops, n
+
+
+def _dim3(what, v) -> _ffi.fl_dim3:
+    if isinstance(v, int):
+        v = (v,)
+    v = tuple(v) + (1,) * (3 - len(tuple(v)))
+    if len(v) != 3:
+        raise ValueError("%s must have at most 3 components" % what)
+    return _ffi.fl_dim3(*[_int(what, c, 0, 2**32 - 1) for c in v])
+
+
+def submit_kernel(stream: Stream, func: int, *, grid=(1, 1, 1), block=(1, 1, 1), args: Sequence = (),
+                  shared_mem: int = 0, reads=(), writes=(), name=None, nonblocking: bool = False) -> int:
+    """Launches a ``__global__`` function (its host-side handle as an int address) with
+    ``args``: ctypes instances (``c_float(1.0)``, ``c_void_p(ptr)``), copied at submit."""
+    h = stream._ptr()
+    instr = _ffi.init(_ffi.fl_kernel_instr)
+    instr.func = _int("func", func, 0, 2**64 - 1)
+    instr.grid = _dim3("grid", grid)
+    instr.block = _dim3("block", block)
+    instr.shared_mem_bytes = _int("shared_mem", shared_mem, 0, 2**64 - 1)
+    args = list(args)
+    for a in args:
+        if not isinstance(a, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)):
+            raise TypeError("kernel args must be ctypes instances (c_float(...), c_void_p(ptr)), not %s"
+                            % type(a).__name__)
+    ptrs = (c_void_p * max(len(args), 1))(*[ctypes.cast(ctypes.pointer(a), c_void_p) for a in args])
+    sizes = (c_uint64 * max(len(args), 1))(*[ctypes.sizeof(a) for a in args])
+    if args:
+        instr.args = ptrs
+        instr.arg_sizes = sizes
+        instr.num_args = len(args)
+    ops, n = _operands(stream, reads, writes)
+    if n:
+        instr.operands, instr.num_operands = ops, n
+    instr.name = _ffi.encode_name(name)
+    instr.flags = _ffi.FL_SUBMIT_NONBLOCKING if nonblocking else 0
+    out = c_uint64()
+    check(lib.fl_submit_kernel(h, byref(instr), byref(out)), "fl_submit_kernel")
+    return int(out.value)
+
+
+class _DeviceInstr:
+    __slots__ = ("stream", "fn", "name", "engine")
+
+    def __init__(self, stream, fn, name):
+        self.stream = stream
+        self.engine = stream.engine
+        self.fn = fn
+        self.name = name
+
+
+@_ffi.fl_device_fn
+def _device_trampoline(ctx, cuda_stream, key):
+    try:
+        payload = _keep.get(key)
+        if payload is None:
+            return _ffi.FL_ERR_INTERNAL
+        _pin_thread_state(payload.engine)
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            payload.fn(cuda_stream or 0)
+            return _ffi.FL_OK
+        except BaseException as exc:
+            lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
+            return _ffi.FL_ERR_INSTRUCTION_FAILED
+        finally:
+            _tls.depth -= 1
+    except BaseException:
+        return _ffi.FL_ERR_INTERNAL
+
+
+def submit_device(stream: Stream, fn, reads=(), writes=(), name=None, *, block: bool = True) -> int:
+    """Submits ``fn(cuda_stream: int)``, which may enqueue any GPU work on that stream
+    (e.g. through CuPy or PyTorch external streams)."""
+    h = stream._ptr()
+    if not callable(fn):
+        raise TypeError("fn must be callable, not %s" % type(fn).__name__)
+    ops, n = _operands(stream, reads, writes)
+    key = _register(_DeviceInstr(stream, fn, name))
+    instr = _ffi.init(_ffi.fl_device_instr)
+    instr.fn = _device_trampoline
+    instr.user_data = key
+    instr.cleanup = _release_trampoline
+    if n:
+        instr.operands, instr.num_operands = ops, n
+    instr.name = _ffi.encode_name(name)
+    instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+    out = c_uint64()
+    st = lib.fl_submit_device(h, byref(instr), byref(out))
+    if st != _ffi.FL_OK:
+        err = error_for(st, None, "fl_submit_device")
+        _keep.pop(key, None)
+        raise err
+    return int(out.value)
+
+
+def submit_memcpy(stream: Stream, kind, dst: int, src: int, nbytes: int, value: int = 0, *, reads=(), writes=(),
+                  name=None, block: bool = True) -> int:
+    h = stream._ptr()
+    instr = _ffi.init(_ffi.fl_memcpy_instr)
+    instr.kind = _int("kind", kind, 0, 2**32 - 1)
+    instr.value = _int("value", value, 0, 255)
+    instr.dst = _int("dst", dst, 0, 2**64 - 1)
+    instr.src = _int("src", src, 0, 2**64 - 1)
+    instr.bytes = _int("nbytes", nbytes, 0, 2**64 - 1)
+    ops, n = _operands(stream, reads, writes)
+    if n:
+        instr.operands, instr.num_operands = ops, n
+    instr.name = _ffi.encode_name(name)
+    instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+    out = c_uint64()
+    check(lib.fl_submit_memcpy(h, byref(instr), byref(out)), "fl_submit_memcpy")
+    return int(out.value)
+
+
+class PinnedBuffer(Managed):
+    """Page-locked host memory (``fl_host_alloc_pinned``): ``.address``, ``len()``, and the
+    buffer protocol through ``memoryview(buf.view())``."""
+
+    __slots__ = ("nbytes", "_array")
+    _kind = "pinned buffer"
+
+    def __init__(self, nbytes: int):
+        super().__init__()
+        self.nbytes = _int("nbytes", nbytes, 0, 2**64 - 1)
+        out = c_void_p()
+        check(lib.fl_host_alloc_pinned(self.nbytes, byref(out)), "fl_host_alloc_pinned")
+        self._handle = out
+        self._array = None
+
+    @property
+    def address(self) -> int:
+        return self._ptr().value or 0
+
+    def view(self):
+        """A ctypes ubyte array over the memory (valid until close())."""
+        if self._array is None:
+            self._array = (ctypes.c_ubyte * self.nbytes).from_address(self.address)
+        return self._array
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def _close_handle(self, handle) -> None:
+        self._array = None
+        check(lib.fl_host_free_pinned(handle), "fl_host_free_pinned")
+
+
+class CommUniqueId:
+    """The rendezvous id shared by the ranks of a communicator (128 opaque bytes)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, raw: Optional[bytes] = None):
+        self._c = _ffi.fl_comm_unique_id()
+        if raw is not None:
+            if not isinstance(raw, (bytes, bytearray)) or len(raw) != 128:
+                raise ValueError("a unique id is 128 bytes")
+            ctypes.memmove(byref(self._c), bytes(raw), 128)
+
+    @classmethod
+    def new(cls, backend=CommBackend.NCCL) -> "CommUniqueId":
+        uid = cls()
+        check(lib.fl_comm_get_unique_id(_int("backend", backend, 0, 2**32 - 1), byref(uid._c)),
+              "fl_comm_get_unique_id")
+        return uid
+
+    def __bytes__(self) -> bytes:
+        return ctypes.string_at(byref(self._c), 128)
+
+
+class CollPart:
+    """One collective of a group: op, dtype, count, send/recv buffers (int addresses)."""
+
+    __slots__ = ("op", "dtype", "count", "sendbuf", "recvbuf", "redop", "peer")
+
+    def __init__(self, op, dtype, count: int, sendbuf: int, recvbuf: int, redop=RedOp.SUM, peer: int = 0):
+        self.op, self.dtype, self.count = op, dtype, count
+        self.sendbuf, self.recvbuf, self.redop, self.peer = sendbuf, recvbuf, redop, peer
+
+
+class Comm(Managed):
+    """A communicator; its collectives go through lane ``lane``'s COLLECTIVE stream, in
+    submission order, so every rank issues them in one order."""
+
+    __slots__ = ("engine", "lane", "device", "backend")
+    _kind = "communicator"
+
+    def __init__(self, engine: Engine, nranks: int, rank: int, unique_id: CommUniqueId, *, lane: int = 0,
+                 device: int = 0, backend=None):
+        super().__init__()
+        if not isinstance(unique_id, CommUniqueId):
+            raise TypeError("unique_id must be a flowlane.CommUniqueId")
+        backend = CommBackend.NCCL if backend is None else backend
+        d = _ffi.init(_ffi.fl_comm_desc)
+        d.nranks = _int("nranks", nranks, 0, 2**64 - 1)
+        d.rank = _int("rank", rank, 0, 2**64 - 1)
+        d.device = _int("device", device, 0, 2**64 - 1)
+        d.lane = _int("lane", lane, 0, 2**64 - 1)
+        d.backend = _int("backend", backend, 0, 2**64 - 1)
+        out = _ffi.comm_p()
+        check(lib.fl_comm_create(engine._ptr(), byref(d), byref(unique_id._c), byref(out)), "fl_comm_create")
+        self.engine, self.lane, self.device, self.backend = engine, lane, device, backend
+        self._handle = out
+
+    def _ptr(self):
+        if self.engine._handle is None:
+            raise ClosedError("the engine of this communicator is closed")
+        return super()._ptr()
+
+    def _close_handle(self, handle) -> None:
+        if self.engine._handle is not None:
+            check(lib.fl_comm_destroy(handle), "fl_comm_destroy")
+
+    def stream(self) -> Stream:
+        from ._core import Device, StreamKind
+
+        dev = Device.cpu() if self.backend == CommBackend.HOST_FAKE else Device.cuda(self.device)
+        return self.engine.stream(self.lane, device=dev, kind=StreamKind.COLLECTIVE)
+
+    def submit(self, parts: Sequence[CollPart], *, reads=(), writes=(), name=None, stream: Optional[Stream] = None,
+               block: bool = True) -> int:
+        """Issues ``parts`` as one group on the comm's COLLECTIVE stream."""
+        s = stream if stream is not None else self.stream()
+        parts = list(parts)
+        arr = (_ffi.fl_coll_part * max(len(parts), 1))()
+        for i, p in enumerate(parts):
+            if not isinstance(p, CollPart):
+                raise TypeError("parts must be flowlane.CollPart, not %s" % type(p).__name__)
+            arr[i].op = _int("op", p.op, 0, 2**32 - 1)
+            arr[i].dtype = _int("dtype", p.dtype, 0, 2**32 - 1)
+            arr[i].redop = _int("redop", p.redop, 0, 2**32 - 1)
+            arr[i].peer = _int("peer", p.peer, 0, 2**32 - 1)
+            arr[i].sendbuf = _int("sendbuf", p.sendbuf, 0, 2**64 - 1)
+            arr[i].recvbuf = _int("recvbuf", p.recvbuf, 0, 2**64 - 1)
+            arr[i].count = _int("count", p.count, 0, 2**64 - 1)
+        instr = _ffi.init(_ffi.fl_collective_instr)
+        instr.parts, instr.num_parts = arr, len(parts)
+        ops, n = _operands(s, reads, writes)
+        if n:
+            instr.operands, instr.num_operands = ops, n
+        instr.name = _ffi.encode_name(name)
+        instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+        out = c_uint64()
+        check(lib.fl_submit_collective(s._ptr(), self._ptr(), byref(instr), byref(out)), "fl_submit_collective")
+        return int(out.value)
+
+    def all_reduce(self, sendbuf: int, recvbuf: int, count: int, dtype, op=RedOp.SUM, **kw) -> int:
+        return self.submit([CollPart(CollOp.ALL_REDUCE, dtype, count, sendbuf, recvbuf, redop=op)], **kw)

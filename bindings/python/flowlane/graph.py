@@ -1,0 +1,268 @@
+"""parallel_for and task graphs: fork-join work with no stream ordering."""
+
+from __future__ import annotations
+
+import threading
+from ctypes import byref, c_uint64
+from typing import Callable, List, Optional
+
+from . import _ffi
+from ._core import Engine, _describe_exception, _int, _keep, _pin_thread_state, _register
+from ._ffi import lib
+from ._managed import Managed, _tls
+from .errors import ClosedError, InstructionFailed, check, error_for
+
+__all__ = ["parallel_for", "TaskGraph", "Task"]
+
+
+class _Failure:
+    """The first Python exception raised by the callables of one synchronous call."""
+
+    __slots__ = ("lock", "exc")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.exc = None
+
+    def record(self, exc: BaseException) -> None:
+        with self.lock:
+            if self.exc is None:
+                self.exc = exc
+
+    def raise_for(self, status: int, function: str, prefix: str) -> None:
+        exc = self.exc
+        self.exc = None
+        err = error_for(status, None, function)
+        if exc is not None:
+            err.message = "%s\n%s%s" % (err.message, prefix, _describe_exception(exc))
+            if isinstance(err, InstructionFailed):
+                err.original = exc
+            raise err from exc
+        raise err
+
+
+def _enter():
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+
+
+def _leave():
+    _tls.depth -= 1
+
+
+class _Body:
+    __slots__ = ("fn", "failure", "engine")
+
+    def __init__(self, fn, failure, engine):
+        self.fn = fn
+        self.failure = failure
+        self.engine = engine
+
+
+@_ffi.fl_range_fn
+def _range_trampoline(lo, hi, key):
+    try:
+        body = _keep.get(key)
+        if body is None:
+            return _ffi.FL_ERR_INTERNAL
+        _pin_thread_state(body.engine)
+        _enter()
+        try:
+            body.fn(lo, hi)
+        except BaseException as exc:
+            body.failure.record(exc)
+            return _ffi.FL_ERR_INSTRUCTION_FAILED
+        finally:
+            _leave()
+        return _ffi.FL_OK
+    except BaseException:
+        return _ffi.FL_ERR_INTERNAL
+
+
+def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, int], None]] = None,
+                 *, grain: int = 0) -> None:
+    """Calls ``body(lo, hi)`` on disjoint chunks ``[lo, hi)`` covering ``[begin, end)``,
+    each at most ``grain`` long (0: chosen by the engine), in parallel on the engine's
+    workers; the calling thread helps. Also ``parallel_for(engine, range(n), body)``.
+
+    Python bodies hold the GIL while they run Python code, so the speed-up comes from
+    bodies that release it (NumPy, I/O, C extensions). Blocks until done. If a body
+    raises, chunks not yet started are skipped and :class:`InstructionFailed` is raised,
+    chained to the (first) original exception.
+    """
+    if not isinstance(engine, Engine):
+        raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
+    if isinstance(begin, range):
+        if body is None and callable(end):
+            body, end = end, None
+        if end is not None:
+            raise TypeError("parallel_for(range, body): end must not be given with a range")
+        if begin.step != 1:
+            raise ValueError("parallel_for needs a range with step 1")
+        begin, end = begin.start, begin.stop
+        end = max(begin, end)
+    if end is None or body is None:
+        raise TypeError("parallel_for(begin, end, body) or parallel_for(range, body)")
+    if not callable(body):
+        raise TypeError("body must be callable, not %s" % type(body).__name__)
+    b = _int("begin", begin, 0, 2**64 - 1)
+    e = _int("end", end, 0, 2**64 - 1)
+    g = _int("grain", grain, 0, 2**64 - 1)
+    h = engine._ptr()
+    failure = _Failure()
+    key = _register(_Body(body, failure, engine))
+    try:
+        st = lib.fl_parallel_for(h, b, e, g, _range_trampoline, key)
+    finally:
+        _keep.pop(key, None)
+    if st != _ffi.FL_OK:
+        failure.raise_for(st, "fl_parallel_for", "body raised ")
+
+
+# --------------------------------------------------------------------------------------
+
+
+class _Node:
+    __slots__ = ("fn", "graph_failure", "name", "engine")
+
+    def __init__(self, fn, failure, name, engine):
+        self.fn = fn
+        self.graph_failure = failure
+        self.name = name
+        self.engine = engine
+
+
+@_ffi.fl_task_fn
+def _task_trampoline(key):
+    try:
+        node = _keep.get(key)
+        if node is None:
+            return _ffi.FL_ERR_INTERNAL
+        _pin_thread_state(node.engine)
+        _enter()
+        try:
+            node.fn()
+        except BaseException as exc:
+            node.graph_failure.record(exc)
+            return _ffi.FL_ERR_INSTRUCTION_FAILED
+        finally:
+            _leave()
+        return _ffi.FL_OK
+    except BaseException:
+        return _ffi.FL_ERR_INTERNAL
+
+
+class Task:
+    """A node of a :class:`TaskGraph` (returned by ``graph.add``)."""
+
+    __slots__ = ("graph", "id", "name")
+
+    def __init__(self, graph: "TaskGraph", node_id: int, name: Optional[str]):
+        self.graph = graph
+        self.id = node_id
+        self.name = name
+
+    def precede(self, *others: "Task") -> "Task":
+        """Each of ``others`` starts only after this task has finished."""
+        for o in others:
+            self.graph.precede(self, o)
+        return self
+
+    def succeed(self, *others: "Task") -> "Task":
+        """This task starts only after each of ``others`` has finished."""
+        for o in others:
+            self.graph.precede(o, self)
+        return self
+
+    def __rshift__(self, other: "Task") -> "Task":
+        """``a >> b``: b after a; returns b so chains read ``a >> b >> c``."""
+        self.graph.precede(self, other)
+        return other
+
+    def __repr__(self) -> str:
+        return "<flowlane.Task %d %r>" % (self.id, self.name)
+
+
+class TaskGraph(Managed):
+    """A reusable graph of Python callables with "runs before" edges (Taskflow style).
+
+        with engine.taskgraph() as g:
+            a = g.add(load, name="load")
+            b = g.add(parse, name="parse")
+            a >> b
+            g.run(threads=-1)
+
+    run() may be called many times. A task that raises stops the tasks not yet started
+    and run() raises :class:`InstructionFailed` chained to that exception.
+
+    Thread-safety: build and run a graph from one thread at a time (running one graph
+    from two threads at once raises InvalidArgument); the callables run on workers.
+    """
+
+    __slots__ = ("engine", "_keys", "_failure", "tasks")
+    _kind = "task graph"
+
+    def __init__(self, engine: Engine):
+        super().__init__()
+        if not isinstance(engine, Engine):
+            raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
+        out = _ffi.taskgraph_p()
+        check(lib.fl_taskgraph_create(engine._ptr(), byref(out)), "fl_taskgraph_create")
+        self.engine = engine
+        self._keys: List[int] = []
+        self._failure = _Failure()
+        self.tasks: List[Task] = []
+        self._handle = out
+
+    def _ptr(self):
+        if self.engine._handle is None:
+            raise ClosedError("the engine of this task graph is closed")
+        return super()._ptr()
+
+    def _close_handle(self, handle) -> None:
+        try:
+            if self.engine._handle is not None:
+                check(lib.fl_taskgraph_destroy(handle), "fl_taskgraph_destroy")
+        finally:
+            for k in self._keys:
+                _keep.pop(k, None)
+            self._keys = []
+
+    def add(self, fn: Callable[[], None], name: Optional[str] = None) -> Task:
+        """Adds a node running ``fn()``; returns its :class:`Task`."""
+        h = self._ptr()
+        if not callable(fn):
+            raise TypeError("fn must be callable, not %s" % type(fn).__name__)
+        label = name if name is not None else getattr(fn, "__qualname__", None)
+        key = _register(_Node(fn, self._failure, label, self.engine))
+        out = c_uint64()
+        st = lib.fl_taskgraph_add(h, _task_trampoline, key, _ffi.encode_name(label), byref(out))
+        if st != _ffi.FL_OK:
+            err = error_for(st, None, "fl_taskgraph_add")
+            _keep.pop(key, None)
+            raise err
+        self._keys.append(key)
+        t = Task(self, int(out.value), label)
+        self.tasks.append(t)
+        return t
+
+    def precede(self, before: Task, after: Task) -> None:
+        """``after`` starts only once ``before`` has finished."""
+        for t in (before, after):
+            if not isinstance(t, Task):
+                raise TypeError("precede() takes flowlane.Task nodes, not %s" % type(t).__name__)
+            if t.graph is not self:
+                raise ValueError("%r belongs to another task graph" % (t,))
+        check(lib.fl_taskgraph_precede(self._ptr(), before.id, after.id), "fl_taskgraph_precede")
+
+    def run(self, threads: int = -1) -> None:
+        """Runs every node once, respecting edges, and blocks until done (releasing the
+        GIL). threads: -1 all logical cores, 0 physical cores, N > 0 at most N."""
+        h = self._ptr()
+        n = _int("threads", threads, -(2**63), 2**63 - 1)
+        st = lib.fl_taskgraph_run(h, n)
+        if st != _ffi.FL_OK:
+            self._failure.raise_for(st, "fl_taskgraph_run", "")
+        self._failure.exc = None
+
+    def __len__(self) -> int:
+        return len(self.tasks)

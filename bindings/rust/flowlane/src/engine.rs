@@ -1,0 +1,473 @@
+//! Engine, lanes and streams.
+
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::os::raw::{c_char, c_void};
+use std::path::Path;
+use std::ptr::{self, NonNull};
+use std::sync::Mutex;
+
+use flowlane_sys as sys;
+
+use crate::error::{check, Error, ErrorKind, Result};
+use crate::instr::Instr;
+
+thread_local! {
+    /// > 0 while this thread runs a flowlane callback of this crate (instruction, cleanup,
+    /// release, task, loop body): an engine dropped here must not be destroyed here.
+    static CALLBACK_DEPTH: Cell<u32> = Cell::new(0);
+}
+
+/// Marks the current thread as inside a callback for the guard's lifetime.
+pub(crate) struct InCallback;
+
+impl InCallback {
+    pub(crate) fn enter() -> InCallback {
+        CALLBACK_DEPTH.with(|d| d.set(d.get() + 1));
+        InCallback
+    }
+}
+
+impl Drop for InCallback {
+    fn drop(&mut self) {
+        CALLBACK_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+pub(crate) fn in_callback() -> bool {
+    CALLBACK_DEPTH.with(|d| d.get() > 0)
+}
+
+/// A device: [`Device::CPU`] or `Device::cuda(i)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    Cpu,
+    Cuda(i32),
+}
+
+impl Device {
+    pub const CPU: Device = Device::Cpu;
+
+    pub fn cuda(index: i32) -> Device {
+        Device::Cuda(index)
+    }
+
+    pub(crate) fn raw(self) -> sys::fl_device_t {
+        match self {
+            Device::Cpu => sys::fl_device_t { type_: sys::FL_DEVICE_CPU, index: 0 },
+            Device::Cuda(i) => sys::fl_device_t { type_: sys::FL_DEVICE_CUDA, index: i },
+        }
+    }
+
+    fn from_raw(d: sys::fl_device_t) -> Device {
+        if d.type_ == sys::FL_DEVICE_CUDA {
+            Device::Cuda(d.index)
+        } else {
+            Device::Cpu
+        }
+    }
+}
+
+/// The kind of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamKind {
+    Host,
+    Compute,
+    H2D,
+    D2H,
+    Collective,
+}
+
+impl StreamKind {
+    pub(crate) fn raw(self) -> sys::fl_stream_kind_t {
+        match self {
+            StreamKind::Host => sys::FL_STREAM_HOST,
+            StreamKind::Compute => sys::FL_STREAM_COMPUTE,
+            StreamKind::H2D => sys::FL_STREAM_H2D,
+            StreamKind::D2H => sys::FL_STREAM_D2H,
+            StreamKind::Collective => sys::FL_STREAM_COLLECTIVE,
+        }
+    }
+
+    fn from_raw(k: sys::fl_stream_kind_t) -> StreamKind {
+        match k {
+            sys::FL_STREAM_COMPUTE => StreamKind::Compute,
+            sys::FL_STREAM_H2D => StreamKind::H2D,
+            sys::FL_STREAM_D2H => StreamKind::D2H,
+            sys::FL_STREAM_COLLECTIVE => StreamKind::Collective,
+            _ => StreamKind::Host,
+        }
+    }
+}
+
+/// Counters of `fl_engine_stats` (a snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub submitted: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub in_flight: u64,
+    pub window_stalls: u64,
+    pub steals: u64,
+    pub parks: u64,
+}
+
+/// Configures an [`Engine`]; zero (the default) means the library default.
+#[derive(Clone, Debug)]
+pub struct EngineBuilder {
+    desc: sys::fl_engine_desc_t,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder { desc: sys::fl_engine_desc_t::init() }
+    }
+}
+
+impl EngineBuilder {
+    /// Host worker threads (0: one per logical core).
+    pub fn workers(mut self, n: u64) -> Self {
+        self.desc.num_workers = n;
+        self
+    }
+    /// Number of lanes, ids 0..n (0: 8; at most 4096).
+    pub fn lanes(mut self, n: u64) -> Self {
+        self.desc.max_lanes = n;
+        self
+    }
+    /// Instructions submitted but not completed before submission blocks (0: 4096).
+    pub fn inflight_limit(mut self, n: u64) -> Self {
+        self.desc.inflight_limit = n;
+        self
+    }
+    /// Hang watchdog period in milliseconds (0: off).
+    pub fn watchdog_ms(mut self, ms: u64) -> Self {
+        self.desc.watchdog_ms = ms;
+        self
+    }
+    pub fn build(self) -> Result<Engine> {
+        let mut out: *mut sys::fl_engine_t = ptr::null_mut();
+        // SAFETY: desc is a valid, initialised descriptor; out is a valid out pointer.
+        check(unsafe { sys::fl_engine_create(&self.desc, &mut out) })?;
+        let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_engine_create returned NULL"))?;
+        Ok(Engine { raw, watchdogs: Mutex::new(Vec::new()) })
+    }
+}
+
+type DumpCallback = Box<dyn Fn(&str) + Send + Sync + 'static>;
+
+/// An execution engine: worker threads, lanes, streams and the in-flight window.
+///
+/// Dropping it drains all submitted work (errors are dropped: call
+/// [`synchronize`](Engine::synchronize) first to see them), runs every pending cleanup and
+/// release, and joins the workers.
+///
+/// **Thread-safety:** `Send + Sync`. Every method may be called from any thread
+/// concurrently (the C API synchronises submission, waits, lanes and streams). Streams,
+/// objects, lanes and graphs borrow the engine, so it cannot be dropped while they live.
+/// If the last `Arc<Engine>` is dropped inside a flowlane callback, the drain is handed
+/// to a helper thread (a worker cannot destroy its own engine).
+pub struct Engine {
+    raw: NonNull<sys::fl_engine_t>,
+    watchdogs: Mutex<Vec<Box<DumpCallback>>>,
+}
+
+// SAFETY: the C API allows every fl_engine_* call from any thread, concurrently, except
+// fl_engine_destroy, which needs `self` by value (Drop) and so cannot race with `&self` uses.
+unsafe impl Send for Engine {}
+// SAFETY: see Send: all `&self` methods are thread-safe calls into the C API.
+unsafe impl Sync for Engine {}
+
+struct SendPtr(*mut sys::fl_engine_t);
+// SAFETY: the pointer is only handed to fl_engine_destroy on the helper thread, and nothing
+// else uses the engine afterwards.
+unsafe impl Send for SendPtr {}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let raw = self.raw.as_ptr();
+        let watchdogs = std::mem::take(&mut *self.watchdogs.lock().unwrap_or_else(|e| e.into_inner()));
+        if in_callback() {
+            let p = SendPtr(raw);
+            let spawned = std::thread::Builder::new().name("flowlane-engine-destroy".into()).spawn(move || {
+                let p = p;
+                // SAFETY: the engine is owned by this thread now; it is not a worker of it.
+                unsafe { sys::fl_engine_destroy(p.0) };
+                drop(watchdogs);
+            });
+            if spawned.is_err() {
+                eprintln!("flowlane: could not spawn a thread to destroy an engine dropped in a callback; leaking it");
+            }
+            return;
+        }
+        // SAFETY: raw is a live engine owned by self; no borrow of it survives (lifetimes).
+        let st = unsafe { sys::fl_engine_destroy(raw) };
+        debug_assert_eq!(st, sys::FL_OK, "fl_engine_destroy failed");
+        drop(watchdogs); // after destroy: no dump callback can run any more
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("workers", &self.worker_count())
+            .field("lanes", &self.lane_count())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine with the library defaults.
+    pub fn new() -> Result<Engine> {
+        EngineBuilder::default().build()
+    }
+
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// A borrowed view of an engine owned elsewhere (inside callbacks). Never dropped.
+    pub(crate) fn borrowed(raw: NonNull<sys::fl_engine_t>) -> ManuallyDrop<Engine> {
+        ManuallyDrop::new(Engine { raw, watchdogs: Mutex::new(Vec::new()) })
+    }
+
+    pub fn as_raw(&self) -> *mut sys::fl_engine_t {
+        self.raw.as_ptr()
+    }
+
+    /// Number of lanes (ids `0..lane_count()`).
+    pub fn lane_count(&self) -> u32 {
+        // SAFETY: raw is a live engine.
+        unsafe { sys::fl_engine_lane_count(self.raw.as_ptr()) }
+    }
+
+    /// Number of host worker threads.
+    pub fn worker_count(&self) -> u32 {
+        // SAFETY: raw is a live engine.
+        unsafe { sys::fl_engine_worker_count(self.raw.as_ptr()) }
+    }
+
+    /// Acquires a fresh lane (the smallest free id >= 1), released when the guard drops.
+    /// `ErrorKind::Exhausted` when every lane is held.
+    pub fn acquire_lane(&self) -> Result<Lane<'_>> {
+        let mut id = 0u32;
+        // SAFETY: raw is live; id is a valid out pointer.
+        check(unsafe { sys::fl_lane_acquire(self.raw.as_ptr(), &mut id) })?;
+        Ok(Lane { engine: self, id })
+    }
+
+    /// The host stream of `lane`.
+    pub fn stream(&self, lane: u32) -> Result<Stream<'_>> {
+        self.stream_on(lane, Device::Cpu, StreamKind::Host)
+    }
+
+    /// The stream (lane, device, kind). Interned: the same triple is the same stream.
+    pub fn stream_on(&self, lane: u32, device: Device, kind: StreamKind) -> Result<Stream<'_>> {
+        let mut out: *mut sys::fl_stream_t = ptr::null_mut();
+        // SAFETY: raw is live; out is a valid out pointer.
+        check(unsafe { sys::fl_stream_get(self.raw.as_ptr(), lane, device.raw(), kind.raw(), &mut out) })?;
+        let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_stream_get returned NULL"))?;
+        Ok(Stream { raw, _engine: PhantomData })
+    }
+
+    /// Waits for every instruction submitted before the call; returns the first failure
+    /// among them not yet reported by another wait (each failure is reported once).
+    /// `InvalidArgument` inside an instruction callback.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: raw is live.
+        check(unsafe { sys::fl_engine_synchronize(self.raw.as_ptr()) })
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        let mut s = sys::fl_engine_stats_t::init();
+        // SAFETY: raw is live; s is initialised with its struct_size.
+        check(unsafe { sys::fl_engine_stats(self.raw.as_ptr(), &mut s) })?;
+        Ok(Stats {
+            submitted: s.submitted,
+            completed: s.completed,
+            failed: s.failed,
+            in_flight: s.in_flight,
+            window_stalls: s.window_stalls,
+            steals: s.steals,
+            parks: s.parks,
+        })
+    }
+
+    /// The state dump (streams, oldest pending instructions, window).
+    pub fn dump(&self) -> Result<String> {
+        let mut need = 0u64;
+        // SAFETY: raw is live; a NULL buffer with size 0 is allowed; need is a valid out pointer.
+        check(unsafe { sys::fl_engine_dump(self.raw.as_ptr(), ptr::null_mut(), 0, &mut need) })?;
+        loop {
+            let size = need.max(1);
+            let mut buf = vec![0u8; size as usize];
+            // SAFETY: buf holds `size` writable bytes.
+            check(unsafe { sys::fl_engine_dump(self.raw.as_ptr(), buf.as_mut_ptr() as *mut c_char, size, &mut need) })?;
+            if need <= size {
+                let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+                buf.truncate(end);
+                return Ok(String::from_utf8_lossy(&buf).into_owned());
+            }
+        }
+    }
+
+    /// Starts a trace written to `path`.
+    pub fn trace_start(&self, path: impl AsRef<Path>) -> Result<()> {
+        let p = cstring(&path.as_ref().to_string_lossy())?;
+        // SAFETY: raw is live; p is NUL-terminated and outlives the call (copied by C).
+        check(unsafe { sys::fl_trace_start(self.raw.as_ptr(), p.as_ptr()) })
+    }
+
+    pub fn trace_stop(&self) -> Result<()> {
+        // SAFETY: raw is live.
+        check(unsafe { sys::fl_trace_stop(self.raw.as_ptr()) })
+    }
+
+    /// Turns the hang watchdog on (`timeout_ms > 0`) or off. With `callback`, the dump is
+    /// handed to it on a library thread; otherwise it goes to stderr. Callbacks are kept
+    /// until the engine is dropped.
+    pub fn set_watchdog<F>(&self, timeout_ms: u64, callback: Option<F>) -> Result<()>
+    where
+        F: Fn(&str) + Send + Sync + 'static,
+    {
+        unsafe extern "C" fn dump_trampoline(text: *const c_char, ud: *mut c_void) {
+            let _cb = InCallback::enter();
+            let _ = std::panic::catch_unwind(|| {
+                // SAFETY: ud is the Box<DumpCallback> registered below, alive until the engine drops.
+                let f = unsafe { &*(ud as *const DumpCallback) };
+                let s = if text.is_null() {
+                    String::new()
+                } else {
+                    // SAFETY: the library passes a NUL-terminated string valid for the call.
+                    unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+                };
+                f(&s);
+            });
+        }
+        let mut d = sys::fl_watchdog_desc_t::init();
+        d.timeout_ms = timeout_ms;
+        let boxed: Option<Box<DumpCallback>> = callback.map(|f| Box::new(Box::new(f) as DumpCallback));
+        if let Some(b) = &boxed {
+            d.callback = Some(dump_trampoline);
+            d.user_data = &**b as *const DumpCallback as *mut c_void;
+        }
+        // SAFETY: raw is live; d is initialised; user_data points into a box kept below.
+        check(unsafe { sys::fl_engine_set_watchdog(self.raw.as_ptr(), &d) })?;
+        if let Some(b) = boxed {
+            self.watchdogs.lock().unwrap_or_else(|e| e.into_inner()).push(b);
+        }
+        Ok(())
+    }
+}
+
+/// A held lane: released (work already submitted on it still runs) when dropped.
+///
+/// **Thread-safety:** `Send + Sync`; lane ids are plain numbers and any thread may submit
+/// to any lane's streams.
+#[derive(Debug)]
+pub struct Lane<'e> {
+    engine: &'e Engine,
+    id: u32,
+}
+
+impl<'e> Lane<'e> {
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// This lane's host stream.
+    pub fn stream(&self) -> Result<Stream<'e>> {
+        self.engine.stream(self.id)
+    }
+
+    pub fn stream_on(&self, device: Device, kind: StreamKind) -> Result<Stream<'e>> {
+        self.engine.stream_on(self.id, device, kind)
+    }
+
+    /// Releases the lane now, reporting an error (Drop ignores it).
+    pub fn release(self) -> Result<()> {
+        let me = ManuallyDrop::new(self);
+        // SAFETY: the engine is live for 'e; the id was acquired by this guard.
+        check(unsafe { sys::fl_lane_release(me.engine.raw.as_ptr(), me.id) })
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the engine is live for 'e; the id was acquired by this guard.
+        unsafe { sys::fl_lane_release(self.engine.raw.as_ptr(), self.id) };
+    }
+}
+
+/// An in-order instruction queue identified by (lane, device, kind), borrowed from its
+/// engine. `Copy`: streams are interned and have nothing to release.
+///
+/// **Thread-safety:** `Send + Sync`: any thread may submit to any stream concurrently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stream<'e> {
+    raw: NonNull<sys::fl_stream_t>,
+    _engine: PhantomData<&'e Engine>,
+}
+
+// SAFETY: fl_submit_host, fl_stream_synchronize and fl_stream_info may be called on one stream
+// from several threads at once (submission takes the lane's submit lock in the engine).
+unsafe impl Send for Stream<'_> {}
+// SAFETY: as for Send.
+unsafe impl Sync for Stream<'_> {}
+
+impl<'e> Stream<'e> {
+    pub fn as_raw(&self) -> *mut sys::fl_stream_t {
+        self.raw.as_ptr()
+    }
+
+    /// (lane, device, kind) as the library reports them.
+    pub fn info(&self) -> Result<(u32, Device, StreamKind)> {
+        let mut lane = 0u32;
+        let mut dev = sys::fl_device_t::default();
+        let mut kind: sys::fl_stream_kind_t = 0;
+        // SAFETY: the stream is live for 'e; all out pointers are valid.
+        check(unsafe { sys::fl_stream_info(self.raw.as_ptr(), &mut lane, &mut dev, &mut kind) })?;
+        Ok((lane, Device::from_raw(dev), StreamKind::from_raw(kind)))
+    }
+
+    pub fn lane(&self) -> Result<u32> {
+        self.info().map(|(l, _, _)| l)
+    }
+
+    /// Waits for everything submitted to this stream before the call; error rule as
+    /// [`Engine::synchronize`], restricted to this stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is live for 'e.
+        check(unsafe { sys::fl_stream_synchronize(self.raw.as_ptr()) })
+    }
+
+    /// Starts building a host instruction: `.name()`, `.read(&obj)`, `.write(&obj)`,
+    /// `.nonblocking()`, then `.submit(closure)`.
+    pub fn instr(&self) -> Instr<'e> {
+        Instr::new(*self)
+    }
+
+    /// Submits a closure with no operands (ordered only by this stream).
+    pub fn submit<F, E>(&self, f: F) -> Result<u64>
+    where
+        F: FnOnce() -> std::result::Result<(), E> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        self.instr().submit(f)
+    }
+
+    /// Sets a CUDA stream's priority before its first instruction; returns the applied
+    /// (clamped) value. `Unsupported` in a CPU-only build.
+    pub fn set_priority(&self, priority: i32) -> Result<i32> {
+        let mut applied = 0i32;
+        // SAFETY: the stream is live for 'e; applied is a valid out pointer.
+        check(unsafe { sys::fl_stream_set_priority(self.raw.as_ptr(), priority, &mut applied) })?;
+        Ok(applied)
+    }
+}
+
+pub(crate) fn cstring(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::new(ErrorKind::InvalidArgument, format!("{:?} contains a NUL byte", s)))
+}
