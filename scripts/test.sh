@@ -30,8 +30,18 @@ export FLOWLANE_LIB_DIR="$BUILD_DIR/capi"
 export LD_LIBRARY_PATH="$BUILD_DIR/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [[ -d bindings/python/tests ]]; then
-  say "python binding tests (FLOWLANE_LIBRARY=$lib)"
-  if ! PYTHONPATH="$FLOWLANE_ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q bindings/python; then
+  # `python3` may be a pyenv or venv interpreter without pytest; prefer one that has it
+  # (Debian's python3-pytest is for /usr/bin/python3), else run the same tests with unittest.
+  py_runner=()
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import pytest' >/dev/null 2>&1; then
+      py_runner=("$py" -m pytest -q bindings/python/tests)
+      break
+    fi
+  done
+  [[ ${#py_runner[@]} -gt 0 ]] || py_runner=(python3 -m unittest discover -s bindings/python/tests -v)
+  say "python binding tests: ${py_runner[*]} (FLOWLANE_LIBRARY=$lib)"
+  if ! PYTHONPATH="$FLOWLANE_ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH}" "${py_runner[@]}"; then
     failed+=(python)
   fi
 else
