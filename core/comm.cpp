@@ -1,39 +1,52 @@
-// Communicators and collectives (fl_comm_*, fl_submit_collective). Not implemented yet.
+// Communicators and collectives (fl_comm_*, fl_submit_collective). The host-memory backend
+// (FL_COMM_HOST_FAKE) lives in core/comm_fake.cpp; the NCCL backend is not part of this
+// build (FL_ERR_UNSUPPORTED).
 #include <string>
 
 #include "capi/src/capi_common.hpp"
+#include "core/comm_fake.hpp"
+#include "core/handles.hpp"
 
 using namespace flowlane;
 
 extern "C" {
 
 FL_API fl_status_t fl_comm_get_unique_id(uint32_t backend, fl_comm_unique_id_t* out_id) {
-  (void)backend, (void)out_id;
   return guard([&]() -> fl_status_t {
-    fail(FL_ERR_UNSUPPORTED, "fl_comm_get_unique_id: communicators are not implemented in this version yet");
+    core::comm_unique_id(backend, out_id);
+    return FL_OK;
   });
 }
 
 FL_API fl_status_t fl_comm_create(fl_engine_t* engine, const fl_comm_desc_t* desc, const fl_comm_unique_id_t* id,
                                   fl_comm_t** out_comm) {
-  (void)engine, (void)desc, (void)id, (void)out_comm;
   return guard([&]() -> fl_status_t {
-    fail(FL_ERR_UNSUPPORTED, "fl_comm_create: communicators are not implemented in this version yet");
+    core::Engine* e = engine_from(engine, "fl_comm_create");
+    check_desc(desc, "fl_comm_create", "fl_comm_desc_t");
+    if (id == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: id is NULL");
+    require_out(out_comm, "fl_comm_create", "out_comm");
+    core::Comm* c = core::comm_create(e, *desc, *id);
+    *out_comm = handle_cast<fl_comm_t>(c->handle);
+    return FL_OK;
   });
 }
 
 FL_API fl_status_t fl_comm_destroy(fl_comm_t* comm) {
   return guard([&]() -> fl_status_t {
     if (comm == nullptr) return FL_OK;
-    fail(FL_ERR_INVALID_HANDLE, "fl_comm_destroy: not a communicator (communicators are not implemented yet)");
+    core::comm_destroy(core::comm_from(comm, "fl_comm_destroy"));
+    return FL_OK;
   });
 }
 
 FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm, const fl_collective_instr_t* instr,
                                         fl_instr_id* out_instr_id) {
-  (void)stream, (void)comm, (void)instr, (void)out_instr_id;
   return guard([&]() -> fl_status_t {
-    fail(FL_ERR_UNSUPPORTED, "fl_submit_collective: collectives are not implemented in this version yet");
+    core::Comm* c = core::comm_from(comm, "fl_submit_collective");
+    check_desc(instr, "fl_submit_collective", "fl_collective_instr_t");
+    fl_instr_id id = core::comm_submit(c, stream, *instr);
+    if (out_instr_id) *out_instr_id = id;
+    return FL_OK;
   });
 }
 

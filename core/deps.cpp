@@ -207,19 +207,35 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_object_wait");
   Lane* my_lane = self ? self->stream->lane : nullptr;
+  Instr* cancelled = nullptr;  // engine destroy gave up this wait: it was on a wait cycle
   for (Instr* w : waits) {
     if (my_lane != nullptr) {  // tell diagnostics what the running instruction waits for
       std::lock_guard<SpinLock> lock(my_lane->diag_lock);
       w->ref();
       my_lane->active_waits_on = w;
       my_lane->active_waits_obj = o;
+      my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
     }
-    block_until([w] { return is_terminal(w->load_state()); }, w->state);
+    // acquire pairs with the release store in cancel_cycle_waits() (core/dump.cpp).
+    block_until([w, my_lane] {
+      return is_terminal(w->load_state()) ||
+             (my_lane != nullptr && my_lane->wait_cancelled.load(std::memory_order_acquire));
+    }, w->state);
     if (my_lane != nullptr) {
       {
         std::lock_guard<SpinLock> lock(my_lane->diag_lock);
         my_lane->active_waits_on = nullptr;
         my_lane->active_waits_obj = nullptr;
+        if (!is_terminal(w->load_state()) && my_lane->wait_cancelled.load(std::memory_order_relaxed)) cancelled = w;
+      }
+      if (cancelled != nullptr) {
+        std::string msg = "fl_object_wait in " + self->describe() + " was cancelled: the engine is being destroyed " +
+                          "and this wait for " + w->describe() + " was on a cycle of waits (a deadlock)";
+        if (w->unref()) recycle(w);
+        if (ob) ob->on_wait(false, "fl_object_wait");
+        for (Instr* x : waits)
+          if (x->unref()) recycle(x);
+        return report(FL_ERR_CANCELLED, msg);
       }
       if (w->unref()) recycle(w);
     }

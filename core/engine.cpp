@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/handles.hpp"
+#include "core/watchdog.hpp"
 
 namespace flowlane {
 HandleTable<core::Stream>& stream_table();
@@ -19,10 +20,25 @@ namespace flowlane::core {
 // Streams
 
 void Stream::advance_completed() {
-  // release pairs with the acquire in synchronize(): everything the instruction did
-  // (cleanup, release callbacks, failure record) happens-before the waiter returns.
-  completed.fetch_add(1, std::memory_order_release);
-  completed.notify_all();
+  // seq_cst: everything the instruction did (cleanup, release callbacks, failure record)
+  // happens-before a waiter that sees the count; and with the waiter's seq_cst store of
+  // wake_at and load of completed (wait_completed) a store–load pattern: either the
+  // waiter sees this count or we see its target.
+  uint64_t now = completed.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (now < wake_at.load(std::memory_order_seq_cst)) return;
+  std::lock_guard<std::mutex> lock(wait_mu);
+  auto it = targets.upper_bound(now);  // waiters still short of their target stay registered
+  wake_at.store(it == targets.end() ? UINT64_MAX : *it, std::memory_order_seq_cst);
+  wait_cv.notify_all();
+}
+
+void Stream::wait_completed(uint64_t target) {
+  if (completed.load(std::memory_order_acquire) >= target) return;
+  std::unique_lock<std::mutex> lock(wait_mu);
+  auto it = targets.insert(target);
+  if (target < wake_at.load(std::memory_order_relaxed)) wake_at.store(target, std::memory_order_seq_cst);
+  while (completed.load(std::memory_order_seq_cst) < target) wait_cv.wait(lock);
+  targets.erase(it);
 }
 
 std::string Stream::describe() const {
@@ -53,11 +69,21 @@ Engine::Engine(const fl_engine_desc_t& desc) {
   size_t nstreams = size_t(lanes) * device_slots_ * kStreamKinds;
   streams_ = std::make_unique<std::atomic<Stream*>[]>(nstreams);
   for (size_t k = 0; k < nstreams; ++k) streams_[k].store(nullptr, std::memory_order_relaxed);
+  diag_ = diagnostics_create(this);  // watchdog, communicators, trace (FLOWLANE_TRACE)
 }
 
-Engine::~Engine() { drain_and_stop(); }
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  drain_and_stop();
+}
 
 void Engine::drain_and_stop() {
+  // 0. Diagnostics first: abort communicators (blocked collectives fail with
+  //    FL_ERR_CANCELLED) and watch the drain for wait cycles (core/watchdog.hpp).
+  diagnostics_begin_shutdown(this);
   // 1. Refuse new work. Passing through every lane's submit lock after raising the flag
   //    guarantees each submission either completed its queueing before or sees the flag.
   shutdown_.store(true, std::memory_order_release);  // pairs with acquire in submit()
@@ -68,13 +94,14 @@ void Engine::drain_and_stop() {
   // 2. Drain. Errors are dropped here (synchronize first to see them).
   for (Stream* s : all_streams()) {
     uint64_t target = s->submitted.load(std::memory_order_acquire);
-    block_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; }, s->completed);
+    wait_stream(s, target);
   }
   // 3. Wait for every lane task to finish its tail: the last instruction completing does
   //    not mean its lane has gone idle (it may still be popping or re-queueing itself).
   //    acquire pairs with the runner's seq_cst store of 0 in Lane::run_task().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  diagnostics_end_shutdown(this);  // joins the watchdog thread, writes the trace
   // 4. Join workers.
   {
     std::lock_guard<std::mutex> lock(pools_mu_);
@@ -105,6 +132,8 @@ void Engine::drain_and_stop() {
     stream_table().erase(s->handle);
     delete s;
   }
+  diagnostics_destroy(diag_);
+  diag_ = nullptr;
 }
 
 void Engine::set_observer(std::unique_ptr<Observer> o) {
@@ -211,11 +240,15 @@ void Engine::admit(bool nonblocking) {
     window_stalls_.fetch_add(1, std::memory_order_relaxed);
     Observer* ob = observer();
     if (ob) ob->on_window_stall(true);
+    // Sleep until the window has drained to its low-water mark, not just until one slot
+    // frees: the completer wakes parked submitters once per crossing of the mark instead
+    // of once per completion (see retire_window_slot()).
+    const int64_t low = low_water();
     // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
     // either the retiring thread sees us registered, or we see its decrement.
     window_waiters_.fetch_add(1, std::memory_order_seq_cst);
     cur = inflight_.load(std::memory_order_seq_cst);
-    while (cur >= limit) {
+    while (cur > low) {
       inflight_.wait(cur, std::memory_order_relaxed);
       cur = inflight_.load(std::memory_order_relaxed);
     }
@@ -224,9 +257,17 @@ void Engine::admit(bool nonblocking) {
   }
 }
 
+int64_t Engine::low_water() const {
+  const int64_t limit = int64_t(inflight_limit_);
+  return limit - 1 - std::min<int64_t>(limit / 4, 256);
+}
+
 void Engine::retire_window_slot() {
-  inflight_.fetch_sub(1, std::memory_order_seq_cst);
-  if (window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
+  // To go from above the low-water mark to below it, the count must be decremented to
+  // exactly the mark (it moves by one), so notifying on that transition alone never
+  // strands a submitter parked above the mark.
+  int64_t now = inflight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
+  if (now == low_water() && window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -270,6 +311,13 @@ fl_status_t Engine::collect_failure(const std::vector<std::pair<Stream*, uint64_
   return FL_OK;
 }
 
+void Engine::wait_stream(Stream* s, uint64_t target) {
+  if (pool_->on_worker())
+    pool_->help_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; });
+  else
+    s->wait_completed(target);
+}
+
 fl_status_t Engine::synchronize() {
   if (current_instr() != nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside instruction " +
@@ -281,7 +329,7 @@ fl_status_t Engine::synchronize() {
   for (auto& [s, target] : upto) {
     Stream* st = s;
     uint64_t t = target;
-    block_until([st, t] { return st->completed.load(std::memory_order_acquire) >= t; }, st->completed);
+    wait_stream(st, t);
   }
   if (ob) ob->on_wait(false, "fl_engine_synchronize");
   return collect_failure(upto);
@@ -295,7 +343,7 @@ fl_status_t Engine::synchronize(Stream* s) {
   uint64_t target = s->submitted.load(std::memory_order_acquire);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
-  block_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; }, s->completed);
+  wait_stream(s, target);
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
   return collect_failure({{s, target}});
 }

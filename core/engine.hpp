@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,7 @@ namespace flowlane::core {
 
 class Engine;
 struct Lane;
+struct Diagnostics;  // core/watchdog.hpp: watchdog, communicators, trace (issue 7)
 
 // Number of stream kinds (fl_stream_kind_t) and device slots per lane: slot 0 is the CPU,
 // slot 1 + i is CUDA device i.
@@ -42,8 +44,16 @@ struct Stream {
   // Backend state (CUDA stream, event bookkeeping) for device streams; null for host ones.
   void* backend = nullptr;
 
+  // Waiters (synchronize) register the completion count they need; completers wake them
+  // only when the smallest registered target is reached, not on every completion.
+  std::atomic<uint64_t> wake_at{UINT64_MAX};
+  std::mutex wait_mu;
+  std::condition_variable wait_cv;
+  std::multiset<uint64_t> targets;  // under wait_mu
+
   bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
-  void advance_completed();           // completed += 1, wakes waiters
+  void advance_completed();                    // completed += 1, wakes waiters whose target is reached
+  void wait_completed(uint64_t target);        // sleeps until completed >= target
   std::string describe() const;       // "lane 1, host"
 };
 
@@ -83,6 +93,9 @@ struct Lane {
   bool active_blocked = false;
   Instr* active_waits_on = nullptr;  // referenced while set
   Object* active_waits_obj = nullptr;
+  // Set (under diag_lock) by engine destroy when the running callback's fl_object_wait is on
+  // a wait cycle and can never return: the wait gives up with FL_ERR_CANCELLED (core/dump.hpp).
+  std::atomic<bool> wait_cancelled{false};
   void set_active(Instr* i, bool blocked);
   void clear_active(Instr* i);
 
@@ -101,7 +114,13 @@ struct FailureRecord {
 class Engine {
  public:
   explicit Engine(const fl_engine_desc_t& desc);
-  ~Engine();  // drains, runs releases, joins
+  ~Engine();  // shutdown() if not done yet
+
+  // Destroy is two steps so that the C handle stays valid while callbacks drain:
+  // begin_destroy() claims the destruction (false if someone else already did), shutdown()
+  // refuses new work, drains, joins the workers and runs pending releases (idempotent).
+  bool begin_destroy() { return !destroying_.exchange(true, std::memory_order_acq_rel); }
+  void shutdown();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -139,6 +158,7 @@ class Engine {
   // submitting more work): such submissions are admitted over the limit.
   void admit(bool nonblocking);
   void retire_window_slot();
+  int64_t low_water() const;  // parked submitters resume once in-flight drops to this
 
   // Waits. Each returns FL_OK or a failure status, with the thread's message set.
   fl_status_t synchronize();
@@ -165,6 +185,7 @@ class Engine {
   int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
   uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
   std::vector<Stream*> all_streams() const;
+  Diagnostics* diagnostics() const { return diag_; }
 
  private:
   // Waits until done(): a worker of this engine's pool helps run other work meanwhile;
@@ -182,6 +203,7 @@ class Engine {
     }
   }
   void record(Instr* i, const Operand& op);
+  void wait_stream(Stream* s, uint64_t target);  // helps on a worker, sleeps elsewhere
   void destroy_object(Object* o);
   fl_status_t collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto);
   void drain_and_stop();
@@ -216,10 +238,14 @@ class Engine {
   std::deque<FailureRecord> failures_;
 
   std::atomic<bool> shutdown_{false};
+  std::atomic<bool> destroying_{false};
+  bool stopped_ = false;  // shutdown() done (destroying thread only)
 
   std::atomic<Observer*> observer_{nullptr};
   std::mutex observers_mu_;
   std::vector<std::unique_ptr<Observer>> observers_;  // every observer installed, kept to the end
+
+  Diagnostics* diag_ = nullptr;  // created in the constructor, freed last in drain_and_stop()
 };
 
 // The instruction running on this thread (inside its callback), or null.

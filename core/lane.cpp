@@ -18,6 +18,8 @@ FL_TLS thread_local Instr* t_current_instr = nullptr;
 // A lane runs at most this many instructions before it re-queues itself, so that one busy
 // lane cannot starve the others on a small pool.
 constexpr int kLaneBatch = 64;
+// Pauses a lane runner waits for more work before going idle (a few hundred ns).
+constexpr int kIdleSpins = 16;
 }  // namespace
 
 Instr* current_instr() { return t_current_instr; }
@@ -85,6 +87,23 @@ void Lane::run_task(Task* t) {
     if (i == nullptr) {
       i = lane->pop();
       if (i == nullptr) {
+        // Briefly wait for the submitter before giving the lane up: when execution is
+        // faster than submission, giving up after every instruction costs a trip through
+        // the pool's injection queue per instruction.
+        for (int spin = 0; spin < kIdleSpins && i == nullptr; ++spin) {
+          FL_CPU_RELAX();
+          if (lane->pushed_since(lane->head)) i = lane->pop();
+        }
+      }
+      if (i != nullptr) {
+        // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
+        // re-submits this lane task, and the resumed runner must find the instruction.
+        lane->cur = i;
+        lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
+        // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
+        // (when we drop it) makes every predecessor's results visible before running.
+        if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
+      } else {
         // Going idle: publish, then look again, so that a producer that saw the lane owned
         // cannot leave its instruction behind (see push()). Once `scheduled` is 0 another
         // worker may own the lane, so only the head captured before is compared.
@@ -94,13 +113,6 @@ void Lane::run_task(Task* t) {
         if (lane->scheduled.exchange(1, std::memory_order_seq_cst) != 0) return;  // re-scheduled by a producer
         continue;
       }
-      // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
-      // re-submits this lane task, and the resumed runner must find the instruction.
-      lane->cur = i;
-      lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
-      // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
-      // (when we drop it) makes every predecessor's results visible before running.
-      if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
     }
     lane->cur = nullptr;
     lane->set_active(i, false);
@@ -186,6 +198,11 @@ void Engine::complete(Instr* i) {
     if (d.pred->unref()) recycle(d.pred);
   i->deps.clear();
 
+  // Counters first, so that stats read after any wait include this instruction.
+  Lane* lane = i->stream->lane;
+  lane->completed.fetch_add(1, std::memory_order_relaxed);
+  if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_relaxed);
+
   // Publish the result: release pairs with the acquire loads of waiters and of dependents'
   // poison checks.
   i->state.store(uint32_t(final_state), std::memory_order_release);
@@ -209,16 +226,13 @@ void Engine::complete(Instr* i) {
     e = next;
   }
 
-  Lane* lane = i->stream->lane;
-  if (final_state != InstrState::kDone) {
-    lane->failed.fetch_add(1, std::memory_order_relaxed);
-    record_failure(i);
-  }
+  if (final_state != InstrState::kDone) record_failure(i);
   for (Operand& op : i->operands) release_object_ref(op.obj);
   i->operands.clear();
-  lane->completed.fetch_add(1, std::memory_order_relaxed);
-  i->stream->advance_completed();
+  // The window slot is freed before the stream's completion is published, so a caller
+  // returning from synchronize sees in_flight without this instruction.
   retire_window_slot();
+  i->stream->advance_completed();
   lane->clear_active(i);
   if (i->unref()) recycle(i);
 }

@@ -158,8 +158,12 @@ FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
     if (e->pool().on_worker() || core::current_instr() != nullptr)
       fail(FL_ERR_INVALID_ARGUMENT,
            "fl_engine_destroy called from one of the engine's own callbacks: it would wait for itself");
-    if (engine_table().erase(handle_bits(engine)) == nullptr)
-      fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine was destroyed concurrently");
+    if (!e->begin_destroy())
+      fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine is already being destroyed");
+    // Drain with the handle still valid: callbacks that run during the drain may use the
+    // engine (their submissions get FL_ERR_SHUTDOWN). Then the handle goes stale.
+    e->shutdown();
+    engine_table().erase(handle_bits(engine));
     delete e;
     return FL_OK;
   });
@@ -218,6 +222,7 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
     Engine* e = engine_from(engine, "fl_stream_get");
     require_out(out_stream, "fl_stream_get", "out_stream");
     if (lane >= e->lane_count()) fail(FL_ERR_OUT_OF_RANGE, lane_out_of_range("fl_stream_get", lane, *e));
+    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_stream_get: the engine is being destroyed");
     const int64_t kind_bits = enum_bits(kind);
     if (kind_bits < 0 || kind_bits > FL_STREAM_COLLECTIVE)
       fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: stream kind " + std::to_string(kind_bits) +

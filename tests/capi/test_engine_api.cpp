@@ -564,9 +564,10 @@ TEST(Destroy, SubmissionsFromCallbacksDuringDestroyGetShutdown) {
   struct Ctx {
     fl_stream_t* s;
     std::atomic<int> status{-1};
+    std::atomic<int> stream_get_status{-1};
   } ctx{s};
   fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = [](fl_instr_ctx_t*, void* ud) {
+  in.fn = [](fl_instr_ctx_t* ictx, void* ud) {
     auto* c = static_cast<Ctx*>(ud);
     // Keep submitting follow-ups until destroy has begun: from then on, SHUTDOWN.
     fl_host_instr_t next = FL_HOST_INSTR_INIT;
@@ -577,10 +578,15 @@ TEST(Destroy, SubmissionsFromCallbacksDuringDestroyGetShutdown) {
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
     c->status.store(st);
+    // The engine handle stays valid while the drain runs its callbacks.
+    fl_stream_t* other = nullptr;
+    c->stream_get_status.store(
+        fl_stream_get(fl_instr_engine(ictx), 1, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &other));
     return FL_OK;
   };
   in.user_data = &ctx;
   ASSERT_FL_OK(fl_submit_host(s, &in, nullptr));
   ASSERT_FL_OK(fl_engine_destroy(e));
   EXPECT_EQ(ctx.status.load(), FL_ERR_SHUTDOWN);
+  EXPECT_EQ(ctx.stream_get_status.load(), FL_ERR_SHUTDOWN);
 }

@@ -1,0 +1,121 @@
+// Helpers shared by the diagnostics, communicator and trace suites (public API only).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace fldiag {
+
+using Clock = std::chrono::steady_clock;
+
+template <class F>
+struct Closure {
+  F f;
+  static fl_status_t call(fl_instr_ctx_t* ctx, void* ud) { return static_cast<Closure*>(ud)->f(ctx); }
+  static void destroy(void* ud) { delete static_cast<Closure*>(ud); }
+};
+
+// Submits a lambda taking (fl_instr_ctx_t*) as a host instruction.
+template <class F>
+fl_instr_id submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, const char* name = nullptr) {
+  auto* c = new Closure<F>{std::move(f)};
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = &Closure<F>::call;
+  in.cleanup = &Closure<F>::destroy;
+  in.user_data = c;
+  in.operands = ops.empty() ? nullptr : ops.data();
+  in.num_operands = ops.size();
+  in.name = name;
+  fl_instr_id id = 0;
+  fl_status_t st = fl_submit_host(s, &in, &id);
+  EXPECT_EQ(st, FL_OK) << fl_last_error_message();
+  if (st != FL_OK) delete c;
+  return id;
+}
+
+inline fl_object_t* make_obj(fl_engine_t* e) {
+  fl_object_t* o = nullptr;
+  EXPECT_EQ(fl_object_create(e, nullptr, nullptr, &o), FL_OK) << fl_last_error_message();
+  return o;
+}
+inline fl_operand_t R(fl_object_t* o) { return fl_operand_t{o, FL_READ, 0}; }
+inline fl_operand_t W(fl_object_t* o) { return fl_operand_t{o, FL_WRITE, 0}; }
+inline fl_operand_t RW(fl_object_t* o) { return fl_operand_t{o, FL_READ_WRITE, 0}; }
+
+// A flag a callback can spin on; gives up after 60 s so a broken engine cannot hang CI.
+struct Gate {
+  std::atomic<bool> open{false};
+  bool wait() const {
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!open.load()) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  }
+};
+
+// Collects watchdog dumps delivered to a callback.
+struct DumpCatcher {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> dumps;
+  static void on_dump(const char* text, void* ud) {
+    auto* self = static_cast<DumpCatcher*>(ud);
+    std::lock_guard<std::mutex> lk(self->mu);
+    self->dumps.emplace_back(text);
+    self->cv.notify_all();
+  }
+  // Installs the callback form with `timeout_ms`.
+  void install(fl_engine_t* e, uint64_t timeout_ms = 200) {
+    fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
+    w.timeout_ms = timeout_ms;
+    w.callback = &DumpCatcher::on_dump;
+    w.user_data = this;
+    ASSERT_FL_OK(fl_engine_set_watchdog(e, &w));
+  }
+  // Waits (generous bound: 30 s) for the n-th dump; "" if none came.
+  std::string wait_for(size_t n = 1) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!cv.wait_for(lk, std::chrono::seconds(30), [&] { return dumps.size() >= n; })) return "";
+    return dumps[n - 1];
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lk(mu);
+    return dumps.size();
+  }
+};
+
+inline fl_stream_t* host_of(fl_engine_t* e, uint32_t lane) {
+  fl_stream_t* s = nullptr;
+  fl_device_t cpu{FL_DEVICE_CPU, 0};
+  EXPECT_EQ(fl_stream_get(e, lane, cpu, FL_STREAM_HOST, &s), FL_OK) << fl_last_error_message();
+  return s;
+}
+inline fl_stream_t* coll_of(fl_engine_t* e, uint32_t lane) {
+  fl_stream_t* s = nullptr;
+  fl_device_t cpu{FL_DEVICE_CPU, 0};
+  EXPECT_EQ(fl_stream_get(e, lane, cpu, FL_STREAM_COLLECTIVE, &s), FL_OK) << fl_last_error_message();
+  return s;
+}
+
+inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+inline std::string dump_now(fl_engine_t* e) {
+  uint64_t needed = 0;
+  EXPECT_EQ(fl_engine_dump(e, nullptr, 0, &needed), FL_OK) << fl_last_error_message();
+  std::string buf(needed + 4096, '\0');  // the state may grow between the calls
+  EXPECT_EQ(fl_engine_dump(e, buf.data(), buf.size(), &needed), FL_OK) << fl_last_error_message();
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+}  // namespace fldiag
