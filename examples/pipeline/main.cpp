@@ -232,11 +232,19 @@ bool run_schedule(const Options& opt, const std::string& sched, uint64_t iters_p
         std::vector<fl_operand_t> ops;
         std::string name;
         if (o.phase == kF) {
-          name = "F" + std::to_string(i) + "," + std::to_string(j);
+          // Appended piecewise: `"F" + std::to_string(i)` trips GCC 12's false -Wrestrict
+          // (GCC bug 105329).
+          name = "F";
+          name += std::to_string(i);
+          name += ',';
+          name += std::to_string(j);
           if (j > 0) ops.push_back({act[size_t(i * n + j - 1)], FL_READ, 0});
           ops.push_back({act[size_t(i * n + j)], FL_WRITE, 0});
         } else {
-          name = "B" + std::to_string(i) + "," + std::to_string(j);
+          name = "B";
+          name += std::to_string(i);
+          name += ',';
+          name += std::to_string(j);
           ops.push_back({act[size_t(i * n + j)], FL_READ, 0});
           if (j < n - 1) ops.push_back({grad[size_t(i * n + j + 1)], FL_READ, 0});
           ops.push_back({grad[size_t(i * n + j)], FL_WRITE, 0});
