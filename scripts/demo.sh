@@ -4,7 +4,7 @@
 # pipeline-parallel demo (examples/pipeline): GPipe and 1F1B schedules over lanes, their
 # executed order checked, the bubble measured against (n-1)/(m+n-1), Perfetto traces
 # written to the current directory. Arguments go to the pipeline demo
-# (e.g. --stages 4 --micro-batches 16; --help lists them).
+# (e.g. --stages 4 --micro 16 --schedule 1f1b; --help lists them).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$FLOWLANE_ROOT"
