@@ -1,13 +1,35 @@
 // fl_parallel_for on the pool: dynamic chunk claiming. See core/parallel_for.hpp.
+//
+// The caller does not wait for helper tasks that have not started: a parked worker may take
+// tens of microseconds (much more on a loaded machine) to wake up, and by then the caller
+// may have run every chunk itself. So the shared state is on the heap, reference-counted by
+// the caller and every helper, and the caller waits only until every chunk has been claimed
+// (or the loop stopped) and no participant is inside a body:
+//
+//   done  <=>  (next >= chunks || stop) && active == 0
+//
+// A participant increments `active` before claiming and decrements it after its last
+// chunk. All of these are seq_cst, so if the caller sees the loop done, a helper that
+// enters later claims nothing (its claim returns >= chunks, or it sees stop) and runs no
+// body; it only drops its reference.
 #include "core/parallel_for.hpp"
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <memory>
+
+#include "core/notifier.hpp"  // detail::futex_wait / futex_wake
 
 namespace flowlane::core {
 
 namespace {
+
+struct ForState;
+
+struct Helper : Task {
+  ForState* state = nullptr;
+};
 
 struct ForState {
   RangeFn body;
@@ -20,38 +42,86 @@ struct ForState {
   std::atomic<bool> stop{false};               // a chunk failed: claim nothing more
   std::atomic<bool> failed{false};             // the first failure has been recorded
   ParallelForResult result;                    // written by the first failing chunk only
-  Latch latch{0};
-};
+  alignas(64) std::atomic<uint32_t> active{0};  // participants between enter and leave
+  std::atomic<uint32_t> wake{0};                // futex word: bumped when active drops to 0
+  std::atomic<uint32_t> sleeping{0};            // the caller is (about to be) in futex_wait
+  std::atomic<uint32_t> refs{1};                // the caller + every submitted helper
+  std::unique_ptr<Helper[]> helpers;
 
-// Claims and runs chunks until none is left or one failed.
-void drain(ForState& s) {
-  for (;;) {
-    // Relaxed: stop is a hint; a chunk claimed just before a failure became visible may
-    // still run (the guarantee is about chunks claimed after the failing one returned).
-    if (s.stop.load(std::memory_order_relaxed)) return;
-    uint64_t c = s.next.fetch_add(1, std::memory_order_relaxed);
-    if (c >= s.chunks) return;
-    uint64_t lo = s.begin + c * s.grain;
-    uint64_t hi = s.end - lo > s.grain ? lo + s.grain : s.end;
-    fl_status_t st = s.body(lo, hi, s.user_data);
-    if (st != FL_OK) {
-      s.stop.store(true, std::memory_order_relaxed);
-      // The winner writes result; the waiter reads it after the latch (acquire) or after
-      // its own drain returned (same thread), so plain fields suffice.
-      if (!s.failed.exchange(true, std::memory_order_relaxed)) s.result = {st, lo, hi};
-      return;
+  bool done() const {
+    bool finished = next.load(std::memory_order_seq_cst) >= chunks || stop.load(std::memory_order_seq_cst);
+    return finished && active.load(std::memory_order_seq_cst) == 0;
+  }
+
+  // Claims and runs chunks until none is left or one failed.
+  void participate() {
+    active.fetch_add(1, std::memory_order_seq_cst);  // before any claim: see the header comment
+    for (;;) {
+      if (stop.load(std::memory_order_seq_cst)) break;
+      uint64_t c = next.fetch_add(1, std::memory_order_seq_cst);
+      if (c >= chunks) break;
+      uint64_t lo = begin + c * grain;
+      uint64_t hi = end - lo > grain ? lo + grain : end;
+      fl_status_t st = body(lo, hi, user_data);
+      if (st != FL_OK) {
+        // The winner writes result; the caller reads it after seeing active == 0 (the
+        // seq_cst decrement below orders it).
+        if (!failed.exchange(true, std::memory_order_relaxed)) result = {st, lo, hi};
+        stop.store(true, std::memory_order_seq_cst);
+        break;
+      }
+    }
+    if (active.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      // Dekker pair with the caller's sleeping increment and its done() check: either it
+      // sees active == 0, or we see it sleeping and wake it (the bump makes a futex_wait
+      // that has not started yet return at once).
+      wake.fetch_add(1, std::memory_order_seq_cst);
+      if (sleeping.load(std::memory_order_seq_cst) != 0) detail::futex_wake(&wake, INT_MAX);
     }
   }
-}
 
-struct Helper : Task {
-  ForState* state = nullptr;
-  static void run_task(Task* t) {
-    ForState& s = *static_cast<Helper*>(t)->state;
-    drain(s);
-    s.latch.count_down();  // last access to s: the caller may return right after
+  void release() {
+    // acq_rel: the last owner sees every other owner's accesses before freeing.
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  static void run_helper(Task* t) {
+    ForState* s = static_cast<Helper*>(t)->state;
+    s->participate();
+    s->release();
+  }
+
+  void wait(Pool& pool) {
+    if (pool.on_worker()) {
+      pool.help_until([this] { return done(); });
+      return;
+    }
+    for (int i = 0; i < 256; ++i) {
+      if (done()) return;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    sleeping.store(1, std::memory_order_seq_cst);
+    for (;;) {
+      uint32_t w = wake.load(std::memory_order_seq_cst);
+      if (done()) break;
+      detail::futex_wait(&wake, w);
+    }
+    sleeping.store(0, std::memory_order_relaxed);
   }
 };
+
+// The loop without helpers: one chunk, or a one-worker pool.
+ParallelForResult run_inline(uint64_t begin, uint64_t end, uint64_t grain, RangeFn body, void* user_data) {
+  for (uint64_t lo = begin; lo < end;) {
+    uint64_t hi = end - lo > grain ? lo + grain : end;
+    fl_status_t st = body(lo, hi, user_data);
+    if (st != FL_OK) return {st, lo, hi};
+    lo = hi;
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -68,40 +138,30 @@ ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_
   if (grain == 0) grain = default_grain(count, pool.size());
   uint64_t chunks = count / grain + (count % grain != 0);
 
-  ForState s;
-  s.body = body;
-  s.user_data = user_data;
-  s.begin = begin;
-  s.end = end;
-  s.grain = grain;
-  s.chunks = chunks;
-
   // The caller is always one of the participants (the C contract: "the calling thread
-  // helps"), so at most size() threads run bodies: the caller and size() - 1 helpers. From
-  // outside the pool this also hides the workers' wake-up latency behind the caller's
-  // first chunks.
-  uint64_t participants = std::min<uint64_t>(chunks, pool.size());
-  uint64_t helpers = participants - 1;
-  if (helpers == 0) {  // one chunk, or a one-worker pool: the caller runs everything
-    drain(s);
-    return s.result;
-  }
-  Helper local[4];
-  std::unique_ptr<Helper[]> heap;
-  Helper* hs = local;
-  if (helpers > 4) {
-    heap.reset(new Helper[helpers]);
-    hs = heap.get();
-  }
-  s.latch.add(int64_t(helpers));
+  // helps"), so at most size() threads run bodies: the caller and size() - 1 helpers.
+  uint64_t helpers = std::min<uint64_t>(chunks, pool.size()) - 1;
+  if (helpers == 0) return run_inline(begin, end, grain, body, user_data);
+
+  auto* s = new ForState;
+  s->body = body;
+  s->user_data = user_data;
+  s->begin = begin;
+  s->end = end;
+  s->grain = grain;
+  s->chunks = chunks;
+  s->helpers.reset(new Helper[helpers]);
+  s->refs.store(uint32_t(helpers) + 1, std::memory_order_relaxed);
   for (uint64_t i = 0; i < helpers; ++i) {
-    hs[i].run = &Helper::run_task;
-    hs[i].state = &s;
-    pool.submit(&hs[i]);
+    s->helpers[i].run = &ForState::run_helper;
+    s->helpers[i].state = s;
+    pool.submit(&s->helpers[i]);  // publishes the fields above
   }
-  drain(s);
-  s.latch.wait(pool);
-  return s.result;
+  s->participate();
+  s->wait(pool);
+  ParallelForResult r = s->result;
+  s->release();
+  return r;
 }
 
 }  // namespace flowlane::core

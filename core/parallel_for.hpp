@@ -1,9 +1,10 @@
 // Fork–join parallel loop on the pool (fl_parallel_for): [begin, end) is cut into chunks of
 // at most `grain` indices, claimed dynamically from one atomic counter by up to size()
 // participants: the calling thread and size() - 1 helper tasks. When the chunks run out the
-// caller waits for the helpers: on a worker of the pool it helps (runs other tasks), from
-// any other thread it blocks. The first failing chunk's status is returned and no
-// participant claims a chunk after it.
+// caller waits until no participant is inside a body (not for helpers that have not
+// started): on a worker of the pool it helps (runs other tasks), from any other thread it
+// blocks. The first failing chunk's status is returned and no participant claims a chunk
+// after it.
 #pragma once
 
 #include <cstdint>

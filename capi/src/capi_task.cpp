@@ -36,7 +36,10 @@ GraphBox* graph_from(const fl_taskgraph_t* h, const char* fn) {
 }
 
 std::string range_text(uint64_t lo, uint64_t hi) {
-  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+  // append(), not "[" + to_string(lo): GCC 12 warns falsely on the latter (-Wrestrict).
+  std::string s("[");
+  s.append(std::to_string(lo)).append(", ").append(std::to_string(hi)).append(")");
+  return s;
 }
 
 }  // namespace
@@ -64,11 +67,10 @@ fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t end, u
 
 fl_status_t fl_taskgraph_create(fl_engine_t* engine, fl_taskgraph_t** out_graph) {
   return guard([&]() -> fl_status_t {
-    core::Engine* e = engine_from(engine, "fl_taskgraph_create");
+    engine_from(engine, "fl_taskgraph_create");  // validates; the graph keeps the handle, not the pointer
     require_out(out_graph, "fl_taskgraph_create", "out_graph");
     auto box = std::make_unique<GraphBox>();
     box->engine_handle = handle_bits(engine);
-    (void)e;
     uint64_t h = graphs().insert(box.get());
     if (h == 0) fail(FL_ERR_NO_MEMORY, "fl_taskgraph_create: too many live task graphs");
     box.release();
