@@ -1,7 +1,12 @@
 // Shared helpers for the test suites.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -64,3 +69,65 @@ struct EngineFixture {
     return s;
   }
 };
+
+// Lambdas as host instructions, operands and gates, for tests through the public API.
+namespace fltest {
+
+using Clock = std::chrono::steady_clock;
+
+// Owns a lambda submitted as a host instruction; freed by the instruction's cleanup.
+// The lambda may take the instruction context or nothing.
+template <class F>
+struct Closure {
+  F f;
+  static fl_status_t call(fl_instr_ctx_t* ctx, void* ud) {
+    auto* self = static_cast<Closure*>(ud);
+    if constexpr (std::is_invocable_v<F&, fl_instr_ctx_t*>)
+      return self->f(ctx);
+    else
+      return self->f();
+  }
+  static void destroy(void* ud) { delete static_cast<Closure*>(ud); }
+};
+
+template <class F>
+fl_instr_id submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, const char* name = nullptr) {
+  auto* c = new Closure<F>{std::move(f)};
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = &Closure<F>::call;
+  in.cleanup = &Closure<F>::destroy;
+  in.user_data = c;
+  in.operands = ops.empty() ? nullptr : ops.data();
+  in.num_operands = ops.size();
+  in.name = name;
+  fl_instr_id id = 0;
+  fl_status_t st = fl_submit_host(s, &in, &id);
+  EXPECT_EQ(st, FL_OK) << fl_last_error_message();
+  if (st != FL_OK) delete c;  // a refused submission never calls cleanup
+  return id;
+}
+
+inline fl_object_t* make_obj(fl_engine_t* e) {
+  fl_object_t* o = nullptr;
+  EXPECT_EQ(fl_object_create(e, nullptr, nullptr, &o), FL_OK) << fl_last_error_message();
+  return o;
+}
+inline fl_operand_t R(fl_object_t* o) { return fl_operand_t{o, FL_READ, 0}; }
+inline fl_operand_t W(fl_object_t* o) { return fl_operand_t{o, FL_WRITE, 0}; }
+inline fl_operand_t RW(fl_object_t* o) { return fl_operand_t{o, FL_READ_WRITE, 0}; }
+
+// A flag a callback can wait on; gives up after 60 s so a broken engine cannot hang CI
+// (the test then fails instead).
+struct Gate {
+  std::atomic<bool> open{false};
+  bool wait() const {
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!open.load()) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  }
+};
+
+}  // namespace fltest

@@ -16,54 +16,18 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using fltest::Clock;
+using fltest::Gate;
+using fltest::R;
+using fltest::RW;
+using fltest::W;
 
-struct Gate {
-  std::atomic<bool> open{false};
-  // Waits until opened; fails (returns false) after 60 s so a broken engine cannot hang CI.
-  bool wait() const {
-    auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (!open.load()) {
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return true;
-  }
-};
-
-template <class F>
-struct Closure {
-  F f;
-  static fl_status_t call(fl_instr_ctx_t*, void* ud) { return static_cast<Closure*>(ud)->f(); }
-  static void destroy(void* ud) { delete static_cast<Closure*>(ud); }
-};
-
-// Submits a C++ lambda as a host instruction (owned by the engine; freed by cleanup).
 template <class F>
 fl_instr_id submit_fn(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, const char* name = nullptr) {
-  auto* c = new Closure<F>{std::move(f)};
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = &Closure<F>::call;
-  in.cleanup = &Closure<F>::destroy;
-  in.user_data = c;
-  in.operands = ops.empty() ? nullptr : ops.data();
-  in.num_operands = ops.size();
-  in.name = name;
-  fl_instr_id id = 0;
-  fl_status_t st = fl_submit_host(s, &in, &id);
-  EXPECT_EQ(st, FL_OK) << fl_last_error_message();
-  return id;
+  return fltest::submit(s, std::move(f), std::move(ops), name);
 }
 
-fl_object_t* obj(fl_engine_t* e) {
-  fl_object_t* o = nullptr;
-  EXPECT_EQ(fl_object_create(e, nullptr, nullptr, &o), FL_OK);
-  return o;
-}
-
-fl_operand_t R(fl_object_t* o) { return fl_operand_t{o, FL_READ, 0}; }
-fl_operand_t W(fl_object_t* o) { return fl_operand_t{o, FL_WRITE, 0}; }
-fl_operand_t RW(fl_object_t* o) { return fl_operand_t{o, FL_READ_WRITE, 0}; }
+fl_object_t* obj(fl_engine_t* e) { return fltest::make_obj(e); }
 
 long resident_kib() {
   std::ifstream f("/proc/self/status");

@@ -128,7 +128,11 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
 /* DESTRUCTOR: fl_engine_t
    Drains all submitted work (errors are dropped: synchronize first to see them), runs
    every pending cleanup and release callback, joins threads and frees. NULL is a no-op.
-   Afterwards every handle of this engine (streams, objects, graphs, comms) is stale.
+   Afterwards its streams and objects are stale (FL_ERR_INVALID_HANDLE). Communicators are
+   aborted first: collectives not yet matched by every rank fail with FL_ERR_CANCELLED; the
+   comm handle is stale afterwards. Task graphs outlive it: running one answers
+   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. An fl_object_wait that
+   sits on a cycle of waits (it can never return) is cancelled with FL_ERR_CANCELLED.
    Must not be called from an instruction or task callback (FL_ERR_INVALID_ARGUMENT). */
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine);
 
