@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -17,20 +18,20 @@
 
 namespace flowlane::core {
 
+// Acquisitions (process-wide, every SpinLock) that found the lock held. Counted only on
+// the slow path, so an uncontended lock pays nothing for it; benchmarks read it to show
+// that the per-lane and per-object locks are uncontended in the common case.
+inline std::atomic<uint64_t>& spin_contentions() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
+
 class SpinLock {
  public:
   void lock() noexcept {
-    for (unsigned spins = 0;; ++spins) {
-      // acquire pairs with the release in unlock(): the holder's writes are visible.
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins < 64) {
-          FL_CPU_RELAX();
-        } else {
-          std::this_thread::yield();
-        }
-      }
-    }
+    // acquire pairs with the release in unlock(): the holder's writes are visible.
+    if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    lock_contended();
   }
   bool try_lock() noexcept {
     return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
@@ -38,6 +39,20 @@ class SpinLock {
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }  // pairs with lock()
 
  private:
+  [[gnu::cold, gnu::noinline]] void lock_contended() noexcept {
+    spin_contentions().fetch_add(1, std::memory_order_relaxed);
+    for (unsigned spins = 0;; ++spins) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (++spins < 64) {
+          FL_CPU_RELAX();
+        } else {
+          std::this_thread::yield();
+        }
+      }
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;  // pairs with unlock()
+    }
+  }
+
   std::atomic<bool> locked_{false};
 };
 
