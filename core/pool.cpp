@@ -24,6 +24,7 @@
 #include <concurrentqueue.h>
 #endif
 
+#include "core/error.hpp"  // FL_TLS
 #include "core/notifier.hpp"
 #include "core/wsq.hpp"
 
@@ -167,8 +168,8 @@ struct Pool::Impl {
 
 namespace {
 // The current thread's worker and pool, for on_worker() and submit().
-thread_local const void* tls_pool = nullptr;  // the Pool::Impl this thread works for
-thread_local Worker* tls_worker = nullptr;
+FL_TLS thread_local const void* tls_pool = nullptr;  // the Pool::Impl this thread works for
+FL_TLS thread_local Worker* tls_worker = nullptr;  // initial-exec: read on every submit (core/error.hpp)
 }  // namespace
 
 void Pool::Impl::worker_main(Worker& w) {
