@@ -17,55 +17,88 @@ namespace flowlane::core {
 namespace {
 
 // True when `before` is certain to have completed by the time `after` starts, without an
-// edge: both run synchronously on the same lane and `before` was queued first.
+// edge: `before` runs synchronously on the lane (a host-executed stream: it completes
+// before the lane moves on) and `after` was queued on the same lane later. A device
+// instruction completes only on the GPU, so it never orders its lane's successors.
 bool ordered_by_lane(const Instr* before, const Instr* after) {
-  return before->stream->lane == after->stream->lane && before->stream->is_host_executed() &&
-         after->stream->is_host_executed();
+  return before->stream->lane == after->stream->lane && before->stream->is_host_executed();
+}
+
+bool is_device(const Instr* x) { return !x->stream->is_host_executed(); }
+
+// Publishes the edge pred → succ in the list `head` (pred's completion or launch list).
+// Returns false when the list was already sealed (pred completed or launched meanwhile):
+// then succ does not wait.
+bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
+  Edge* e = succ->inline_edges_used < Instr::kInlineEdges ? &succ->inline_edges[succ->inline_edges_used++]
+                                                         : new Edge();
+  e->succ = succ;
+  // Count the edge before publishing it: the submitter's own unit keeps pending > 0
+  // whatever order the completer's decrement and this increment take.
+  succ->pending.fetch_add(1, std::memory_order_relaxed);
+  Edge* head = head_ref.load(std::memory_order_acquire);
+  for (;;) {
+    if (head == kSealed) {  // pred completed (or launched) meanwhile: no wait needed
+      succ->pending.fetch_sub(1, std::memory_order_relaxed);
+      bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
+      if (inline_edge)
+        --succ->inline_edges_used;
+      else
+        delete e;
+      return false;
+    }
+    e->next = head;
+    // release publishes the edge to the completer's acq_rel exchange in complete() (or the
+    // launcher's in execute_device()).
+    if (head_ref.compare_exchange_weak(head, e, std::memory_order_release, std::memory_order_acquire)) return true;
+  }
+}
+
+void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
+  // A read after a write of the same instruction's deps needs only one entry per pred.
+  for (Instr::Dep& d : succ->deps) {
+    if (d.pred == pred) {
+      d.flags |= flags;
+      return;
+    }
+  }
+  pred->ref();
+  succ->deps.push_back(Instr::Dep{pred, obj, flags});
+}
+
+// Device → device (DESIGN rule 3): on the same CUDA stream, stream order suffices; on
+// another stream, succ's launch makes its stream wait for pred's event (kLaunchWait), and
+// succ waits for pred's *launch* (an edge in pred's launch list) unless lane order
+// already launches pred first or pred has launched. Never a host wait for GPU completion.
+void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+  uint8_t flags = reads ? Instr::Dep::kReads : 0;
+  if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
+    flags |= Instr::Dep::kLaunchWait;
+    if (pred->stream->lane != succ->stream->lane && push_edge(pred->launch_succ_head, succ)) {
+      flags |= Instr::Dep::kEdge;
+      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
+    }
+  }
+  if (flags != 0) note_dep(pred, succ, obj, flags);
 }
 
 // Notes that `succ` depends on `pred` through `obj`: keeps a reference for the poison check
 // (reads) and diagnostics, and makes `succ` wait for `pred` unless lane order already
 // implies it or pred has already completed.
 void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+  if (is_device(pred) && is_device(succ)) {
+    add_device_dep(engine, pred, succ, obj, reads);
+    return;
+  }
   bool edge = !ordered_by_lane(pred, succ) && !is_terminal(pred->load_state(std::memory_order_acquire));
   if (edge) {
-    Edge* e = succ->inline_edges_used < Instr::kInlineEdges ? &succ->inline_edges[succ->inline_edges_used++]
-                                                           : new Edge();
-    e->succ = succ;
-    // Count the edge before publishing it: the submitter's own unit keeps pending > 0
-    // whatever order the completer's decrement and this increment take.
-    succ->pending.fetch_add(1, std::memory_order_relaxed);
-    Edge* head = pred->succ_head.load(std::memory_order_acquire);
-    for (;;) {
-      if (head == kSealed) {  // pred completed meanwhile: no wait needed
-        succ->pending.fetch_sub(1, std::memory_order_relaxed);
-        bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
-        if (inline_edge)
-          --succ->inline_edges_used;
-        else
-          delete e;
-        edge = false;
-        break;
-      }
-      e->next = head;
-      // release publishes the edge to the completer's acq_rel exchange in complete().
-      if (pred->succ_head.compare_exchange_weak(head, e, std::memory_order_release, std::memory_order_acquire))
-        break;
-    }
+    edge = push_edge(pred->succ_head, succ);
     if (edge) {
       if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
     }
   }
   if (!edge && !reads) return;
-  // A read after a write of the same instruction's deps needs only one entry per pred.
-  for (Instr::Dep& d : succ->deps) {
-    if (d.pred == pred) {
-      d.flags |= uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0));
-      return;
-    }
-  }
-  pred->ref();
-  succ->deps.push_back(Instr::Dep{pred, obj, uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0))});
+  note_dep(pred, succ, obj, uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0)));
 }
 
 // Drops completed readers once the list has grown, so that an object read forever and

@@ -21,6 +21,7 @@ const char* state_name(InstrState s) {
     case InstrState::kFree: return "recycled";
     case InstrState::kPending: return "pending";
     case InstrState::kRunning: return "running";
+    case InstrState::kLaunched: return "launched (GPU work pending)";
     case InstrState::kDone: return "done";
     case InstrState::kFailed: return "failed";
     case InstrState::kSkipped: return "skipped";

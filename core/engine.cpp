@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/handles.hpp"
 #include "core/watchdog.hpp"
+#include "gpu/backend.hpp"
 
 namespace flowlane {
 HandleTable<core::Stream>& stream_table();
@@ -66,6 +67,7 @@ Engine::Engine(const fl_engine_desc_t& desc) {
   }
   lane_held_.assign(lanes, false);
   lane_held_[0] = true;  // lane 0 is the default lane and is never handed out
+  device_slots_ = 1 + uint32_t(gpu::device_count());  // slot 0: CPU; 1 + i: CUDA device i
   size_t nstreams = size_t(lanes) * device_slots_ * kStreamKinds;
   streams_ = std::make_unique<std::atomic<Stream*>[]>(nstreams);
   for (size_t k = 0; k < nstreams; ++k) streams_[k].store(nullptr, std::memory_order_relaxed);
@@ -102,6 +104,8 @@ void Engine::drain_and_stop() {
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   diagnostics_end_shutdown(this);  // joins the watchdog thread, writes the trace
+  // The GPU poller completed every launched instruction during the drain; stop it now.
+  gpu::engine_stop(this);
   // 4. Join workers.
   {
     std::lock_guard<std::mutex> lock(pools_mu_);
@@ -130,6 +134,7 @@ void Engine::drain_and_stop() {
     Stream* s = streams_[k].load(std::memory_order_acquire);
     if (s == nullptr) continue;
     stream_table().erase(s->handle);
+    gpu::stream_state_destroy(s);  // the CUDA stream, if one was created
     delete s;
   }
   diagnostics_destroy(diag_);
@@ -195,6 +200,7 @@ Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
   fresh->lane = lanes_[l].get();
   fresh->device = device;
   fresh->kind = kind;
+  if (device.type == FL_DEVICE_CUDA) fresh->backend = gpu::stream_state_create(fresh.get());
   fresh->handle = stream_table().insert(fresh.get());
   if (fresh->handle == 0) fail(FL_ERR_NO_MEMORY, "fl_stream_get: the process-wide stream table is full");
   s = fresh.release();

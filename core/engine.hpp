@@ -168,6 +168,16 @@ class Engine {
   // Instruction lifecycle (lane runner side).
   void execute_host(Instr* i);
   void complete(Instr* i);
+  // Device instructions (gpu/): execute_device() launches on the lane runner (skip check,
+  // gpu::launch, then kLaunched and release of launch successors); the engine's GPU poller
+  // calls complete_device() once the instruction's event completed (st = FL_OK) or faulted.
+  void execute_device(Instr* i);
+  void complete_device(Instr* i, fl_status_t st, const std::string& detail);
+  uint32_t device_slots() const { return device_slots_; }
+  // The GPU backend's per-engine state (poller thread), created lazily by gpu/ under
+  // gpu_backend_mu with the first device instruction; stopped by shutdown() after the drain.
+  std::atomic<void*> gpu_backend{nullptr};
+  std::mutex gpu_backend_mu;
   void recycle(Instr* i);  // refs reached zero
 
   void record_failure(Instr* i);
@@ -203,6 +213,7 @@ class Engine {
     }
   }
   void record(Instr* i, const Operand& op);
+  void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   void wait_stream(Stream* s, uint64_t target);  // helps on a worker, sleeps elsewhere
   void destroy_object(Object* o);
   fl_status_t collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto);

@@ -27,10 +27,11 @@ struct Instr;
 enum class InstrState : uint32_t {
   kFree = 0,     // in the record pool
   kPending = 1,  // submitted, waiting for predecessors or its turn on the lane
-  kRunning = 2,  // callback executing
-  kDone = 3,     // completed successfully
-  kFailed = 4,   // its callback failed
-  kSkipped = 5,  // not run: an input was poisoned
+  kRunning = 2,  // callback executing (for a device instruction: being launched)
+  kLaunched = 3, // device instruction: enqueued on its CUDA stream, GPU completion pending
+  kDone = 4,     // completed successfully
+  kFailed = 5,   // its callback (or its GPU work) failed
+  kSkipped = 6,  // not run: an input was poisoned
 };
 
 inline bool is_terminal(InstrState s) { return s >= InstrState::kDone; }
@@ -68,6 +69,9 @@ struct Instr : MiAllocated {
   struct Dep {
     static constexpr uint8_t kReads = 1;
     static constexpr uint8_t kEdge = 2;
+    // Device → device on another CUDA stream: at launch this instruction makes its stream
+    // wait (cudaStreamWaitEvent) for pred's event, unless pred has completed (DESIGN rule 3).
+    static constexpr uint8_t kLaunchWait = 4;
     Instr* pred;
     Object* obj;
     uint8_t flags;
@@ -77,10 +81,21 @@ struct Instr : MiAllocated {
   // --- scheduling ---
   std::atomic<int32_t> pending{0};
   std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed
+  // Device instructions only: successors that wait for this one's *launch* (GPU work on
+  // another CUDA stream, ordered by a CUDA event); kSealed once launched or completed.
+  std::atomic<Edge*> launch_succ_head{nullptr};
   std::atomic<int32_t> refs{0};
   std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
   std::atomic<Instr*> lane_next{nullptr};
   bool in_callback_submit = false;  // admitted over the window from inside a callback
+
+  // --- device instructions (gpu/, issue 5) ---
+  // Launch description copied at submit (kernel arguments, memcpy parameters, device fn);
+  // keeps its capacity across reuse of the record. Read only by gpu/.
+  std::vector<unsigned char> payload;
+  // The pooled cudaEvent_t recorded after a successful launch (null otherwise). Returned to
+  // the pool when the record is recycled, so a dependent holding a reference can read it.
+  void* event = nullptr;
 
   // --- result (written before the terminal state is published with release) ---
   fl_status_t status = FL_OK;

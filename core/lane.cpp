@@ -9,6 +9,7 @@
 
 #include "core/engine.hpp"
 #include "core/error.hpp"
+#include "gpu/backend.hpp"
 
 namespace flowlane::core {
 
@@ -116,7 +117,10 @@ void Lane::run_task(Task* t) {
     }
     lane->cur = nullptr;
     lane->set_active(i, false);
-    engine->execute_host(i);
+    if (i->stream->is_host_executed())
+      engine->execute_host(i);
+    else
+      engine->execute_device(i);  // launches only; the GPU poller completes it
   }
   engine->pool().submit(&lane->task);  // yield; the lane stays owned
 }
@@ -137,23 +141,50 @@ void Lane::clear_active(Instr* i) {
 
 // ---------------------------------------------------------------------------------------
 
-void Engine::execute_host(Instr* i) {
-  // Skip if something it reads is poisoned. Producers have all completed: cross-lane ones
-  // through edges, same-lane ones through lane order.
-  Instr* poisoned_by = nullptr;
+namespace {
+// The producer whose poison `i` would read, or null. For a host instruction every producer
+// has completed (cross-lane ones through edges, same-lane ones through lane order); a
+// device instruction's producer on a CUDA stream may only be launched (kLaunched): its
+// GPU work has not failed (yet), and a later asynchronous fault is CUDA's to report.
+Instr* poisoned_input(const Instr* i) {
   for (const Instr::Dep& d : i->deps) {
     if ((d.flags & Instr::Dep::kReads) == 0) continue;
     InstrState ps = d.pred->load_state();
-    if (ps == InstrState::kFailed || ps == InstrState::kSkipped) {
-      poisoned_by = d.pred;
-      break;
+    if (ps == InstrState::kFailed || ps == InstrState::kSkipped) return d.pred;
+  }
+  return nullptr;
+}
+
+void mark_skipped(Instr* i, const Instr* poisoned_by) {
+  i->status = FL_ERR_DEPENDENCY_FAILED;
+  i->origin = poisoned_by->origin;
+  i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + i->origin;
+  i->state.store(uint32_t(InstrState::kSkipped), std::memory_order_relaxed);
+}
+
+void mark_failed(Instr* i, fl_status_t st) {
+  i->status = st;
+  std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
+  i->error = "instruction " + i->describe() + " failed: " + detail;
+  i->origin = i->error;
+  i->state.store(uint32_t(InstrState::kFailed), std::memory_order_relaxed);
+}
+
+void run_cleanup(Instr* i) {
+  if (i->cleanup != nullptr) {
+    try {
+      i->cleanup(i->user_data);
+    } catch (...) {
+      // A cleanup callback must not throw; the instruction's result stands.
     }
   }
+}
+}  // namespace
+
+void Engine::execute_host(Instr* i) {
+  Instr* poisoned_by = poisoned_input(i);
   if (poisoned_by != nullptr) {
-    i->status = FL_ERR_DEPENDENCY_FAILED;
-    i->origin = poisoned_by->origin;
-    i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + i->origin;
-    i->state.store(uint32_t(InstrState::kSkipped), std::memory_order_relaxed);
+    mark_skipped(i, poisoned_by);
   } else {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
     if (Observer* ob = observer()) ob->on_start(*i);
@@ -172,23 +203,81 @@ void Engine::execute_host(Instr* i) {
     }
     t_current_instr = saved;
     if (st != FL_OK) {
-      i->status = st;
-      std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
-      i->error = "instruction " + i->describe() + " failed: " + detail;
-      i->origin = i->error;
-      i->state.store(uint32_t(InstrState::kFailed), std::memory_order_relaxed);
+      mark_failed(i, st);
     } else {
       i->error.clear();
     }
   }
-  if (i->cleanup != nullptr) {
-    try {
-      i->cleanup(i->user_data);
-    } catch (...) {
-      // A cleanup callback must not throw; the instruction's result stands.
-    }
-  }
+  run_cleanup(i);
   complete(i);
+}
+
+void Engine::execute_device(Instr* i) {
+  Instr* poisoned_by = poisoned_input(i);
+  if (poisoned_by != nullptr) {
+    mark_skipped(i, poisoned_by);
+    run_cleanup(i);
+    complete(i);
+    return;
+  }
+  i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
+  if (Observer* ob = observer()) ob->on_start(*i);
+  Instr* saved = t_current_instr;
+  t_current_instr = i;
+  fl_status_t st;
+  i->error.clear();
+  try {
+    st = gpu::launch(i);
+  } catch (const std::exception& ex) {
+    st = FL_ERR_INSTRUCTION_FAILED;
+    i->error = std::string("C++ exception: ") + ex.what();
+  } catch (...) {
+    st = FL_ERR_INSTRUCTION_FAILED;
+    i->error = "unknown C++ exception";
+  }
+  t_current_instr = saved;
+  if (st != FL_OK) {
+    mark_failed(i, st);
+    run_cleanup(i);
+    complete(i);
+    return;
+  }
+  i->error.clear();
+  // Launched. release: a dependent that sees kLaunched (or the sealed launch list) reads
+  // i->event, written by gpu::launch before this store; pairs with the acquire load in
+  // gpu::launch of the dependent.
+  i->state.store(uint32_t(InstrState::kLaunched), std::memory_order_release);
+  // Cross-stream device successors wait only for this launch (DESIGN rule 3). acq_rel:
+  // acquire pairs with the release CAS in add_dep(); release hands i->event over.
+  Edge* e = i->launch_succ_head.exchange(kSealed, std::memory_order_acq_rel);
+  release_successors(e);
+  i->stream->lane->clear_active(i);
+  gpu::track(i);  // the poller may complete and recycle i from here on: not touched after
+}
+
+void Engine::complete_device(Instr* i, fl_status_t st, const std::string& detail) {
+  if (st != FL_OK) {
+    i->error = detail;
+    mark_failed(i, st);
+  }
+  run_cleanup(i);  // device instructions' cleanup runs after their GPU work completed
+  complete(i);
+}
+
+void Engine::release_successors(Edge* e) {
+  if (e == kSealed) return;
+  while (e != nullptr) {
+    Instr* succ = e->succ;
+    Edge* next = e->next;
+    bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
+    if (!inline_edge) delete e;
+    // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
+    if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
+      pool_->submit(&succ->stream->lane->task);
+    }
+    e = next;
+  }
 }
 
 void Engine::complete(Instr* i) {
@@ -212,19 +301,11 @@ void Engine::complete(Instr* i) {
   // Seal the successor list and release every successor. acq_rel: acquire pairs with the
   // release CAS that published each edge in add_edge(); release orders our result before
   // any successor that sees the list sealed.
-  Edge* e = i->succ_head.exchange(kSealed, std::memory_order_acq_rel);
-  while (e != nullptr) {
-    Instr* succ = e->succ;
-    Edge* next = e->next;
-    bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
-    if (!inline_edge) delete e;
-    // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
-    if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
-      pool_->submit(&succ->stream->lane->task);
-    }
-    e = next;
-  }
+  release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
+  // A device instruction that was skipped or failed to launch never sealed its launch
+  // list: its launch successors are released now (same orders as above).
+  if (!i->stream->is_host_executed())
+    release_successors(i->launch_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
   if (final_state != InstrState::kDone) record_failure(i);
   for (Operand& op : i->operands) release_object_ref(op.obj);
@@ -238,8 +319,10 @@ void Engine::complete(Instr* i) {
 }
 
 void Engine::recycle(Instr* i) {
+  if (i->event != nullptr) gpu::event_release(i);  // dependents holding references are gone
   i->state.store(uint32_t(InstrState::kFree), std::memory_order_relaxed);
   i->succ_head.store(nullptr, std::memory_order_relaxed);
+  i->launch_succ_head.store(nullptr, std::memory_order_relaxed);
   i->inline_edges_used = 0;
   i->error.clear();
   i->origin.clear();

@@ -96,6 +96,10 @@ struct SubmitArgs {
   const char* name = nullptr;
   bool nonblocking = false;
   const char* api = "fl_submit";   // the entry point, for messages
+  // Device instructions: writes the launch description into the record (Instr::payload)
+  // after the operands were resolved and before the instruction is queued; may throw.
+  void (*fill)(core::Instr* i, const void* fill_ctx) = nullptr;
+  const void* fill_ctx = nullptr;
 };
 fl_instr_id submit_instruction(core::Stream* s, const SubmitArgs& a);
 

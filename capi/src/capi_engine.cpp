@@ -240,7 +240,11 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
 #if !FLOWLANE_HAVE_CUDA
       unsupported_without_cuda("fl_stream_get");
 #else
-      fail(FL_ERR_UNSUPPORTED, "fl_stream_get: CUDA streams are not implemented yet (GPU backend pending)");
+      const uint32_t devices = e->device_slots() - 1;  // CUDA devices seen when the engine was created
+      if (device.index < 0 || uint32_t(device.index) >= devices)
+        fail(FL_ERR_NO_DEVICE, "fl_stream_get: CUDA device " + std::to_string(device.index) +
+                                   " does not exist: this process sees " + std::to_string(devices) +
+                                   " CUDA device(s)");
 #endif
     } else {
       fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: device type " + std::to_string(device.type) +

@@ -81,6 +81,7 @@ fl_instr_id submit_instruction(core::Stream* s, const SubmitArgs& a) {
     i->name.assign(a.name);
   else
     i->name.clear();
+  if (a.fill != nullptr) a.fill(i, a.fill_ctx);
   if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine is being destroyed");
   e.admit(a.nonblocking);
   fl_instr_id id;

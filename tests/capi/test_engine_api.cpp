@@ -125,6 +125,16 @@ TEST(Streams, BadArgumentsGetSpecificStatuses) {
                 FL_ERR_INVALID_ARGUMENT, "FL_DEVICE_CPU");
   fl_status_t st = fl_stream_get(f.engine, 0, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_COMPUTE, &s);
   EXPECT_TRUE(st == FL_ERR_UNSUPPORTED || st == FL_ERR_NO_DEVICE || st == FL_OK) << fl_status_name(st);
+  if (st == FL_OK) {
+    EXPECT_NE(s, nullptr);  // a CUDA build on a machine with a GPU
+  } else {
+    EXPECT_EQ(s, nullptr);  // outputs untouched on failure
+  }
+  s = nullptr;
+  int32_t devices = 0;
+  const bool cuda_build = fl_cuda_device_count(&devices) != FL_ERR_UNSUPPORTED;
+  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, fl_device_t{FL_DEVICE_CUDA, 4096}, FL_STREAM_COMPUTE, &s),
+                cuda_build ? FL_ERR_NO_DEVICE : FL_ERR_UNSUPPORTED, "");
   EXPECT_EQ(s, nullptr);
   EXPECT_FL_ERR(fl_stream_synchronize(nullptr), FL_ERR_INVALID_HANDLE, "NULL");
   EXPECT_FL_ERR(fl_stream_info(nullptr, nullptr, nullptr, nullptr), FL_ERR_INVALID_HANDLE, "NULL");

@@ -1,0 +1,262 @@
+// GPU backend benchmarks (issue 5): every flowlane number beside its raw-CUDA floor in the
+// same binary, so a ratio comes from one run on one machine (see ../shared/gpu/README.md
+// for the floors measured on the GPU test host).
+//
+//   submit cost     BM_RawLaunch                vs BM_FlowlaneSubmitKernel (caller-side time)
+//   same stream     BM_RawSingleStreamChain     vs BM_FlowlaneSingleStreamChain
+//   two streams     BM_RawTwoStreamEventChain   vs BM_FlowlaneTwoStreamChain (event + wait per step)
+//   8 lanes         BM_RawLaunch8Streams        vs BM_FlowlaneSubmit8Lanes (aggregate launches/s)
+//   host consumer   BM_RawLaunchSync            vs BM_FlowlaneKernelThenObjectWait
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include "flowlane/flowlane.h"
+
+namespace {
+
+__global__ void empty_kernel() {}
+__global__ void add_one(int* p) { *p += 1; }
+
+constexpr int kBatch = 1000;  // kernels per timed batch for the chain benchmarks
+
+bool have_gpu(benchmark::State& state) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    state.SkipWithError("no CUDA device visible");
+    return false;
+  }
+  return true;
+}
+
+struct Engine {
+  fl_engine_t* e = nullptr;
+  explicit Engine(uint64_t lanes = 16) {
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    d.max_lanes = lanes;
+    d.inflight_limit = 8192;
+    if (fl_engine_create(&d, &e) != FL_OK) std::fprintf(stderr, "engine: %s\n", fl_last_error_message());
+  }
+  ~Engine() { fl_engine_destroy(e); }
+  fl_stream_t* compute(uint32_t lane) {
+    fl_stream_t* s = nullptr;
+    fl_stream_get(e, lane, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_COMPUTE, &s);
+    return s;
+  }
+};
+
+fl_status_t submit_empty(fl_stream_t* s, fl_operand_t* ops = nullptr, uint64_t nops = 0) {
+  fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
+  k.func = reinterpret_cast<const void*>(&empty_kernel);
+  k.operands = ops;
+  k.num_operands = nops;
+  return fl_submit_kernel(s, &k, nullptr);
+}
+
+fl_status_t submit_add(fl_stream_t* s, int* p, fl_object_t* o) {
+  fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
+  k.func = reinterpret_cast<const void*>(&add_one);
+  const void* args[] = {&p};
+  const uint64_t sizes[] = {sizeof(p)};
+  k.args = args;
+  k.arg_sizes = sizes;
+  k.num_args = 1;
+  fl_operand_t op{o, FL_READ_WRITE, 0};
+  k.operands = &op;
+  k.num_operands = 1;
+  return fl_submit_kernel(s, &k, nullptr);
+}
+
+// --- submit cost ------------------------------------------------------------------------
+
+void BM_RawLaunch(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (auto _ : state) {
+    void* args[1] = {nullptr};
+    cudaLaunchKernel(reinterpret_cast<const void*>(&empty_kernel), dim3(1), dim3(1), args, 0, s);
+  }
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RawLaunch)->UseRealTime();
+
+void BM_FlowlaneSubmitKernel(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Engine eng;
+  fl_stream_t* s = eng.compute(1);
+  for (auto _ : state) {
+    if (submit_empty(s) != FL_OK) {
+      state.SkipWithError(fl_last_error_message());
+      break;
+    }
+  }
+  fl_engine_synchronize(eng.e);  // not timed: the caller-side cost is what is measured
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_FlowlaneSubmitKernel)->UseRealTime();
+
+// --- chains (each iteration: kBatch dependent kernels, then wait for the last) ----------
+
+void BM_RawSingleStreamChain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  int* p;
+  cudaMalloc(&p, sizeof(int));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) {
+      void* args[1] = {&p};
+      cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s);
+    }
+    cudaStreamSynchronize(s);
+  }
+  cudaFree(p);
+  cudaStreamDestroy(s);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_RawSingleStreamChain)->UseRealTime();
+
+void BM_FlowlaneSingleStreamChain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Engine eng;
+  fl_stream_t* s = eng.compute(1);
+  fl_object_t* o = nullptr;
+  fl_object_create(eng.e, nullptr, nullptr, &o);
+  int* p;
+  cudaMalloc(&p, sizeof(int));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) submit_add(s, p, o);
+    fl_object_wait(o, FL_READ);
+  }
+  fl_object_release(o);
+  fl_engine_synchronize(eng.e);
+  cudaFree(p);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_FlowlaneSingleStreamChain)->UseRealTime();
+
+void BM_RawTwoStreamEventChain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  cudaStream_t s[2];
+  for (auto& x : s) cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking);
+  std::vector<cudaEvent_t> ev(kBatch);
+  for (auto& e : ev) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  int* p;
+  cudaMalloc(&p, sizeof(int));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) {
+      cudaStream_t cs = s[k & 1];
+      if (k > 0) cudaStreamWaitEvent(cs, ev[k - 1], 0);
+      void* args[1] = {&p};
+      cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, cs);
+      cudaEventRecord(ev[k], cs);
+    }
+    cudaEventSynchronize(ev[kBatch - 1]);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  for (auto& x : s) cudaStreamDestroy(x);
+  cudaFree(p);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_RawTwoStreamEventChain)->UseRealTime();
+
+void BM_FlowlaneTwoStreamChain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Engine eng;
+  fl_stream_t* s[2] = {eng.compute(1), eng.compute(2)};
+  fl_object_t* o = nullptr;
+  fl_object_create(eng.e, nullptr, nullptr, &o);
+  int* p;
+  cudaMalloc(&p, sizeof(int));
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) submit_add(s[k & 1], p, o);
+    fl_object_wait(o, FL_READ);
+  }
+  fl_object_release(o);
+  fl_engine_synchronize(eng.e);
+  cudaFree(p);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_FlowlaneTwoStreamChain)->UseRealTime();
+
+// --- 8 submitting threads, one stream / lane each ---------------------------------------
+
+void BM_RawLaunch8Streams(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (auto _ : state) {
+    void* args[1] = {nullptr};
+    cudaLaunchKernel(reinterpret_cast<const void*>(&empty_kernel), dim3(1), dim3(1), args, 0, s);
+  }
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RawLaunch8Streams)->Threads(8)->UseRealTime();
+
+// One engine for every run of this benchmark (Google Benchmark calls the function several
+// times); never destroyed, the process exit reclaims it.
+Engine* g_shared = nullptr;
+std::mutex g_shared_mu;
+
+void BM_FlowlaneSubmit8Lanes(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  fl_stream_t* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_shared_mu);
+    if (g_shared == nullptr) g_shared = new Engine(16);
+    s = g_shared->compute(1 + uint32_t(state.thread_index()));
+  }
+  for (auto _ : state) submit_empty(s);
+  fl_stream_synchronize(s);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_FlowlaneSubmit8Lanes)->Threads(8)->UseRealTime();
+
+// --- a host consumer of a GPU result ----------------------------------------------------
+
+void BM_RawLaunchSync(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  int* p;
+  cudaMalloc(&p, sizeof(int));
+  for (auto _ : state) {
+    void* args[1] = {&p};
+    cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s);
+    cudaStreamSynchronize(s);
+  }
+  cudaFree(p);
+  cudaStreamDestroy(s);
+}
+BENCHMARK(BM_RawLaunchSync)->UseRealTime();
+
+void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Engine eng;
+  fl_stream_t* s = eng.compute(1);
+  fl_object_t* o = nullptr;
+  fl_object_create(eng.e, nullptr, nullptr, &o);
+  int* p;
+  cudaMalloc(&p, sizeof(int));
+  for (auto _ : state) {
+    submit_add(s, p, o);
+    fl_object_wait(o, FL_READ);
+  }
+  fl_object_release(o);
+  fl_engine_synchronize(eng.e);
+  cudaFree(p);
+}
+BENCHMARK(BM_FlowlaneKernelThenObjectWait)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

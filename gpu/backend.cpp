@@ -1,0 +1,319 @@
+// The CUDA backend's runtime: stream state, the event pool, the launch step run by the
+// lane runner and the per-engine poller thread that detects GPU completion. Protocol:
+// gpu/README.md. In a CPU-only build only the trivial hooks at the end are compiled.
+#include "gpu/backend.hpp"
+
+#include "core/engine.hpp"
+
+#if FLOWLANE_HAVE_CUDA
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gpu/cuda.hpp"
+
+namespace flowlane::gpu {
+
+using core::Instr;
+using core::InstrState;
+
+int device_count() {
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the (non-sticky) error: no driver or no device
+      count = 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
+std::string cuda_message(cudaError_t e, const char* call) {
+  return std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") from " + call;
+}
+
+StreamState* state_of(core::Stream* s) { return static_cast<StreamState*>(s->backend); }
+
+cudaStream_t cuda_stream(core::Stream* s) { return state_of(s)->cs; }
+
+void* stream_state_create(core::Stream* s) {
+  auto* ss = new StreamState();
+  ss->stream = s;
+  ss->device = s->device.index;
+  return ss;
+}
+
+void stream_state_destroy(core::Stream* s) {
+  StreamState* ss = state_of(s);
+  if (ss == nullptr) return;
+  if (ss->cs != nullptr) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != ss->device) (void)cudaSetDevice(ss->device);
+    (void)cudaStreamDestroy(ss->cs);  // after the drain: nothing is pending on it
+    (void)cudaGetLastError();
+  }
+  delete ss;
+  s->backend = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------
+// Event pool: one free list per device, process-wide (records outlive no engine, but a
+// process-wide pool needs no teardown order). Events are created with
+// cudaEventDisableTiming when the list is empty, so after warm-up (the high-water mark of
+// events alive at once) nothing is created on the hot path. Never destroyed.
+
+namespace {
+
+struct EventPool {
+  std::mutex mu;
+  std::vector<cudaEvent_t> free;
+};
+
+EventPool& event_pool(int device) {
+  static const int n = std::max(1, device_count());
+  static EventPool* pools = new EventPool[size_t(n)];  // never destroyed
+  return pools[std::clamp(device, 0, n - 1)];
+}
+
+// The device must be current (the launch made it so).
+cudaError_t event_get(int device, cudaEvent_t* out) {
+  EventPool& p = event_pool(device);
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (!p.free.empty()) {
+      *out = p.free.back();
+      p.free.pop_back();
+      return cudaSuccess;
+    }
+  }
+  return cudaEventCreateWithFlags(out, cudaEventDisableTiming);
+}
+
+void event_put(int device, cudaEvent_t e) {
+  EventPool& p = event_pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.free.push_back(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// The poller: one thread per engine, started with the first device instruction. Launchers
+// append to `incoming` (launch order per stream, since a stream's instructions launch one
+// at a time on its lane); the poller moves them to their stream's FIFO and queries the
+// head event of each stream, completing instructions in stream order. With nothing
+// launched it sleeps on `cv`; with work in flight and no progress it spins briefly, then
+// yields, then sleeps in growing steps (bounded by kMaxSleep) until new work arrives.
+
+constexpr int kSpinPolls = 64;
+constexpr int kYieldPolls = 64;
+constexpr auto kMinSleep = std::chrono::microseconds(2);
+constexpr auto kMaxSleep = std::chrono::microseconds(100);
+
+struct Poller {
+  core::Engine* engine = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Instr*> incoming;  // under mu
+  bool stop = false;             // under mu
+  std::thread thread;
+
+  void run();
+  bool poll(std::vector<StreamState*>& active);
+};
+
+bool Poller::poll(std::vector<StreamState*>& active) {
+  bool progress = false;
+  for (size_t k = 0; k < active.size();) {
+    StreamState* ss = active[k];
+    while (!ss->launched.empty()) {
+      Instr* i = ss->launched.front();
+      cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(i->event));
+      if (r == cudaErrorNotReady) break;
+      ss->launched.pop_front();
+      progress = true;
+      if (r == cudaSuccess) {
+        engine->complete_device(i, FL_OK, std::string());
+      } else {
+        (void)cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
+        engine->complete_device(i, FL_ERR_CUDA,
+                                cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery)"));
+      }
+    }
+    if (ss->launched.empty()) {
+      ss->polled = false;
+      active[k] = active.back();
+      active.pop_back();
+    } else {
+      ++k;
+    }
+  }
+  return progress;
+}
+
+void Poller::run() {
+  std::vector<StreamState*> active;
+  std::vector<Instr*> batch;
+  int idle = 0;
+  auto sleep = kMinSleep;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (active.empty() && incoming.empty()) {
+        if (stop) return;
+        cv.wait(lock, [this] { return stop || !incoming.empty(); });
+        if (incoming.empty()) return;  // stop, and nothing left
+      } else if (idle >= kSpinPolls + kYieldPolls && incoming.empty()) {
+        cv.wait_for(lock, sleep, [this] { return !incoming.empty(); });
+        sleep = std::min<std::chrono::microseconds>(sleep * 2, kMaxSleep);
+      }
+      batch.swap(incoming);
+    }
+    for (Instr* i : batch) {
+      StreamState* ss = state_of(i->stream);
+      ss->launched.push_back(i);
+      if (!ss->polled) {
+        ss->polled = true;
+        active.push_back(ss);
+      }
+    }
+    if (!batch.empty()) idle = 0;
+    batch.clear();
+    if (poll(active)) {
+      idle = 0;
+      sleep = kMinSleep;
+    } else if (++idle <= kSpinPolls) {
+      FL_CPU_RELAX();
+    } else if (idle <= kSpinPolls + kYieldPolls) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+Poller* poller_of(core::Engine* e) {
+  // acquire pairs with the release store below.
+  if (void* p = e->gpu_backend.load(std::memory_order_acquire)) return static_cast<Poller*>(p);
+  std::lock_guard<std::mutex> lock(e->gpu_backend_mu);
+  if (void* p = e->gpu_backend.load(std::memory_order_relaxed)) return static_cast<Poller*>(p);
+  auto p = std::make_unique<Poller>();
+  p->engine = e;
+  p->thread = std::thread([raw = p.get()] { raw->run(); });
+  Poller* raw = p.release();
+  e->gpu_backend.store(raw, std::memory_order_release);  // publishes the started poller
+  return raw;
+}
+
+}  // namespace
+
+void event_release(Instr* i) {
+  event_put(i->stream->device.index, static_cast<cudaEvent_t>(i->event));
+  i->event = nullptr;
+}
+
+fl_status_t launch(Instr* i) {
+  core::Stream* s = i->stream;
+  StreamState* ss = state_of(s);
+  (void)poller_of(i->engine);  // started before the first event is recorded
+  const int dev = ss->device;
+  int cur = -1;
+  cudaError_t r = cudaGetDevice(&cur);
+  if (r != cudaSuccess || cur != dev) {
+    r = cudaSetDevice(dev);
+    if (r != cudaSuccess) {
+      i->error = cuda_message(r, "cudaSetDevice");
+      return r == cudaErrorInvalidDevice || r == cudaErrorNoDevice ? FL_ERR_NO_DEVICE : FL_ERR_CUDA;
+    }
+  }
+  if (ss->cs == nullptr) {
+    r = cudaStreamCreateWithPriority(&ss->cs, cudaStreamNonBlocking, ss->priority);
+    if (r != cudaSuccess) {
+      ss->cs = nullptr;
+      i->error = cuda_message(r, "cudaStreamCreateWithPriority");
+      return FL_ERR_CUDA;
+    }
+  }
+  // Cross-stream device predecessors: order by their events on the GPU (DESIGN rule 3).
+  // acquire pairs with the release store of kLaunched in Engine::execute_device(), which
+  // follows the write of pred->event; the dep entry's reference keeps the event ours.
+  for (const Instr::Dep& d : i->deps) {
+    if ((d.flags & Instr::Dep::kLaunchWait) == 0) continue;
+    InstrState ps = d.pred->load_state(std::memory_order_acquire);
+    if (ps == InstrState::kDone || d.pred->event == nullptr) continue;
+    r = cudaStreamWaitEvent(ss->cs, static_cast<cudaEvent_t>(d.pred->event), 0);
+    if (r != cudaSuccess) {
+      i->error = cuda_message(r, "cudaStreamWaitEvent") + " waiting for " + d.pred->describe();
+      return FL_ERR_CUDA;
+    }
+  }
+  cudaEvent_t ev = nullptr;
+  r = event_get(dev, &ev);
+  if (r != cudaSuccess) {
+    i->error = cuda_message(r, "cudaEventCreateWithFlags");
+    return FL_ERR_CUDA;
+  }
+  fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
+  cudaError_t last = cudaGetLastError();
+  if (st == FL_OK && last != cudaSuccess) {
+    if (i->error.empty()) i->error = cuda_message(last, "the launch");
+    st = FL_ERR_CUDA;
+  }
+  if (st != FL_OK) {
+    event_put(dev, ev);
+    return st;
+  }
+  // One event per device instruction: it is both the completion signal polled by the
+  // poller and what cross-stream successors wait on (~0.3 us; a later version may record
+  // one per batch of a stream and only where a cross-stream successor needs it).
+  r = cudaEventRecord(ev, ss->cs);
+  if (r != cudaSuccess) {
+    event_put(dev, ev);
+    i->error = cuda_message(r, "cudaEventRecord");
+    return FL_ERR_CUDA;
+  }
+  i->event = ev;
+  return FL_OK;
+}
+
+void track(Instr* i) {
+  Poller* p = static_cast<Poller*>(i->engine->gpu_backend.load(std::memory_order_acquire));
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->incoming.push_back(i);
+  }
+  p->cv.notify_one();
+}
+
+void engine_stop(core::Engine* e) {
+  Poller* p = static_cast<Poller*>(e->gpu_backend.exchange(nullptr, std::memory_order_acq_rel));
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->stop = true;
+  }
+  p->cv.notify_one();
+  p->thread.join();
+  delete p;
+}
+
+}  // namespace flowlane::gpu
+
+#else  // CPU-only build: no CUDA stream can exist, so only device_count() is ever asked.
+
+namespace flowlane::gpu {
+int device_count() { return 0; }
+void* stream_state_create(core::Stream*) { return nullptr; }
+void stream_state_destroy(core::Stream*) {}
+fl_status_t launch(core::Instr* i) {
+  i->error = "this libflowlane was built without CUDA";
+  return FL_ERR_UNSUPPORTED;
+}
+void track(core::Instr*) {}
+void engine_stop(core::Engine*) {}
+void event_release(core::Instr* i) { i->event = nullptr; }
+}  // namespace flowlane::gpu
+
+#endif

@@ -1,0 +1,308 @@
+// The engine's GPU protocol against the fake CUDA runtime (fake_cudart.cpp), on a machine
+// without a GPU. Built and run by tests/gpu/fake/run.sh, not by CMake: it needs the CUDA
+// build of libflowlane and LD_PRELOAD of the fake. Passing here says that flowlane's
+// side (launch edges, poller, cleanup and release after completion, drain, errors) holds
+// together; it says nothing about real GPUs.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_kernel.hpp"
+#include "flowlane/flowlane.h"
+
+extern "C" long fake_cudart_events_created();
+extern "C" void fake_cudart_reset_sticky();
+
+namespace {
+
+int run_add(const void* const* a) {
+  int* p = *static_cast<int* const*>(a[0]);
+  int v = *static_cast<const int*>(a[1]);
+  *p += v;
+  return 0;
+}
+const fake::Kernel kAdd{2, {sizeof(int*), sizeof(int)}, &run_add};
+
+int run_wait_flag(const void* const* a) {
+  int* flag = *static_cast<int* const*>(a[0]);
+  int* out = *static_cast<int* const*>(a[1]);
+  int v = *static_cast<const int*>(a[2]);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::atomic_ref<int>(*flag).load() == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      *out = -1;
+      return 0;
+    }
+    std::this_thread::yield();
+  }
+  *out = v;
+  return 0;
+}
+const fake::Kernel kWaitFlag{3, {sizeof(int*), sizeof(int*), sizeof(int)}, &run_wait_flag};
+
+int run_set_flag(const void* const* a) {
+  std::atomic_ref<int>(**static_cast<int* const*>(a[0])).store(1);
+  return 0;
+}
+const fake::Kernel kSetFlag{1, {sizeof(int*)}, &run_set_flag};
+
+int run_sleep_set(const void* const* a) {
+  int* flag = *static_cast<int* const*>(a[0]);
+  long ms = *static_cast<const long*>(a[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  std::atomic_ref<int>(*flag).store(1);
+  return 0;
+}
+const fake::Kernel kSleepSet{2, {sizeof(int*), sizeof(long)}, &run_sleep_set};
+
+int run_fault(const void* const*) { return 1; }
+const fake::Kernel kFault{0, {}, &run_fault};
+
+constexpr fl_device_t kCpu{FL_DEVICE_CPU, 0};
+constexpr fl_device_t kGpu{FL_DEVICE_CUDA, 0};
+
+struct Eng {
+  fl_engine_t* e = nullptr;
+  Eng() {
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    d.num_workers = 4;
+    EXPECT_EQ(fl_engine_create(&d, &e), FL_OK);
+  }
+  ~Eng() { fl_engine_destroy(e); }
+  fl_stream_t* s(uint32_t lane, fl_device_t dev, fl_stream_kind_t k) {
+    fl_stream_t* out = nullptr;
+    EXPECT_EQ(fl_stream_get(e, lane, dev, k, &out), FL_OK) << fl_last_error_message();
+    return out;
+  }
+  fl_object_t* obj(void* u = nullptr, fl_release_fn r = nullptr) {
+    fl_object_t* o = nullptr;
+    EXPECT_EQ(fl_object_create(e, u, r, &o), FL_OK);
+    return o;
+  }
+};
+
+fl_status_t kernel(fl_stream_t* s, const fake::Kernel& k, std::vector<const void*> args,
+                   std::vector<fl_operand_t> ops, const char* name, uint32_t block = 1) {
+  std::vector<uint64_t> sizes;
+  for (int a = 0; a < k.nargs; ++a) sizes.push_back(k.sizes[a]);
+  fl_kernel_instr_t ki = FL_KERNEL_INSTR_INIT;
+  ki.func = &k;
+  ki.block = {block, 1, 1};
+  ki.args = args.data();
+  ki.arg_sizes = sizes.data();
+  ki.num_args = args.size();
+  ki.operands = ops.data();
+  ki.num_operands = ops.size();
+  ki.name = name;
+  return fl_submit_kernel(s, &ki, nullptr);
+}
+
+TEST(FakeGpu, ChainAcrossLanesAndStreams) {
+  int value = 0;
+  {
+    Eng g;
+    fl_object_t* o = g.obj();
+    int* p = &value;
+    int one = 1;
+    for (int k = 0; k < 3000; ++k) {
+      uint32_t lane = 1 + uint32_t(k % 3);
+      fl_stream_kind_t kind = (k % 2) ? FL_STREAM_COMPUTE : FL_STREAM_H2D;
+      ASSERT_EQ(kernel(g.s(lane, kGpu, kind), kAdd, {&p, &one}, {{o, FL_READ_WRITE, 0}}, "add"), FL_OK)
+          << fl_last_error_message();
+      one = 1;  // the bytes were copied
+    }
+    ASSERT_EQ(fl_object_wait(o, FL_READ), FL_OK) << fl_last_error_message();
+    EXPECT_EQ(value, 3000);
+    // Events are pooled: the pool holds at least as many as were in flight at once above,
+    // so a second round with at most 100 in flight creates none.
+    const long before = fake_cudart_events_created();
+    for (int k = 0; k < 3000; ++k) {
+      uint32_t lane = 1 + uint32_t(k % 3);
+      ASSERT_EQ(kernel(g.s(lane, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{o, FL_READ_WRITE, 0}}, "add"), FL_OK);
+      if (k % 100 == 99) ASSERT_EQ(fl_object_wait(o, FL_READ), FL_OK);
+    }
+    EXPECT_EQ(fake_cudart_events_created() - before, 0) << "events are not reused";
+    EXPECT_EQ(value, 6000);
+    fl_object_release(o);
+  }
+}
+
+TEST(FakeGpu, CrossStreamSuccessorNeverWaitsOnTheHost) {
+  Eng g;
+  int flag = 0, x = 0, out = 0;
+  fl_object_t* ox = g.obj();
+  fl_object_t* oflag = g.obj();
+  int *fp = &flag, *xp = &x, *op = &out;
+  int v = 42, one = 1;
+  ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kWaitFlag, {&fp, &xp, &v}, {{ox, FL_WRITE, 0}}, "P"), FL_OK);
+  // S: out += x, after P, on lane 2's compute stream.
+  struct CopyCtx {
+    int* x;
+    int* out;
+  } cc{&x, &out};
+  fl_device_instr_t d = FL_DEVICE_INSTR_INIT;
+  d.fn = [](fl_instr_ctx_t*, void* stream, void* u) -> fl_status_t {
+    auto* c = static_cast<CopyCtx*>(u);
+    return cudaMemcpyAsync(c->out, c->x, sizeof(int), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)) ==
+                   cudaSuccess
+               ? FL_OK
+               : FL_ERR_CUDA;
+  };
+  d.user_data = &cc;
+  fl_operand_t dops[1] = {{ox, FL_READ, 0}};
+  d.operands = dops;
+  d.num_operands = 1;
+  d.name = "S";
+  ASSERT_EQ(fl_submit_device(g.s(2, kGpu, FL_STREAM_COMPUTE), &d, nullptr), FL_OK);
+  ASSERT_EQ(kernel(g.s(2, kGpu, FL_STREAM_H2D), kSetFlag, {&fp}, {{oflag, FL_WRITE, 0}}, "Q"), FL_OK);
+  ASSERT_EQ(fl_engine_synchronize(g.e), FL_OK) << fl_last_error_message();
+  EXPECT_EQ(out, 42);
+  (void)op;
+  (void)one;
+  fl_object_release(ox);
+  fl_object_release(oflag);
+}
+
+TEST(FakeGpu, DeviceCleanupAndReleaseRunAfterCompletion) {
+  Eng g;
+  int flag = 0;
+  struct Rel {
+    int* flag;
+    std::atomic<int> seen{-1};
+  } rel{&flag};
+  fl_object_t* o = g.obj(&rel, [](void* u) {
+    auto* r = static_cast<Rel*>(u);
+    r->seen.store(std::atomic_ref<int>(*r->flag).load());
+  });
+  int* fp = &flag;
+  long ms = 50;
+  ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kSleepSet, {&fp, &ms}, {{o, FL_WRITE, 0}}, "slow"), FL_OK);
+  fl_object_release(o);
+  struct C {
+    int* flag;
+    std::atomic<int> seen{-1};
+  } c{&flag};
+  fl_device_instr_t d = FL_DEVICE_INSTR_INIT;
+  d.fn = [](fl_instr_ctx_t*, void*, void*) -> fl_status_t { return FL_OK; };
+  d.cleanup = [](void* u) {
+    auto* cc = static_cast<C*>(u);
+    cc->seen.store(std::atomic_ref<int>(*cc->flag).load());
+  };
+  d.user_data = &c;
+  ASSERT_EQ(fl_submit_device(g.s(1, kGpu, FL_STREAM_COMPUTE), &d, nullptr), FL_OK);  // same stream, after slow
+  ASSERT_EQ(fl_engine_synchronize(g.e), FL_OK);
+  EXPECT_EQ(rel.seen.load(), 1) << "release before the GPU finished with the object";
+  EXPECT_EQ(c.seen.load(), 1) << "device cleanup before its GPU work completed";
+}
+
+TEST(FakeGpu, HostConsumerOnTheSameLaneWaitsForCompletion) {
+  Eng g;
+  std::vector<int> dev(256, 0), host(256, 0);
+  fl_object_t* od = g.obj();
+  fl_object_t* oh = g.obj();
+  fl_memcpy_instr_t m = FL_MEMCPY_INSTR_INIT;
+  m.kind = FL_MEMSET;
+  m.value = 2;
+  m.dst = dev.data();
+  m.bytes = dev.size() * sizeof(int);
+  fl_operand_t w{od, FL_WRITE, 0};
+  m.operands = &w;
+  m.num_operands = 1;
+  ASSERT_EQ(fl_submit_memcpy(g.s(1, kGpu, FL_STREAM_COMPUTE), &m, nullptr), FL_OK);
+  fl_memcpy_instr_t c = FL_MEMCPY_INSTR_INIT;
+  c.kind = FL_MEMCPY_D2H;
+  c.dst = host.data();
+  c.src = dev.data();
+  c.bytes = dev.size() * sizeof(int);
+  fl_operand_t ops[2] = {{od, FL_READ, 0}, {oh, FL_WRITE, 0}};
+  c.operands = ops;
+  c.num_operands = 2;
+  ASSERT_EQ(fl_submit_memcpy(g.s(1, kGpu, FL_STREAM_D2H), &c, nullptr), FL_OK);
+  struct S {
+    int* h;
+    long sum = -1;
+  } s{host.data()};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    auto* ss = static_cast<S*>(u);
+    long t = 0;
+    for (int k = 0; k < 256; ++k) t += ss->h[k];
+    ss->sum = t;
+    return FL_OK;
+  };
+  h.user_data = &s;
+  fl_operand_t r{oh, FL_READ, 0};
+  h.operands = &r;
+  h.num_operands = 1;
+  ASSERT_EQ(fl_submit_host(g.s(1, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+  ASSERT_EQ(fl_engine_synchronize(g.e), FL_OK);
+  EXPECT_EQ(s.sum, 256L * 0x02020202);
+  fl_object_release(od);
+  fl_object_release(oh);
+}
+
+TEST(FakeGpu, LaunchErrorFailsByNameAndSkipsReaders) {
+  Eng g;
+  int x = 0;
+  int* p = &x;
+  int one = 1;
+  fl_object_t* o = g.obj();
+  ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{o, FL_WRITE, 0}}, "too-big", 4096), FL_OK);
+  std::atomic<int> ran{0};
+  ASSERT_EQ(kernel(g.s(2, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{o, FL_READ, 0}}, "reader"), FL_OK);
+  fl_status_t st = fl_engine_synchronize(g.e);
+  EXPECT_EQ(st, FL_ERR_CUDA);
+  std::string msg = fl_last_error_message();
+  EXPECT_NE(msg.find("too-big"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cudaErrorInvalidConfiguration"), std::string::npos) << msg;
+  EXPECT_EQ(x, 0) << "the reader of a poisoned object ran";
+  (void)ran;
+  fl_object_release(o);
+}
+
+TEST(FakeGpu, AsynchronousFaultFailsWithCudaError) {
+  {
+    Eng g;
+    fl_object_t* o = g.obj();
+    ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kFault, {}, {{o, FL_WRITE, 0}}, "wild-write"), FL_OK);
+    fl_status_t st = fl_engine_synchronize(g.e);
+    EXPECT_EQ(st, FL_ERR_CUDA);
+    std::string msg = fl_last_error_message();
+    EXPECT_NE(msg.find("wild-write"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cudaErrorIllegalAddress"), std::string::npos) << msg;
+    fl_object_release(o);
+  }
+  fake_cudart_reset_sticky();
+}
+
+TEST(FakeGpu, ManyLanesSubmittingConcurrently) {
+  Eng g;
+  constexpr int kThreads = 4, kPer = 2000;
+  std::vector<int> counters(kThreads, 0);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      fl_object_t* o = g.obj();
+      int* p = &counters[t];
+      int one = 1;
+      for (int k = 0; k < kPer; ++k)
+        kernel(g.s(1 + uint32_t(t), kGpu, (k & 1) ? FL_STREAM_COMPUTE : FL_STREAM_D2H), kAdd, {&p, &one},
+               {{o, FL_READ_WRITE, 0}}, "add");
+      fl_object_release(o);
+    });
+  }
+  for (auto& t : ts) t.join();
+  ASSERT_EQ(fl_engine_synchronize(g.e), FL_OK);
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(counters[t], kPer);
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_EQ(fl_engine_stats(g.e, &st), FL_OK);
+  EXPECT_EQ(st.in_flight, 0u);
+}
+
+}  // namespace

@@ -1,0 +1,68 @@
+// Kernels for the GPU tests: tiny and single-purpose.
+#include "gpu/test_kernels.hpp"
+
+namespace {
+
+__device__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void fill(int* p, int value, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) p[k] = value;
+}
+
+__global__ void add(int* p, int value, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) p[k] += value;
+}
+
+__global__ void copy(int* dst, const int* src, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) dst[k] = src[k];
+}
+
+__global__ void wait_flag_then_write(const volatile int* flag, int* out, int value, unsigned long long timeout_ns) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  unsigned long long start = now_ns();
+  while (*flag == 0) {
+    if (now_ns() - start > timeout_ns) {
+      *out = -1;
+      return;
+    }
+  }
+  __threadfence();
+  *out = value;
+}
+
+__global__ void set_flag(volatile int* flag) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *flag = 1;
+    __threadfence_system();
+  }
+}
+
+__global__ void sleep_then_set(volatile int* flag, unsigned long long ns) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  unsigned long long start = now_ns();
+  while (now_ns() - start < ns) {
+  }
+  *flag = 1;
+  __threadfence_system();
+}
+
+__global__ void write_to(int* p) { *p = 1; }
+
+}  // namespace
+
+namespace fltest {
+const void* fill_kernel() { return reinterpret_cast<const void*>(&fill); }
+const void* add_kernel() { return reinterpret_cast<const void*>(&add); }
+const void* copy_kernel() { return reinterpret_cast<const void*>(&copy); }
+const void* wait_flag_then_write_kernel() { return reinterpret_cast<const void*>(&wait_flag_then_write); }
+const void* set_flag_kernel() { return reinterpret_cast<const void*>(&set_flag); }
+const void* sleep_then_set_kernel() { return reinterpret_cast<const void*>(&sleep_then_set); }
+const void* write_to_kernel() { return reinterpret_cast<const void*>(&write_to); }
+}  // namespace fltest

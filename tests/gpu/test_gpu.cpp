@@ -1,0 +1,513 @@
+// GPU backend tests (issue 5). Every test that needs a device skips cleanly when
+// cudaGetDeviceCount finds none (build machines and CI have the toolkit but no GPU).
+#include <cuda_runtime.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu/test_kernels.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+int visible_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+#define REQUIRE_GPU()                                                        \
+  do {                                                                       \
+    if (visible_devices() == 0) GTEST_SKIP() << "no CUDA device visible";    \
+  } while (0)
+
+constexpr fl_device_t kCpu{FL_DEVICE_CPU, 0};
+constexpr fl_device_t kGpu0{FL_DEVICE_CUDA, 0};
+
+struct Engine {
+  fl_engine_t* e = nullptr;
+  explicit Engine(uint64_t workers = 4) {
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    d.num_workers = workers;
+    EXPECT_EQ(fl_engine_create(&d, &e), FL_OK) << fl_last_error_message();
+  }
+  ~Engine() {
+    if (e) fl_engine_destroy(e);
+  }
+  fl_stream_t* stream(uint32_t lane, fl_device_t dev, fl_stream_kind_t kind) {
+    fl_stream_t* s = nullptr;
+    EXPECT_EQ(fl_stream_get(e, lane, dev, kind, &s), FL_OK) << fl_last_error_message();
+    return s;
+  }
+  fl_object_t* object(void* user = nullptr, fl_release_fn rel = nullptr) {
+    fl_object_t* o = nullptr;
+    EXPECT_EQ(fl_object_create(e, user, rel, &o), FL_OK) << fl_last_error_message();
+    return o;
+  }
+};
+
+// Device buffer of n ints.
+struct DevBuf {
+  int* p = nullptr;
+  explicit DevBuf(size_t n) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(int)), cudaSuccess); }
+  ~DevBuf() { cudaFree(p); }
+};
+
+// A kernel instruction with up to 4 arguments, the bytes kept here until submit copies them.
+struct Kernel {
+  fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
+  std::vector<const void*> args;
+  std::vector<uint64_t> sizes;
+  std::vector<fl_operand_t> ops;
+  Kernel(const void* func, const char* name, uint32_t grid = 1, uint32_t block = 1) {
+    k.func = func;
+    k.name = name;
+    k.grid = {grid, 1, 1};
+    k.block = {block, 1, 1};
+  }
+  template <class T>
+  Kernel& arg(const T& v) {
+    args.push_back(&v);
+    sizes.push_back(sizeof(T));
+    return *this;
+  }
+  Kernel& op(fl_object_t* o, uint32_t access) {
+    ops.push_back(fl_operand_t{o, access, 0});
+    return *this;
+  }
+  fl_status_t submit(fl_stream_t* s) {
+    k.args = args.data();
+    k.arg_sizes = sizes.data();
+    k.num_args = args.size();
+    k.operands = ops.data();
+    k.num_operands = ops.size();
+    return fl_submit_kernel(s, &k, nullptr);
+  }
+};
+
+fl_status_t memcpy_instr(fl_stream_t* s, uint32_t kind, void* dst, const void* src, uint64_t bytes,
+                         std::vector<fl_operand_t> ops, const char* name) {
+  fl_memcpy_instr_t m = FL_MEMCPY_INSTR_INIT;
+  m.kind = kind;
+  m.dst = dst;
+  m.src = src;
+  m.bytes = bytes;
+  m.operands = ops.data();
+  m.num_operands = ops.size();
+  m.name = name;
+  return fl_submit_memcpy(s, &m, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------
+// Without a device (these run everywhere in a CUDA build).
+
+TEST(GpuNoDevice, DeviceCountAndStreamsAgreeWithCuda) {
+  int32_t n = -1;
+  ASSERT_FL_OK(fl_cuda_device_count(&n));
+  EXPECT_EQ(n, visible_devices());
+  Engine eng;
+  fl_stream_t* s = nullptr;
+  EXPECT_FL_ERR(fl_stream_get(eng.e, 0, fl_device_t{FL_DEVICE_CUDA, n}, FL_STREAM_COMPUTE, &s), FL_ERR_NO_DEVICE,
+                "does not exist");
+  EXPECT_EQ(s, nullptr);
+  int32_t least = 0, greatest = 0;
+  EXPECT_FL_ERR(fl_cuda_priority_range(n, &least, &greatest), FL_ERR_NO_DEVICE, "does not exist");
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(Gpu, KernelsWriteWhatTheyShould) {
+  REQUIRE_GPU();
+  Engine eng;
+  constexpr int n = 1000;
+  DevBuf buf(n);
+  std::vector<int> host(n, 0);
+  fl_object_t* obj = eng.object();
+  fl_object_t* hobj = eng.object();
+  fl_stream_t* s = eng.stream(1, kGpu0, FL_STREAM_COMPUTE);
+  int* p = buf.p;
+  int value = 7;
+  int count = n;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "fill", (n + 127) / 128, 128).arg(p).arg(value).arg(count)
+                   .op(obj, FL_WRITE).submit(s));
+  value = 1000;  // the argument bytes were copied at submit: this must not matter
+  int inc = 5;
+  ASSERT_FL_OK(Kernel(fltest::add_kernel(), "add", (n + 127) / 128, 128).arg(p).arg(inc).arg(count)
+                   .op(obj, FL_READ_WRITE).submit(s));
+  fl_stream_t* d2h = eng.stream(1, kGpu0, FL_STREAM_D2H);
+  ASSERT_FL_OK(memcpy_instr(d2h, FL_MEMCPY_D2H, host.data(), p, n * sizeof(int),
+                            {{obj, FL_READ, 0}, {hobj, FL_WRITE, 0}}, "d2h"));
+  ASSERT_FL_OK(fl_object_wait(hobj, FL_READ));
+  for (int k = 0; k < n; ++k) ASSERT_EQ(host[k], 12) << "at " << k;
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  fl_object_release(obj);
+  fl_object_release(hobj);
+}
+
+TEST(Gpu, MemsetAndDeviceFunctionRunTheirCleanupAfterTheGpuWork) {
+  REQUIRE_GPU();
+  Engine eng;
+  constexpr int n = 256;
+  DevBuf buf(n);
+  std::vector<int> host(n, 0);
+  fl_object_t* obj = eng.object();
+  fl_stream_t* s = eng.stream(2, kGpu0, FL_STREAM_COMPUTE);
+  fl_memcpy_instr_t m = FL_MEMCPY_INSTR_INIT;
+  m.kind = FL_MEMSET;
+  m.value = 0x01;
+  m.dst = buf.p;
+  m.bytes = n * sizeof(int);
+  fl_operand_t w{obj, FL_WRITE, 0};
+  m.operands = &w;
+  m.num_operands = 1;
+  ASSERT_FL_OK(fl_submit_memcpy(s, &m, nullptr));
+
+  struct Ctx {
+    int* dev;
+    int* host;
+    std::atomic<int> cleanups{0};
+    std::atomic<int> seen{0};
+  } ctx{buf.p, host.data()};
+  fl_device_instr_t d = FL_DEVICE_INSTR_INIT;
+  d.fn = [](fl_instr_ctx_t*, void* stream, void* u) -> fl_status_t {
+    auto* c = static_cast<Ctx*>(u);
+    return cudaMemcpyAsync(c->host, c->dev, n * sizeof(int), cudaMemcpyDeviceToHost,
+                           static_cast<cudaStream_t>(stream)) == cudaSuccess
+               ? FL_OK
+               : FL_ERR_CUDA;
+  };
+  d.cleanup = [](void* u) {
+    auto* c = static_cast<Ctx*>(u);
+    c->seen.store(c->host[n - 1], std::memory_order_relaxed);  // the copy has completed
+    c->cleanups.fetch_add(1);
+  };
+  d.user_data = &ctx;
+  fl_operand_t r{obj, FL_READ, 0};
+  d.operands = &r;
+  d.num_operands = 1;
+  d.name = "d2h-by-device-fn";
+  ASSERT_FL_OK(fl_submit_device(s, &d, nullptr));
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  EXPECT_EQ(ctx.cleanups.load(), 1);
+  EXPECT_EQ(ctx.seen.load(), 0x01010101);
+  fl_object_release(obj);
+}
+
+// P (lane 1) spins on a device flag that only Q sets; S (lane 2, another stream) reads
+// P's output; Q is queued on lane 2 *behind* S, on a third CUDA stream. If S's launch
+// waited on the host for P's completion, lane 2 would never reach Q: P would time out.
+TEST(Gpu, CrossStreamChainNeverWaitsOnTheHost) {
+  REQUIRE_GPU();
+  Engine eng;
+  DevBuf flag(1), x(1), out(1);
+  ASSERT_EQ(cudaMemset(flag.p, 0, sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(out.p, 0, sizeof(int)), cudaSuccess);
+  fl_object_t* ox = eng.object();
+  fl_object_t* oout = eng.object();
+  fl_object_t* oflag = eng.object();
+  int* fp = flag.p;
+  int* xp = x.p;
+  int* op = out.p;
+  int forty_two = 42;
+  unsigned long long timeout = 5'000'000'000ull;  // 5 s
+  ASSERT_FL_OK(Kernel(fltest::wait_flag_then_write_kernel(), "P").arg(fp).arg(xp).arg(forty_two).arg(timeout)
+                   .op(ox, FL_WRITE).submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  int one = 1;
+  ASSERT_FL_OK(Kernel(fltest::copy_kernel(), "S").arg(op).arg(xp).arg(one)
+                   .op(ox, FL_READ).op(oout, FL_WRITE).submit(eng.stream(2, kGpu0, FL_STREAM_COMPUTE)));
+  ASSERT_FL_OK(Kernel(fltest::set_flag_kernel(), "Q").arg(fp).op(oflag, FL_WRITE)
+                   .submit(eng.stream(2, kGpu0, FL_STREAM_H2D)));
+  ASSERT_FL_OK(fl_object_wait(oout, FL_READ));
+  int result = 0;
+  ASSERT_EQ(cudaMemcpy(&result, out.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(result, 42) << "-1 means P timed out: S's launch waited for P on the host";
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  fl_object_release(ox);
+  fl_object_release(oout);
+  fl_object_release(oflag);
+}
+
+TEST(Gpu, DeviceToHostThenHostInstructionReads) {
+  REQUIRE_GPU();
+  Engine eng;
+  constexpr int n = 4096;
+  DevBuf buf(n);
+  int* pinned = nullptr;
+  ASSERT_FL_OK(fl_host_alloc_pinned(n * sizeof(int), reinterpret_cast<void**>(&pinned)));
+  std::memset(pinned, 0, n * sizeof(int));
+  fl_object_t* dev = eng.object();
+  fl_object_t* hst = eng.object();
+  int* p = buf.p;
+  int v = 3, count = n;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "fill", n / 256, 256).arg(p).arg(v).arg(count).op(dev, FL_WRITE)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  ASSERT_FL_OK(memcpy_instr(eng.stream(1, kGpu0, FL_STREAM_D2H), FL_MEMCPY_D2H, pinned, p, n * sizeof(int),
+                            {{dev, FL_READ, 0}, {hst, FL_WRITE, 0}}, "d2h"));
+  struct Sum {
+    const int* h;
+    long total = -1;
+  } sum{pinned};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    auto* s = static_cast<Sum*>(u);
+    long t = 0;
+    for (int k = 0; k < n; ++k) t += s->h[k];
+    s->total = t;
+    return FL_OK;
+  };
+  h.user_data = &sum;
+  fl_operand_t r{hst, FL_READ, 0};
+  h.operands = &r;
+  h.num_operands = 1;
+  // The same lane as the GPU work: a host successor of a same-lane device instruction
+  // still waits for its GPU completion.
+  ASSERT_FL_OK(fl_submit_host(eng.stream(1, kCpu, FL_STREAM_HOST), &h, nullptr));
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  EXPECT_EQ(sum.total, 3L * n);
+  fl_object_release(dev);
+  fl_object_release(hst);
+  ASSERT_FL_OK(fl_host_free_pinned(pinned));
+}
+
+TEST(Gpu, ObjectIsReleasedOnlyAfterTheGpuUsedIt) {
+  REQUIRE_GPU();
+  Engine eng;
+  int* flag = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped), cudaSuccess);
+  *flag = 0;
+  int* dflag = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), flag, 0), cudaSuccess);
+  struct Rel {
+    volatile int* flag;
+    std::atomic<int> calls{0};
+    std::atomic<int> seen{-1};
+  } rel{flag};
+  fl_object_t* o = eng.object(&rel, [](void* u) {
+    auto* r = static_cast<Rel*>(u);
+    r->seen.store(*r->flag);
+    r->calls.fetch_add(1);
+  });
+  unsigned long long ns = 50'000'000ull;  // 50 ms of GPU time
+  ASSERT_FL_OK(Kernel(fltest::sleep_then_set_kernel(), "slow-user").arg(dflag).arg(ns).op(o, FL_READ_WRITE)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  ASSERT_FL_OK(fl_object_release(o));  // the caller's reference goes while the GPU still uses it
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  EXPECT_EQ(rel.calls.load(), 1);
+  EXPECT_EQ(rel.seen.load(), 1) << "release ran before the kernel using the object completed";
+  cudaFreeHost(flag);
+}
+
+TEST(Gpu, BadLaunchConfigurationFailsTheInstructionByName) {
+  REQUIRE_GPU();
+  Engine eng;
+  DevBuf buf(1);
+  fl_object_t* o = eng.object();
+  int* p = buf.p;
+  int v = 1, count = 1;
+  Kernel bad(fltest::fill_kernel(), "too-many-threads", 1, 1);
+  bad.k.block = {4096, 1, 1};  // over the 1024 threads per block limit
+  ASSERT_FL_OK(bad.arg(p).arg(v).arg(count).op(o, FL_WRITE).submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  std::atomic<int> ran{0};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    static_cast<std::atomic<int>*>(u)->fetch_add(1);
+    return FL_OK;
+  };
+  h.user_data = &ran;
+  fl_operand_t r{o, FL_READ, 0};
+  h.operands = &r;
+  h.num_operands = 1;
+  ASSERT_FL_OK(fl_submit_host(eng.stream(2, kCpu, FL_STREAM_HOST), &h, nullptr));
+  EXPECT_FL_ERR(fl_engine_synchronize(eng.e), FL_ERR_CUDA, "too-many-threads");
+  EXPECT_EQ(ran.load(), 0) << "a reader of a poisoned object must be skipped";
+  EXPECT_FL_ERR(fl_object_wait(o, FL_READ), FL_ERR_CUDA, "cudaLaunchKernel");
+  // The engine keeps working after a launch error (it is not sticky). (The skipped host
+  // reader is still in the engine's failure ledger: only this stream is synchronized.)
+  fl_stream_t* s = eng.stream(1, kGpu0, FL_STREAM_COMPUTE);
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "ok").arg(p).arg(v).arg(count).submit(s));
+  ASSERT_FL_OK(fl_stream_synchronize(s));
+  fl_object_release(o);
+}
+
+// Run in a child process: an illegal address corrupts the CUDA context for good.
+TEST(GpuChild, IllegalAddressFailsWithCudaError) {
+  if (std::getenv("FL_GPU_CHILD") == nullptr) GTEST_SKIP() << "runs only as the child of IllegalAddressInAChild";
+  REQUIRE_GPU();
+  int code = 10;
+  {
+    Engine eng;
+    fl_object_t* o = eng.object();
+    int* bad = reinterpret_cast<int*>(uintptr_t(0x10));
+    if (Kernel(fltest::write_to_kernel(), "wild-write").arg(bad).op(o, FL_WRITE)
+            .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)) == FL_OK) {
+      fl_status_t st = fl_engine_synchronize(eng.e);
+      std::string msg = fl_last_error_message();
+      std::fprintf(stderr, "child: %s: %s\n", fl_status_name(st), msg.c_str());
+      code = (st == FL_ERR_CUDA && msg.find("wild-write") != std::string::npos) ? 0 : 11;
+    }
+    std::fflush(stderr);
+  }
+  std::_Exit(code);  // after the engine's destroy (which must not hang on a dead context)
+}
+
+TEST(Gpu, IllegalAddressInAChild) {
+  REQUIRE_GPU();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("FL_GPU_CHILD", "1", 1);
+    execl("/proc/self/exe", "flowlane_gpu_tests", "--gtest_filter=GpuChild.IllegalAddressFailsWithCudaError",
+          static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child died by a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: not submitted, 11: wrong status or message (see the child's stderr)";
+}
+
+// print(loss) must not wait for backward: waiting for the loss copy returns while a long
+// kernel on another lane (that the loss does not depend on) is still running.
+TEST(Gpu, WaitingForTheLossDoesNotWaitForBackward) {
+  REQUIRE_GPU();
+  Engine eng;
+  int* done = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&done), sizeof(int), cudaHostAllocMapped), cudaSuccess);
+  *done = 0;
+  int* ddone = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ddone), done, 0), cudaSuccess);
+  fl_object_t* grads = eng.object();
+  fl_object_t* loss_dev = eng.object();
+  fl_object_t* loss_host = eng.object();
+  unsigned long long ns = 1'000'000'000ull;  // "backward": 1 s of GPU time
+  ASSERT_FL_OK(Kernel(fltest::sleep_then_set_kernel(), "backward").arg(ddone).arg(ns).op(grads, FL_WRITE)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  DevBuf loss(1);
+  int* lp = loss.p;
+  int v = 17, one = 1;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "loss").arg(lp).arg(v).arg(one).op(loss_dev, FL_WRITE)
+                   .submit(eng.stream(2, kGpu0, FL_STREAM_COMPUTE)));
+  int* host_loss = nullptr;  // pinned: the copy is truly asynchronous
+  ASSERT_FL_OK(fl_host_alloc_pinned(sizeof(int), reinterpret_cast<void**>(&host_loss)));
+  *host_loss = 0;
+  ASSERT_FL_OK(memcpy_instr(eng.stream(2, kGpu0, FL_STREAM_D2H), FL_MEMCPY_D2H, host_loss, lp, sizeof(int),
+                            {{loss_dev, FL_READ, 0}, {loss_host, FL_WRITE, 0}}, "loss-d2h"));
+  ASSERT_FL_OK(fl_object_wait(loss_host, FL_READ));
+  EXPECT_EQ(*host_loss, 17);
+  EXPECT_EQ(*static_cast<volatile int*>(done), 0) << "the wait for the loss waited for backward";
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  EXPECT_EQ(*static_cast<volatile int*>(done), 1);
+  fl_object_release(grads);
+  fl_object_release(loss_dev);
+  fl_object_release(loss_host);
+  cudaFreeHost(done);
+  fl_host_free_pinned(host_loss);
+}
+
+TEST(Gpu, PriorityIsClampedAndRefusedAfterFirstUse) {
+  REQUIRE_GPU();
+  Engine eng;
+  int32_t least = 0, greatest = 0;
+  ASSERT_FL_OK(fl_cuda_priority_range(0, &least, &greatest));
+  EXPECT_LE(greatest, least);
+  fl_stream_t* s = eng.stream(3, kGpu0, FL_STREAM_COMPUTE);
+  int32_t applied = 1;
+  ASSERT_FL_OK(fl_stream_set_priority(s, -1000, &applied));
+  EXPECT_EQ(applied, greatest);
+  DevBuf buf(1);
+  int* p = buf.p;
+  int v = 1, one = 1;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "first").arg(p).arg(v).arg(one).submit(s));
+  EXPECT_FL_ERR(fl_stream_set_priority(s, 0, nullptr), FL_ERR_INVALID_ARGUMENT, "before the first");
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+}
+
+TEST(Gpu, ManyCrossStreamStepsAndEngineDestroyDrains) {
+  REQUIRE_GPU();
+  constexpr int kSteps = 2000;
+  DevBuf buf(1);
+  int result = 0;
+  {
+    Engine eng;
+    fl_object_t* o = eng.object();
+    int* p = buf.p;
+    int zero = 0, one = 1;
+    ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "init").arg(p).arg(zero).arg(one).op(o, FL_WRITE)
+                     .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+    for (int k = 0; k < kSteps; ++k) {
+      uint32_t lane = 1 + uint32_t(k % 3);  // alternate lanes (and CUDA streams)
+      ASSERT_FL_OK(Kernel(fltest::add_kernel(), "step").arg(p).arg(one).arg(one).op(o, FL_READ_WRITE)
+                       .submit(eng.stream(lane, kGpu0, FL_STREAM_COMPUTE)));
+    }
+    fl_object_release(o);
+  }  // destroy drains the GPU work
+  ASSERT_EQ(cudaMemcpy(&result, buf.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(result, kSteps);
+}
+
+}  // namespace
+
+namespace {
+
+// NCCL: one rank (NCCL cannot put two ranks of one communicator on one GPU; multi-rank
+// needs separate processes and is not tested here).
+TEST(GpuNccl, OneRankAllReduceRunsOnTheCollectiveStream) {
+  REQUIRE_GPU();
+  fl_comm_unique_id_t id;
+  fl_status_t st = fl_comm_get_unique_id(FL_COMM_NCCL, &id);
+  if (st == FL_ERR_UNSUPPORTED) GTEST_SKIP() << "built without NCCL: " << fl_last_error_message();
+  ASSERT_EQ(st, FL_OK) << fl_last_error_message();
+  Engine eng;
+  fl_comm_desc_t d = FL_COMM_DESC_INIT;
+  d.nranks = 1;
+  d.rank = 0;
+  d.device = 0;
+  d.lane = 3;
+  d.backend = FL_COMM_NCCL;
+  fl_comm_t* comm = nullptr;
+  ASSERT_FL_OK(fl_comm_create(eng.e, &d, &id, &comm));
+  constexpr int n = 64;
+  DevBuf send(n), recv(n);
+  fl_object_t* os = eng.object();
+  fl_object_t* orv = eng.object();
+  int* sp = send.p;
+  int v = 9, count = n;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "fill", 1, 64).arg(sp).arg(v).arg(count).op(os, FL_WRITE)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  fl_coll_part_t part{};
+  part.op = FL_COLL_ALL_REDUCE;
+  part.dtype = FL_DTYPE_INT32;
+  part.redop = FL_REDOP_SUM;
+  part.sendbuf = send.p;
+  part.recvbuf = recv.p;
+  part.count = n;
+  fl_operand_t ops[2] = {{os, FL_READ, 0}, {orv, FL_WRITE, 0}};
+  fl_collective_instr_t c = FL_COLLECTIVE_INSTR_INIT;
+  c.parts = &part;
+  c.num_parts = 1;
+  c.operands = ops;
+  c.num_operands = 2;
+  c.name = "allreduce";
+  EXPECT_FL_ERR(fl_submit_collective(eng.stream(3, kGpu0, FL_STREAM_COMPUTE), comm, &c, nullptr),
+                FL_ERR_INVALID_ARGUMENT, "COLLECTIVE stream");
+  ASSERT_FL_OK(fl_submit_collective(eng.stream(3, kGpu0, FL_STREAM_COLLECTIVE), comm, &c, nullptr));
+  std::vector<int> host(n, 0);
+  ASSERT_FL_OK(memcpy_instr(eng.stream(3, kGpu0, FL_STREAM_D2H), FL_MEMCPY_D2H, host.data(), recv.p, n * sizeof(int),
+                            {{orv, FL_READ, 0}}, "d2h"));
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  for (int k = 0; k < n; ++k) ASSERT_EQ(host[k], 9) << "at " << k;
+  ASSERT_FL_OK(fl_comm_destroy(comm));
+  EXPECT_FL_ERR(fl_comm_destroy(comm), FL_ERR_INVALID_HANDLE, "stale");
+  fl_object_release(os);
+  fl_object_release(orv);
+}
+
+}  // namespace

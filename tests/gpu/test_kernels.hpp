@@ -1,0 +1,23 @@
+// Small kernels for the GPU tests (tests/gpu/kernels.cu). Each accessor returns the
+// kernel's host-side handle for fl_kernel_instr_t.func.
+#pragma once
+
+namespace fltest {
+
+// fill(int* p, int value, int n): p[k] = value for k < n.
+const void* fill_kernel();
+// add(int* p, int value, int n): p[k] += value.
+const void* add_kernel();
+// copy(int* dst, const int* src, int n): dst[k] = src[k].
+const void* copy_kernel();
+// wait_flag_then_write(const volatile int* flag, int* out, int value, unsigned long long timeout_ns):
+// one thread spins until *flag != 0 (or the timeout passes: then *out = -1), then *out = value.
+const void* wait_flag_then_write_kernel();
+// set_flag(volatile int* flag): *flag = 1 (system-scope fence).
+const void* set_flag_kernel();
+// sleep_then_set(volatile int* flag, unsigned long long ns): spins ns on %globaltimer, then *flag = 1.
+const void* sleep_then_set_kernel();
+// write_to(int* p): *p = 1 — given a bad pointer, an illegal address.
+const void* write_to_kernel();
+
+}  // namespace fltest
