@@ -122,7 +122,7 @@ void Lane::run_task(Task* t) {
     else
       engine->execute_device(i);  // launches only; the GPU poller completes it
   }
-  engine->pool().submit(&lane->task);  // yield; the lane stays owned
+  engine->pool().yield(&lane->task);  // behind other waiting work; the lane stays owned
 }
 
 void Lane::set_active(Instr* i, bool blocked) {

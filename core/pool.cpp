@@ -253,6 +253,17 @@ void Pool::submit(Task* t) {
   impl_->notifier.notify_one();
 }
 
+void Pool::yield(Task* t) {
+  if (tls_pool != impl_.get()) {
+    submit(t);
+    return;
+  }
+  impl_->injection.enqueue(t);
+  // This worker dequeues it as soon as its own deque is empty (find_local); only other
+  // work ahead of it here is a reason to wake a sleeper.
+  if (!tls_worker->deque.empty()) impl_->notifier.notify_one();
+}
+
 bool Pool::run_one() {
   Worker* w = tls_pool == impl_.get() ? tls_worker : nullptr;
   if (w == nullptr) return false;

@@ -38,6 +38,12 @@ class Pool {
   // stealable by others); from elsewhere to the injection queue. Wakes a sleeper if needed.
   void submit(Task* t);
 
+  // Re-queues a task that was running (a lane ending its batch) behind the work already
+  // waiting: it goes to the FIFO injection queue, so other tasks of this worker's deque
+  // run first, and wakes another worker only when this worker has such other work (a
+  // running task being re-queued creates no new parallelism). Off the pool: submit().
+  void yield(Task* t);
+
   // True when the calling thread is one of this pool's workers.
   bool on_worker() const;
 

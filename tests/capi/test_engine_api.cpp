@@ -84,6 +84,25 @@ TEST(Lanes, WorkSubmittedOnAReleasedLaneStillRuns) {
   EXPECT_EQ(n.load(), 100);
 }
 
+// One worker, a lane with a long backlog, another lane with one instruction: the busy lane
+// re-queues itself behind waiting work after each batch, so the other lane runs long
+// before the backlog is done (with a LIFO re-queue it would run only after all of it).
+TEST(Lanes, BusyLaneYieldsToAnotherLaneOnOneWorker) {
+  EngineFixture f(1, 4, 16384);  // window above the backlog: everything is queued before the gate opens
+  const int kBacklog = 5000;
+  fltest::Gate gate;
+  std::atomic<int> a_done{0};
+  std::atomic<int> seen_by_b{-1};
+  fltest::submit(f.host(1), [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; });
+  for (int k = 0; k < kBacklog; ++k) fltest::submit(f.host(1), [&] { a_done++; return FL_OK; });
+  fltest::submit(f.host(2), [&] { seen_by_b = a_done.load(); return FL_OK; });
+  gate.open = true;
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(a_done.load(), kBacklog);
+  EXPECT_GE(seen_by_b.load(), 0);
+  EXPECT_LT(seen_by_b.load(), kBacklog / 2) << "lane 2 waited for lane 1's whole backlog";
+}
+
 // ---------------------------------------------------------------------------------------
 // Streams
 
