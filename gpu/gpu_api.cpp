@@ -161,9 +161,32 @@ fl_status_t status_of(cudaError_t r) {
   fail(status_of(r), std::string(fn) + ": " + gpu::cuda_message(r, call));
 }
 
+// The part every fl_submit_{kernel,device,memcpy} shares: each descriptor carries operands,
+// a name and flags; `launch` enqueues the work on the lane, `fill` copies what the launch
+// needs out of the descriptor into the record at submit.
+template <class Desc>
+fl_instr_id submit_device_work(core::Stream* s, const Desc* instr, core::InstrKind kind, fl_host_fn launch,
+                               void (*fill)(core::Instr*, const void*), const char* fn,
+                               void* user_data = nullptr, fl_release_fn cleanup = nullptr) {
+  SubmitArgs a;
+  a.kind = kind;
+  a.fn = launch;
+  a.user_data = user_data;
+  a.cleanup = cleanup;
+  a.operands = instr->operands;
+  a.num_operands = instr->num_operands;
+  a.name = instr->name;
+  a.nonblocking = (instr->flags & FL_SUBMIT_NONBLOCKING) != 0;
+  a.api = fn;
+  a.fill = fill;
+  a.fill_ctx = instr;
+  return submit_instruction(s, a);
+}
+
 #else
 
 [[noreturn]] void gpu_unavailable(const char* fn) { unsupported_without_cuda(fn); }
+
 
 #endif
 
@@ -204,17 +227,7 @@ FL_API fl_status_t fl_submit_kernel(fl_stream_t* stream, const fl_kernel_instr_t
         fail(FL_ERR_OUT_OF_RANGE, "fl_submit_kernel: the arguments exceed " + std::to_string(kMaxArgBytes) +
                                       " bytes (CUDA's kernel parameter limit)");
     }
-    SubmitArgs a;
-    a.kind = core::InstrKind::kKernel;
-    a.fn = &launch_kernel;
-    a.operands = instr->operands;
-    a.num_operands = instr->num_operands;
-    a.name = instr->name;
-    a.nonblocking = (instr->flags & FL_SUBMIT_NONBLOCKING) != 0;
-    a.api = fn;
-    a.fill = &fill_kernel;
-    a.fill_ctx = instr;
-    fl_instr_id id = submit_instruction(s, a);
+    fl_instr_id id = submit_device_work(s, instr, core::InstrKind::kKernel, &launch_kernel, &fill_kernel, fn);
     if (out_instr_id) *out_instr_id = id;
     return FL_OK;
   });
@@ -227,19 +240,9 @@ FL_API fl_status_t fl_submit_device(fl_stream_t* stream, const fl_device_instr_t
     check_desc(instr, fn, "fl_device_instr_t");
     if (instr->fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_device: fn is NULL");
     check_flags(instr->flags, fn);
-    SubmitArgs a;
-    a.kind = core::InstrKind::kDeviceFn;
-    a.fn = &launch_device_fn;
-    a.user_data = instr->user_data;
-    a.cleanup = instr->cleanup;  // runs after the GPU work completed (Engine::complete_device)
-    a.operands = instr->operands;
-    a.num_operands = instr->num_operands;
-    a.name = instr->name;
-    a.nonblocking = (instr->flags & FL_SUBMIT_NONBLOCKING) != 0;
-    a.api = fn;
-    a.fill = &fill_device_fn;
-    a.fill_ctx = instr;
-    fl_instr_id id = submit_instruction(s, a);
+    // cleanup runs after the GPU work completed (Engine::complete_device).
+    fl_instr_id id = submit_device_work(s, instr, core::InstrKind::kDeviceFn, &launch_device_fn, &fill_device_fn, fn,
+                                        instr->user_data, instr->cleanup);
     if (out_instr_id) *out_instr_id = id;
     return FL_OK;
   });
@@ -260,17 +263,7 @@ FL_API fl_status_t fl_submit_memcpy(fl_stream_t* stream, const fl_memcpy_instr_t
     if (instr->kind == FL_MEMSET && instr->value > 0xff)
       fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_memcpy: FL_MEMSET value " + std::to_string(instr->value) +
                                         " is not a byte (0..255)");
-    SubmitArgs a;
-    a.kind = core::InstrKind::kMemcpy;
-    a.fn = &launch_memcpy;
-    a.operands = instr->operands;
-    a.num_operands = instr->num_operands;
-    a.name = instr->name;
-    a.nonblocking = (instr->flags & FL_SUBMIT_NONBLOCKING) != 0;
-    a.api = fn;
-    a.fill = &fill_memcpy;
-    a.fill_ctx = instr;
-    fl_instr_id id = submit_instruction(s, a);
+    fl_instr_id id = submit_device_work(s, instr, core::InstrKind::kMemcpy, &launch_memcpy, &fill_memcpy, fn);
     if (out_instr_id) *out_instr_id = id;
     return FL_OK;
   });

@@ -115,7 +115,6 @@ TEST(Trace, WindowStallsAreRecorded) {
 }
 
 TEST(Trace, RingBufferBoundsMemoryAndCountsDrops) {
-  if (FL_UNDER_SANITIZER) GTEST_SKIP() << "300k instructions: too slow under sanitizers";
   EngineFixture f(2);
   std::string path = ::testing::TempDir() + "flowlane_trace_ring.json";
   ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
