@@ -237,6 +237,9 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
                                         " uses this object itself and would wait for its own completion");
     }
   }
+  // Inside a device function: its lane's earlier launches without an event could never be
+  // seen to complete while the lane runner waits here; record their event first.
+  if (self != nullptr && !self->stream->is_host_executed()) cover_launched(self->stream->lane);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_object_wait");
   Lane* my_lane = self ? self->stream->lane : nullptr;

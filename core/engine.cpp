@@ -343,9 +343,14 @@ fl_status_t Engine::synchronize() {
 
 fl_status_t Engine::synchronize(Stream* s) {
   Instr* self = current_instr();
-  if (self != nullptr && self->stream->lane == s->lane && s->is_host_executed())
+  // Any stream of the caller's own lane: its instructions submitted after the caller (a
+  // host stream's, or a CUDA stream's, which launch only once the caller finished) would
+  // be waited for by the instruction they queue behind.
+  if (self != nullptr && self->stream->lane == s->lane)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside instruction " + self->describe() +
-                                      " on a stream of its own lane: it would wait for itself");
+                                      " on a stream of its own lane (" + s->describe() +
+                                      "): it would wait for instructions queued behind itself; "
+                                      "depend on the objects you need instead");
   uint64_t target = s->submitted.load(std::memory_order_acquire);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");

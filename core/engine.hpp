@@ -96,6 +96,11 @@ struct Lane {
   // Set (under diag_lock) by engine destroy when the running callback's fl_object_wait is on
   // a wait cycle and can never return: the wait gives up with FL_ERR_CANCELLED (core/dump.hpp).
   std::atomic<bool> wait_cancelled{false};
+
+  // Device instructions this lane launched on one CUDA stream since that stream last
+  // recorded an event, in launch order (gpu/README.md, "Events"). They stay kRunning until
+  // Engine::cover_launched() records one event after the last of them. Lane runner only.
+  std::vector<Instr*> uncovered;
   void set_active(Instr* i, bool blocked);
   void clear_active(Instr* i);
 
@@ -169,9 +174,12 @@ class Engine {
   void execute_host(Instr* i);
   void complete(Instr* i);
   // Device instructions (gpu/): execute_device() launches on the lane runner (skip check,
-  // gpu::launch, then kLaunched and release of launch successors); the engine's GPU poller
-  // calls complete_device() once the instruction's event completed (st = FL_OK) or faulted.
+  // gpu::launch) and adds the instruction to its lane's `uncovered` run; cover_launched()
+  // records one event after the run, publishes kLaunched, releases launch successors and
+  // hands the run to the engine's GPU poller, which calls complete_device() once the
+  // covering event completed (st = FL_OK) or faulted. Lane runner only.
   void execute_device(Instr* i);
+  void cover_launched(Lane* lane);
   void complete_device(Instr* i, fl_status_t st, const std::string& detail);
   uint32_t device_slots() const { return device_slots_; }
   // The GPU backend's per-engine state (poller thread), created lazily by gpu/ under

@@ -96,6 +96,11 @@ struct Instr : MiAllocated {
   // The pooled cudaEvent_t recorded after a successful launch (null otherwise). Returned to
   // the pool when the record is recycled, so a dependent holding a reference can read it.
   void* event = nullptr;
+  // A device instruction launched without an event of its own (gpu/README.md, "Events"):
+  // the later instruction of the same CUDA stream whose event was recorded after it, so
+  // that event's completion implies this one's. Set before kLaunched is published; holds a
+  // reference on `cover`, dropped when this record is recycled.
+  Instr* cover = nullptr;
 
   // --- result (written before the terminal state is published with release) ---
   fl_status_t status = FL_OK;

@@ -21,6 +21,21 @@ FL_TLS thread_local Instr* t_current_instr = nullptr;
 constexpr int kLaneBatch = 64;
 // Pauses a lane runner waits for more work before going idle (a few hundred ns).
 constexpr int kIdleSpins = 16;
+// At most this many device instructions of one CUDA stream are launched before an event is
+// recorded after them (gpu/README.md, "Events"): one cudaEventRecord per run instead of one
+// per instruction, and a bound on how late a successor that arrived after a launch learns
+// about it.
+constexpr size_t kMaxUncovered = 8;
+
+// The lane must cover its uncovered launches before it goes on with `next`: `next` is not a
+// device instruction of the same CUDA stream (it may depend on their completion or on their
+// events), or it may block on a predecessor (the lane is then left, maybe for a long time).
+// Before the lane's unit is dropped: once it is, another worker may own the lane.
+bool must_cover_before(const Lane* lane, const Instr* next) {
+  if (lane->uncovered.empty()) return false;
+  // acquire is not needed: a stale value only makes the lane cover early.
+  return next->stream != lane->uncovered.back()->stream || next->pending.load(std::memory_order_relaxed) != 1;
+}
 }  // namespace
 
 Instr* current_instr() { return t_current_instr; }
@@ -88,6 +103,7 @@ void Lane::run_task(Task* t) {
     if (i == nullptr) {
       i = lane->pop();
       if (i == nullptr) {
+        engine->cover_launched(lane);  // nothing queued behind them: completion can be tracked now
         // Briefly wait for the submitter before giving the lane up: when execution is
         // faster than submission, giving up after every instruction costs a trip through
         // the pool's injection queue per instruction.
@@ -99,6 +115,7 @@ void Lane::run_task(Task* t) {
       if (i != nullptr) {
         // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
         // re-submits this lane task, and the resumed runner must find the instruction.
+        if (must_cover_before(lane, i)) engine->cover_launched(lane);
         lane->cur = i;
         lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
         // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
@@ -122,6 +139,7 @@ void Lane::run_task(Task* t) {
     else
       engine->execute_device(i);  // launches only; the GPU poller completes it
   }
+  engine->cover_launched(lane);  // the lane may wait in the injection queue for a while
   engine->pool().yield(&lane->task);  // behind other waiting work; the lane stays owned
 }
 
@@ -213,6 +231,7 @@ void Engine::execute_host(Instr* i) {
 }
 
 void Engine::execute_device(Instr* i) {
+  Lane* lane = i->stream->lane;
   Instr* poisoned_by = poisoned_input(i);
   if (poisoned_by != nullptr) {
     mark_skipped(i, poisoned_by);
@@ -220,6 +239,8 @@ void Engine::execute_device(Instr* i) {
     complete(i);
     return;
   }
+  // Normally done by the run loop (must_cover_before); a run covers one stream only.
+  if (!lane->uncovered.empty() && lane->uncovered.back()->stream != i->stream) cover_launched(lane);
   i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
   if (Observer* ob = observer()) ob->on_start(*i);
   Instr* saved = t_current_instr;
@@ -243,16 +264,49 @@ void Engine::execute_device(Instr* i) {
     return;
   }
   i->error.clear();
-  // Launched. release: a dependent that sees kLaunched (or the sealed launch list) reads
-  // i->event, written by gpu::launch before this store; pairs with the acquire load in
-  // gpu::launch of the dependent.
-  i->state.store(uint32_t(InstrState::kLaunched), std::memory_order_release);
-  // Cross-stream device successors wait only for this launch (DESIGN rule 3). acq_rel:
-  // acquire pairs with the release CAS in add_dep(); release hands i->event over.
-  Edge* e = i->launch_succ_head.exchange(kSealed, std::memory_order_acq_rel);
-  release_successors(e);
-  i->stream->lane->clear_active(i);
-  gpu::track(i);  // the poller may complete and recycle i from here on: not touched after
+  lane->clear_active(i);
+  // Enqueued on its CUDA stream. It becomes kLaunched once an event is recorded after it:
+  // at once when a cross-stream successor already waits for its launch (acquire pairs with
+  // the release CAS in push_edge(): nothing to read, but the edge's count must be current),
+  // else with a later instruction of the run (see kMaxUncovered and must_cover_before()).
+  lane->uncovered.push_back(i);
+  if (i->launch_succ_head.load(std::memory_order_acquire) != nullptr || lane->uncovered.size() >= kMaxUncovered)
+    cover_launched(lane);
+}
+
+void Engine::cover_launched(Lane* lane) {
+  std::vector<Instr*>& run = lane->uncovered;
+  if (run.empty()) return;
+  Instr* last = run.back();
+  fl_status_t st = gpu::record_event(last);
+  if (st != FL_OK) {
+    // The work is on the GPU but its completion can never be observed (a broken context):
+    // fail the run, naming CUDA's error, rather than wait forever.
+    std::string detail = last->error;
+    for (Instr* x : run) {
+      x->error = detail;
+      mark_failed(x, st);
+      run_cleanup(x);
+      complete(x);
+    }
+    run.clear();
+    return;
+  }
+  for (Instr* x : run) {
+    if (x != last) {
+      last->ref();  // dropped when x is recycled
+      x->cover = last;
+    }
+    // Launched. release: a dependent that sees kLaunched (or the sealed launch list) reads
+    // x->event / x->cover, written before this store; pairs with the acquire state load in
+    // gpu::launch of the dependent.
+    x->state.store(uint32_t(InstrState::kLaunched), std::memory_order_release);
+    // Cross-stream device successors wait only for this launch (DESIGN rule 3). acq_rel:
+    // acquire pairs with the release CAS in push_edge(); release hands the event over.
+    release_successors(x->launch_succ_head.exchange(kSealed, std::memory_order_acq_rel));
+  }
+  gpu::track(run.data(), run.size());  // the poller may complete and recycle them from here on
+  run.clear();
 }
 
 void Engine::complete_device(Instr* i, fl_status_t st, const std::string& detail) {
@@ -320,6 +374,10 @@ void Engine::complete(Instr* i) {
 
 void Engine::recycle(Instr* i) {
   if (i->event != nullptr) gpu::event_release(i);  // dependents holding references are gone
+  if (Instr* c = i->cover) {
+    i->cover = nullptr;
+    if (c->unref()) recycle(c);
+  }
   i->state.store(uint32_t(InstrState::kFree), std::memory_order_relaxed);
   i->succ_head.store(nullptr, std::memory_order_relaxed);
   i->launch_succ_head.store(nullptr, std::memory_order_relaxed);

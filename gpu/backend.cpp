@@ -126,22 +126,34 @@ struct Poller {
   bool poll(std::vector<StreamState*>& active);
 };
 
+// The event that tells whether `i` (launched, in a stream FIFO) has completed: its own, or
+// the one recorded after it on the same stream (Instr::cover).
+cudaEvent_t completion_event(const Instr* i) {
+  return static_cast<cudaEvent_t>(i->event != nullptr ? i->event : i->cover->event);
+}
+
 bool Poller::poll(std::vector<StreamState*>& active) {
   bool progress = false;
   for (size_t k = 0; k < active.size();) {
     StreamState* ss = active[k];
     while (!ss->launched.empty()) {
-      Instr* i = ss->launched.front();
-      cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(i->event));
+      // The FIFO's head and the instructions up to its covering event complete together.
+      Instr* head = ss->launched.front();
+      cudaError_t r = cudaEventQuery(completion_event(head));
       if (r == cudaErrorNotReady) break;
-      ss->launched.pop_front();
       progress = true;
-      if (r == cudaSuccess) {
-        engine->complete_device(i, FL_OK, std::string());
-      } else {
+      std::string detail;
+      if (r != cudaSuccess) {
         (void)cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
-        engine->complete_device(i, FL_ERR_CUDA,
-                                cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery)"));
+        detail = cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery on the event recorded "
+                                 "after this instruction's run of its stream)");
+      }
+      for (;;) {
+        Instr* i = ss->launched.front();
+        ss->launched.pop_front();
+        bool owner = i->event != nullptr;  // read before completion may recycle i
+        engine->complete_device(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
+        if (owner) break;
       }
     }
     if (ss->launched.empty()) {
@@ -214,19 +226,23 @@ void event_release(Instr* i) {
   i->event = nullptr;
 }
 
+// Makes `dev` current on this thread (a user callback may have changed it).
+static cudaError_t make_current(int dev) {
+  int cur = -1;
+  cudaError_t r = cudaGetDevice(&cur);
+  if (r == cudaSuccess && cur == dev) return cudaSuccess;
+  return cudaSetDevice(dev);
+}
+
 fl_status_t launch(Instr* i) {
   core::Stream* s = i->stream;
   StreamState* ss = state_of(s);
-  (void)poller_of(i->engine);  // started before the first event is recorded
+  (void)poller_of(i->engine);  // started before anything is tracked
   const int dev = ss->device;
-  int cur = -1;
-  cudaError_t r = cudaGetDevice(&cur);
-  if (r != cudaSuccess || cur != dev) {
-    r = cudaSetDevice(dev);
-    if (r != cudaSuccess) {
-      i->error = cuda_message(r, "cudaSetDevice");
-      return r == cudaErrorInvalidDevice || r == cudaErrorNoDevice ? FL_ERR_NO_DEVICE : FL_ERR_CUDA;
-    }
+  cudaError_t r = make_current(dev);
+  if (r != cudaSuccess) {
+    i->error = cuda_message(r, "cudaSetDevice");
+    return r == cudaErrorInvalidDevice || r == cudaErrorNoDevice ? FL_ERR_NO_DEVICE : FL_ERR_CUDA;
   }
   if (ss->cs == nullptr) {
     r = cudaStreamCreateWithPriority(&ss->cs, cudaStreamNonBlocking, ss->priority);
@@ -237,23 +253,20 @@ fl_status_t launch(Instr* i) {
     }
   }
   // Cross-stream device predecessors: order by their events on the GPU (DESIGN rule 3).
-  // acquire pairs with the release store of kLaunched in Engine::execute_device(), which
-  // follows the write of pred->event; the dep entry's reference keeps the event ours.
+  // acquire pairs with the release store of kLaunched in Engine::cover_launched(), which
+  // follows the writes of pred->event / pred->cover; the dep entry's reference keeps pred,
+  // and pred's reference keeps its cover, so the event stays ours while we wait on it.
+  // A predecessor that is not yet kLaunched here was launched by this very lane (no edge:
+  // lane order), and the lane covered it before switching streams.
   for (const Instr::Dep& d : i->deps) {
     if ((d.flags & Instr::Dep::kLaunchWait) == 0) continue;
     InstrState ps = d.pred->load_state(std::memory_order_acquire);
-    if (ps == InstrState::kDone || d.pred->event == nullptr) continue;
-    r = cudaStreamWaitEvent(ss->cs, static_cast<cudaEvent_t>(d.pred->event), 0);
+    if (ps != InstrState::kLaunched) continue;  // completed, failed, skipped: nothing on the GPU to wait for
+    r = cudaStreamWaitEvent(ss->cs, completion_event(d.pred), 0);
     if (r != cudaSuccess) {
       i->error = cuda_message(r, "cudaStreamWaitEvent") + " waiting for " + d.pred->describe();
       return FL_ERR_CUDA;
     }
-  }
-  cudaEvent_t ev = nullptr;
-  r = event_get(dev, &ev);
-  if (r != cudaSuccess) {
-    i->error = cuda_message(r, "cudaEventCreateWithFlags");
-    return FL_ERR_CUDA;
   }
   fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
   cudaError_t last = cudaGetLastError();
@@ -261,28 +274,38 @@ fl_status_t launch(Instr* i) {
     if (i->error.empty()) i->error = cuda_message(last, "the launch");
     st = FL_ERR_CUDA;
   }
-  if (st != FL_OK) {
-    event_put(dev, ev);
-    return st;
-  }
-  // One event per device instruction: it is both the completion signal polled by the
-  // poller and what cross-stream successors wait on (~0.3 us; a later version may record
-  // one per batch of a stream and only where a cross-stream successor needs it).
-  r = cudaEventRecord(ev, ss->cs);
+  return st;
+}
+
+fl_status_t record_event(Instr* last) {
+  StreamState* ss = state_of(last->stream);
+  cudaError_t r = make_current(ss->device);  // a device function may have switched devices
   if (r != cudaSuccess) {
-    event_put(dev, ev);
-    i->error = cuda_message(r, "cudaEventRecord");
+    last->error = cuda_message(r, "cudaSetDevice");
     return FL_ERR_CUDA;
   }
-  i->event = ev;
+  cudaEvent_t ev = nullptr;
+  r = event_get(ss->device, &ev);
+  if (r != cudaSuccess) {
+    last->error = cuda_message(r, "cudaEventCreateWithFlags");
+    return FL_ERR_CUDA;
+  }
+  r = cudaEventRecord(ev, ss->cs);
+  if (r != cudaSuccess) {
+    (void)cudaGetLastError();  // not to be blamed on the next launch of this thread
+    event_put(ss->device, ev);
+    last->error = cuda_message(r, "cudaEventRecord");
+    return FL_ERR_CUDA;
+  }
+  last->event = ev;
   return FL_OK;
 }
 
-void track(Instr* i) {
-  Poller* p = static_cast<Poller*>(i->engine->gpu_backend.load(std::memory_order_acquire));
+void track(Instr* const* run, size_t n) {
+  Poller* p = static_cast<Poller*>(run[0]->engine->gpu_backend.load(std::memory_order_acquire));
   {
     std::lock_guard<std::mutex> lock(p->mu);
-    p->incoming.push_back(i);
+    p->incoming.insert(p->incoming.end(), run, run + n);
   }
   p->cv.notify_one();
 }
@@ -311,7 +334,11 @@ fl_status_t launch(core::Instr* i) {
   i->error = "this libflowlane was built without CUDA";
   return FL_ERR_UNSUPPORTED;
 }
-void track(core::Instr*) {}
+fl_status_t record_event(core::Instr* last) {
+  last->error = "this libflowlane was built without CUDA";
+  return FL_ERR_UNSUPPORTED;
+}
+void track(core::Instr* const*, size_t) {}
 void engine_stop(core::Engine*) {}
 void event_release(core::Instr* i) { i->event = nullptr; }
 }  // namespace flowlane::gpu

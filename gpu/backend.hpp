@@ -5,6 +5,7 @@
 // is written down in gpu/README.md.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "flowlane/flowlane.h"
@@ -30,13 +31,20 @@ void stream_state_destroy(core::Stream* s);
 // On the lane runner, for a device instruction that is not skipped: makes the device
 // current, creates the CUDA stream on first use, makes the stream wait for the events of
 // its cross-stream device predecessors, calls i->fn (the launch trampoline or the user's
-// device function), checks cudaGetLastError and records a pooled event. Returns FL_OK, or
-// a failure status with i->error set (the detail, without the instruction's name).
+// device function) and checks cudaGetLastError. Records no event (record_event does).
+// Returns FL_OK, or a failure status with i->error set (the detail, without the
+// instruction's name).
 fl_status_t launch(core::Instr* i);
 
-// Hands a launched instruction (state kLaunched, event recorded) to its engine's poller,
-// which calls Engine::complete_device() once the event has completed (or faulted).
-void track(core::Instr* i);
+// On the lane runner, after the launch of `last`: records a pooled event on its CUDA
+// stream into last->event. It covers `last` and the instructions launched on that stream
+// before it that have no event yet. FL_OK, or FL_ERR_CUDA with last->error set.
+fl_status_t record_event(core::Instr* last);
+
+// Hands a run of launched instructions of one CUDA stream, in launch order, to their
+// engine's poller: the last one has an event, the others are covered by it (Instr::cover).
+// The poller completes them (Engine::complete_device) once that event completed or faulted.
+void track(core::Instr* const* run, size_t n);
 
 // Engine destroy, after the drain: stops and joins the poller thread.
 void engine_stop(core::Engine* e);

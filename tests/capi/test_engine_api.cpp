@@ -194,6 +194,28 @@ TEST(Streams, SynchronizeWaitsForItsStreamOnly) {
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
 }
 
+TEST(Streams, SynchronizeFromACallbackRefusesItsOwnLaneOnly) {
+  EngineFixture f(2);
+  struct Ctx {
+    fl_stream_t* own;
+    fl_stream_t* other;
+    fl_status_t own_st = FL_OK, other_st = FL_ERR_INTERNAL;
+    std::string own_msg;
+  } ctx{f.host(1), f.host(2), FL_OK, FL_ERR_INTERNAL, {}};
+  submit(f.host(2), noop, nullptr);
+  submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
+    auto* c = static_cast<Ctx*>(ud);
+    c->own_st = fl_stream_synchronize(c->own);
+    c->own_msg = fl_last_error_message();
+    c->other_st = fl_stream_synchronize(c->other);  // another lane: allowed
+    return FL_OK;
+  }, &ctx);
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(ctx.own_st, FL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(ctx.own_msg.find("own lane"), std::string::npos) << ctx.own_msg;
+  EXPECT_EQ(ctx.other_st, FL_OK);
+}
+
 // ---------------------------------------------------------------------------------------
 // Objects
 

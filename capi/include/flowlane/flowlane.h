@@ -184,7 +184,9 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
 
 /* METHOD: fl_stream_t
    Waits for everything submitted to this stream before the call; error rule as
-   fl_engine_synchronize, restricted to this stream. */
+   fl_engine_synchronize, restricted to this stream. From inside an instruction callback,
+   a stream of the caller's own lane is refused (FL_ERR_INVALID_ARGUMENT: its later
+   instructions queue behind the caller); depend on objects instead. */
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream);
 
 /* METHOD: fl_stream_t — the stream's lane, device and kind. Any out pointer may be NULL. */

@@ -59,6 +59,9 @@ thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
 std::atomic<int> g_sticky{cudaSuccess};
 std::atomic<long> g_events_created{0};
+std::atomic<long> g_event_records{0};
+std::atomic<long> g_stream_waits{0};
+std::atomic<int> g_fail_records{0};  // the next N cudaEventRecord calls fail (a broken context)
 
 cudaError_t set_err(cudaError_t e) {
   if (e != cudaSuccess) t_last = e;
@@ -69,6 +72,9 @@ cudaError_t set_err(cudaError_t e) {
 extern "C" {
 
 long fake_cudart_events_created() { return g_events_created.load(); }
+long fake_cudart_event_records() { return g_event_records.load(); }
+long fake_cudart_stream_waits() { return g_stream_waits.load(); }
+void fake_cudart_fail_event_records(int n) { g_fail_records.store(n); }
 void fake_cudart_reset_sticky() { g_sticky.store(cudaSuccess); }
 
 cudaError_t cudaGetDeviceCount(int* n) {
@@ -97,6 +103,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     default: return "cudaErrorFake";
   }
 }
@@ -134,6 +141,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  for (int n = g_fail_records.load(); n > 0;)
+    if (g_fail_records.compare_exchange_weak(n, n - 1)) return set_err(cudaErrorLaunchFailure);
+  g_event_records.fetch_add(1);
   uint64_t g = e->recorded.fetch_add(1) + 1;
   s->push([e, g] { e->completed.store(g); });
   return cudaSuccess;
@@ -143,6 +153,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return e->completed.load() >= e->recorded.load() ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  g_stream_waits.fetch_add(1);
   uint64_t g = e->recorded.load();
   s->push([e, g] {
     while (e->completed.load() < g && g_sticky.load() == cudaSuccess) std::this_thread::yield();

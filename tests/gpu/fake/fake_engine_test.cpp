@@ -8,7 +8,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +22,9 @@
 
 extern "C" long fake_cudart_events_created();
 extern "C" void fake_cudart_reset_sticky();
+extern "C" long fake_cudart_event_records();
+extern "C" long fake_cudart_stream_waits();
+extern "C" void fake_cudart_fail_event_records(int n);
 
 namespace {
 
@@ -303,6 +310,233 @@ TEST(FakeGpu, ManyLanesSubmittingConcurrently) {
   fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
   ASSERT_EQ(fl_engine_stats(g.e, &st), FL_OK);
   EXPECT_EQ(st.in_flight, 0u);
+}
+
+// --- events only where needed (gpu/README.md, "Events") -------------------------------
+
+// A host instruction that holds its lane until `open` is set, so that everything submitted
+// to the lane behind it is queued when the lane goes on.
+struct Gate {
+  std::atomic<int> open{0};
+  void submit(Eng& g, uint32_t lane) {
+    fl_host_instr_t h = FL_HOST_INSTR_INIT;
+    h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+      auto* gate = static_cast<Gate*>(u);
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (gate->open.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      return FL_OK;
+    };
+    h.user_data = this;
+    h.name = "gate";
+    ASSERT_EQ(fl_submit_host(g.s(lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+  }
+};
+
+// fl_engine_synchronize, or the process ends with a message: a hang must fail the test,
+// not stall the suite (the engine could not be destroyed anyway). A failure is reported
+// with its message (thread-local to the waiting thread).
+fl_status_t synchronize_or_die(Eng& g, const char* what) {
+  auto f = std::async(std::launch::async, [&g] {
+    fl_status_t st = fl_engine_synchronize(g.e);
+    return std::make_pair(st, std::string(st == FL_OK ? "" : fl_last_error_message()));
+  });
+  if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    std::fprintf(stderr, "FATAL: %s: fl_engine_synchronize did not return within 30 s (a hang)\n", what);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  auto [st, msg] = f.get();
+  if (st != FL_OK) ADD_FAILURE_AT(__FILE__, __LINE__) << what << ": " << msg;
+  return st;
+}
+
+TEST(FakeGpu, SameStreamRunRecordsOneEventPerRunAndNoWaits) {
+  Eng g;
+  int x = 0;
+  int* p = &x;
+  int one = 1;
+  fl_object_t* o = g.obj();
+  Gate gate;
+  gate.submit(g, 1);
+  const long records = fake_cudart_event_records(), waits = fake_cudart_stream_waits();
+  constexpr int kN = 1000;
+  for (int k = 0; k < kN; ++k)
+    ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{o, FL_READ_WRITE, 0}}, "add"), FL_OK);
+  gate.open.store(1);
+  ASSERT_EQ(synchronize_or_die(g, "same-stream run"), FL_OK);
+  EXPECT_EQ(x, kN);
+  // Runs of at most 8 launches share an event, and a lane batch (64) ends a run: one
+  // event per instruction would be kN.
+  long recorded = fake_cudart_event_records() - records;
+  EXPECT_LE(recorded, kN / 8 + kN / 64 + 4);
+  EXPECT_GE(recorded, kN / 8);
+  EXPECT_EQ(fake_cudart_stream_waits() - waits, 0) << "same stream: no event wait at all";
+  fl_object_release(o);
+}
+
+TEST(FakeGpu, DeviceFunctionWaitingForAnEarlierLaunchOfItsStreamDoesNotHang) {
+  Eng g;
+  int x = 0;
+  int* p = &x;
+  int one = 1;
+  fl_object_t* a = g.obj();
+  Gate gate;
+  gate.submit(g, 1);
+  ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{a, FL_WRITE, 0}}, "producer"), FL_OK);
+  struct Seen {
+    fl_object_t* a;
+    int* x;
+    fl_status_t st = FL_ERR_INTERNAL;
+    int value = -1;
+  } seen{a, &x};
+  fl_device_instr_t d = FL_DEVICE_INSTR_INIT;
+  d.fn = [](fl_instr_ctx_t*, void*, void* u) -> fl_status_t {
+    auto* s = static_cast<Seen*>(u);
+    s->st = fl_object_wait(s->a, FL_READ);  // the producer is launched, with no event of its own yet
+    s->value = std::atomic_ref<int>(*s->x).load();
+    return FL_OK;
+  };
+  d.user_data = &seen;
+  d.name = "waits-inside";
+  ASSERT_EQ(fl_submit_device(g.s(1, kGpu, FL_STREAM_COMPUTE), &d, nullptr), FL_OK);
+  gate.open.store(1);
+  ASSERT_EQ(synchronize_or_die(g, "device function waiting on its own run"), FL_OK);
+  EXPECT_EQ(seen.st, FL_OK);
+  EXPECT_EQ(seen.value, 1);
+  fl_object_release(a);
+}
+
+TEST(FakeGpu, SynchronizingACudaStreamOfTheCallersLaneIsRefused) {
+  Eng g;
+  struct Ctx {
+    fl_stream_t* cuda;
+    fl_status_t st = FL_OK;
+    std::string msg;
+  } c{g.s(1, kGpu, FL_STREAM_COMPUTE)};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    auto* c = static_cast<Ctx*>(u);
+    c->st = fl_stream_synchronize(c->cuda);
+    c->msg = fl_last_error_message();
+    return FL_OK;
+  };
+  h.user_data = &c;
+  ASSERT_EQ(fl_submit_host(g.s(1, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+  ASSERT_EQ(synchronize_or_die(g, "own-lane synchronize"), FL_OK);
+  EXPECT_EQ(c.st, FL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(c.msg.find("own lane"), std::string::npos) << c.msg;
+}
+
+TEST(FakeGpu, FailedEventRecordFailsTheWholeRunByName) {
+  Eng g;
+  int x = 0, y = 0;
+  int* p = &x;
+  int* q = &y;
+  int one = 1;
+  fl_object_t* o = g.obj();
+  Gate gate;
+  gate.submit(g, 1);
+  for (int k = 0; k < 5; ++k)
+    ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{o, FL_READ_WRITE, 0}}, "in-run"), FL_OK);
+  // A reader on another lane: skipped, since its input is poisoned.
+  ASSERT_EQ(kernel(g.s(2, kGpu, FL_STREAM_COMPUTE), kAdd, {&q, &one}, {{o, FL_READ, 0}}, "reader"), FL_OK);
+  fake_cudart_fail_event_records(1);
+  gate.open.store(1);
+  fl_status_t st = fl_engine_synchronize(g.e);
+  std::string msg = fl_last_error_message();
+  fake_cudart_fail_event_records(0);
+  EXPECT_EQ(st, FL_ERR_CUDA);
+  EXPECT_NE(msg.find("in-run"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cudaEventRecord"), std::string::npos) << msg;
+  EXPECT_EQ(y, 0) << "the reader of a poisoned object ran";
+  fl_engine_stats_t stats = FL_ENGINE_STATS_INIT;
+  ASSERT_EQ(fl_engine_stats(g.e, &stats), FL_OK);
+  EXPECT_EQ(stats.failed, 6u) << "the five kernels of the run fail, the reader is skipped";
+  EXPECT_EQ(stats.in_flight, 0u);
+  // The other failures are returned by later waits, once each; then the engine goes on.
+  int more = 0;
+  while (more < 10 && fl_engine_synchronize(g.e) != FL_OK) ++more;
+  EXPECT_EQ(more, 5);
+  ASSERT_EQ(kernel(g.s(1, kGpu, FL_STREAM_COMPUTE), kAdd, {&q, &one}, {}, "after"), FL_OK);
+  EXPECT_EQ(synchronize_or_die(g, "after a failed record"), FL_OK);
+  EXPECT_EQ(y, 1);
+  fl_object_release(o);
+}
+
+// dst = (dst * 31 + src + c) mod 1000003; every `spin`-th call dawdles on the stream, so
+// that a missing event wait shows as a wrong value.
+int run_mix(const void* const* a) {
+  int* dst = *static_cast<int* const*>(a[0]);
+  const int* src = *static_cast<const int* const*>(a[1]);
+  int c = *static_cast<const int*>(a[2]);
+  int spin = *static_cast<const int*>(a[3]);
+  int s = std::atomic_ref<const int>(*src).load();
+  int d = std::atomic_ref<int>(*dst).load();
+  if (spin > 0) std::this_thread::sleep_for(std::chrono::microseconds(spin));
+  std::atomic_ref<int>(*dst).store(int((int64_t(d) * 31 + s + c) % 1000003));
+  return 0;
+}
+const fake::Kernel kMix{4, {sizeof(int*), sizeof(int*), sizeof(int), sizeof(int)}, &run_mix};
+
+// Random dependent work over 4 lanes x 2 CUDA streams + host instructions, compared with
+// sequential execution: the engine must order every read-after-write, write-after-read and
+// write-after-write through stream order, covering events, event waits and completion.
+TEST(FakeGpu, RandomCrossStreamWorkMatchesSequentialExecution) {
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    constexpr int kObjects = 6, kOps = 1500;
+    std::vector<int> vals(kObjects), model(kObjects);
+    for (int k = 0; k < kObjects; ++k) vals[k] = model[k] = k + 1;
+    {
+      Eng g;
+      std::vector<fl_object_t*> objs;
+      for (int k = 0; k < kObjects; ++k) objs.push_back(g.obj());
+      struct HostMix {
+        int* dst;
+        const int* src;
+        int c;
+      };
+      std::vector<HostMix> host_args;
+      host_args.reserve(kOps);
+      for (int n = 0; n < kOps; ++n) {
+        int dst = int(rng() % kObjects), src = int(rng() % kObjects);
+        int c = int(rng() % 1000);
+        uint32_t lane = 1 + rng() % 4;
+        model[dst] = int((int64_t(model[dst]) * 31 + model[src] + c) % 1000003);
+        std::vector<fl_operand_t> ops;
+        if (src == dst) {
+          ops = {{objs[dst], FL_READ_WRITE, 0}};
+        } else {
+          ops = {{objs[dst], FL_READ_WRITE, 0}, {objs[src], FL_READ, 0}};
+        }
+        if (rng() % 8 == 0) {  // a host instruction now and then
+          host_args.push_back({&vals[dst], &vals[src], c});
+          fl_host_instr_t h = FL_HOST_INSTR_INIT;
+          h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+            auto* m = static_cast<HostMix*>(u);
+            int s = std::atomic_ref<const int>(*m->src).load();
+            int d = std::atomic_ref<int>(*m->dst).load();
+            std::atomic_ref<int>(*m->dst).store(int((int64_t(d) * 31 + s + m->c) % 1000003));
+            return FL_OK;
+          };
+          h.user_data = &host_args.back();
+          h.operands = ops.data();
+          h.num_operands = ops.size();
+          ASSERT_EQ(fl_submit_host(g.s(lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+          continue;
+        }
+        int* pd = &vals[dst];
+        const int* ps = &vals[src];
+        int spin = rng() % 16 == 0 ? 50 : 0;
+        fl_stream_kind_t kind = rng() % 2 ? FL_STREAM_COMPUTE : FL_STREAM_H2D;
+        ASSERT_EQ(kernel(g.s(lane, kGpu, kind), kMix, {&pd, &ps, &c, &spin}, ops, "mix"), FL_OK)
+            << fl_last_error_message();
+      }
+      ASSERT_EQ(synchronize_or_die(g, "random cross-stream work"), FL_OK);
+      for (fl_object_t* o : objs) fl_object_release(o);
+    }
+    EXPECT_EQ(vals, model) << "seed " << seed;
+  }
 }
 
 }  // namespace
