@@ -102,17 +102,21 @@ void event_put(int device, cudaEvent_t e) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The poller: one thread per engine, started with the first device instruction. Launchers
-// append to `incoming` (launch order per stream, since a stream's instructions launch one
-// at a time on its lane); the poller moves them to their stream's FIFO and queries the
-// head event of each stream, completing instructions in stream order. With nothing
-// launched it sleeps on `cv`; with work in flight and no progress it spins briefly, then
-// yields, then sleeps in growing steps (bounded by kMaxSleep) until new work arrives.
+// The poller: one thread per engine, started with the first device instruction. Lanes
+// append covered runs to `incoming` (launch order per stream, since a stream's
+// instructions launch one at a time on its lane); the poller moves them to their stream's
+// FIFO and queries the event covering the head of each stream, completing instructions in
+// stream order. With work in flight and no progress it spins briefly, then yields, then
+// sleeps in growing steps (bounded by kMaxSleep) until new work arrives. With nothing in
+// flight it watches `has_incoming` for kIdleSpin (a host that waits for a GPU result and
+// then launches the next step comes back within microseconds), then sleeps on `cv`; a
+// lane notifies only a sleeping poller, so a busy one costs launchers no system call.
 
 constexpr int kSpinPolls = 64;
 constexpr int kYieldPolls = 64;
 constexpr auto kMinSleep = std::chrono::microseconds(2);
 constexpr auto kMaxSleep = std::chrono::microseconds(100);
+constexpr auto kIdleSpin = std::chrono::microseconds(50);
 
 struct Poller {
   core::Engine* engine = nullptr;
@@ -120,11 +124,29 @@ struct Poller {
   std::condition_variable cv;
   std::vector<Instr*> incoming;  // under mu
   bool stop = false;             // under mu
+  bool sleeping = false;         // under mu: the poller waits on cv
+  // A hint that `incoming` is not empty or `stop` is set, read without the lock: written
+  // under mu (release), read by the poller (acquire) before it takes mu, which decides.
+  std::atomic<bool> has_incoming{false};
   std::thread thread;
 
   void run();
   bool poll(std::vector<StreamState*>& active);
+  void spin_while_idle();
 };
+
+void Poller::spin_while_idle() {
+  auto until = std::chrono::steady_clock::now() + kIdleSpin;
+  for (int n = 1;; ++n) {
+    if (has_incoming.load(std::memory_order_acquire)) return;
+    if ((n & 31) == 0) {
+      if (std::chrono::steady_clock::now() >= until) return;
+      std::this_thread::yield();  // an oversubscribed machine's lanes need the core more
+    } else {
+      FL_CPU_RELAX();
+    }
+  }
+}
 
 // The event that tells whether `i` (launched, in a stream FIFO) has completed: its own, or
 // the one recorded after it on the same stream (Instr::cover).
@@ -173,17 +195,24 @@ void Poller::run() {
   int idle = 0;
   auto sleep = kMinSleep;
   for (;;) {
-    {
+    if (active.empty()) spin_while_idle();
+    const bool quiet = idle >= kSpinPolls + kYieldPolls;
+    if (active.empty() || quiet || has_incoming.load(std::memory_order_acquire)) {
       std::unique_lock<std::mutex> lock(mu);
       if (active.empty() && incoming.empty()) {
         if (stop) return;
+        sleeping = true;
         cv.wait(lock, [this] { return stop || !incoming.empty(); });
+        sleeping = false;
         if (incoming.empty()) return;  // stop, and nothing left
-      } else if (idle >= kSpinPolls + kYieldPolls && incoming.empty()) {
+      } else if (quiet && incoming.empty()) {
+        sleeping = true;
         cv.wait_for(lock, sleep, [this] { return !incoming.empty(); });
+        sleeping = false;
         sleep = std::min<std::chrono::microseconds>(sleep * 2, kMaxSleep);
       }
       batch.swap(incoming);
+      has_incoming.store(stop, std::memory_order_relaxed);  // under mu
     }
     for (Instr* i : batch) {
       StreamState* ss = state_of(i->stream);
@@ -303,11 +332,14 @@ fl_status_t record_event(Instr* last) {
 
 void track(Instr* const* run, size_t n) {
   Poller* p = static_cast<Poller*>(run[0]->engine->gpu_backend.load(std::memory_order_acquire));
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     p->incoming.insert(p->incoming.end(), run, run + n);
+    p->has_incoming.store(true, std::memory_order_release);  // pairs with the poller's acquire loads
+    wake = p->sleeping;
   }
-  p->cv.notify_one();
+  if (wake) p->cv.notify_one();
 }
 
 void engine_stop(core::Engine* e) {
@@ -316,6 +348,7 @@ void engine_stop(core::Engine* e) {
   {
     std::lock_guard<std::mutex> lock(p->mu);
     p->stop = true;
+    p->has_incoming.store(true, std::memory_order_release);  // ends an idle spin
   }
   p->cv.notify_one();
   p->thread.join();
