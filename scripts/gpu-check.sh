@@ -5,9 +5,12 @@
 #   OUT=/some/dir scripts/gpu-check.sh
 # Unpacks .deps/*.deb (concurrentqueue, mimalloc) into /tmp/deps, configures a CUDA build
 # for sm_90, builds everything with -j16, then runs the GPU tests (ctest -L gpu), the GPU
-# benchmarks (JSON, each flowlane number beside its raw-CUDA floor) and the whole CPU
-# suite. Logs and JSON go to $OUT. Every step runs even if an earlier one failed; the exit
-# status is non-zero if any failed.
+# benchmarks (JSON, each flowlane number beside its raw-CUDA floor), the PyTorch baselines
+# (bench/gpu/torch_compare.py, when torch imports), the ratio report
+# (scripts/gpu_report.py -> $OUT/gpu-report.md), the pool's 1..16-thread scaling
+# (examples/parallel_compile: this host is the only 16-core one) and the whole CPU suite.
+# Logs and JSON go to $OUT. Every step runs even if an earlier one failed; the exit status
+# is non-zero if any failed.
 #   FLOWLANE_GPU_BUILD   build directory (default build-gpu-host)
 #   FLOWLANE_GPU_JOBS    build jobs (default 16)
 #   FLOWLANE_GPU_BENCH_ARGS  extra Google Benchmark arguments (e.g. --benchmark_filter=Chain)
@@ -62,12 +65,33 @@ read -r -a bench_args <<<"${FLOWLANE_GPU_BENCH_ARGS:-}"
 for b in "$B"/bench/gpu_bench_*; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
-  if ! "$b" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json --benchmark_repetitions=3 \
+  if ! "$b" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json --benchmark_repetitions=5 \
       --benchmark_report_aggregates_only=true "${bench_args[@]}" > "$OUT/$name.txt" 2>&1; then
     failed+=("$name")
   fi
   cat "$OUT/$name.txt"
 done
+
+say "PyTorch baselines"
+if python3 bench/gpu/torch_compare.py --out "$OUT/torch.json" > "$OUT/torch.log" 2>&1; then
+  grep -A6 '"us_per_op"' "$OUT/torch.json"
+else
+  say "PyTorch baselines not run: $(tail -1 "$OUT/torch.log")"
+fi
+
+say "ratios (gpu-report.md)"
+if [ -f "$OUT/gpu_bench_gpu.json" ]; then
+  python3 scripts/gpu_report.py "$OUT" | tee -a "$OUT/summary.txt" | head -30 || failed+=(gpu-report)
+fi
+
+say "pool scaling, 1..16 threads (parallel_compile)"
+if [ -x "$B/examples/parallel_compile" ]; then
+  for len in 300 1000; do
+    timeout 150 "$B/examples/parallel_compile" --seq-len $len --threads-max 16 --repeat 3 > "$OUT/scaling-$len.txt" 2>&1 ||
+      say "parallel_compile --seq-len $len failed or timed out"
+    tee -a "$OUT/summary.txt" < "$OUT/scaling-$len.txt"
+  done
+fi
 
 say "CPU suite (ctest -LE gpu)"
 if ! (cd "$B" && ctest -LE gpu --output-on-failure -j 8 --timeout 600) > "$OUT/ctest-cpu.log" 2>&1; then
