@@ -225,8 +225,14 @@ Instr* Engine::new_instr() {
   return i;
 }
 
+namespace {
+FL_TLS thread_local const Engine* t_completion_engine = nullptr;
+}  // namespace
+
+void set_completion_thread(Engine* e) { t_completion_engine = e; }
+
 void Engine::admit(bool nonblocking) {
-  if (pool_->on_worker()) {
+  if (pool_->on_worker() || t_completion_engine == this) {
     // A callback submitting follow-up work is never blocked (it could be the very work
     // that must finish to open the window): admitted over the limit.
     inflight_.fetch_add(1, std::memory_order_relaxed);

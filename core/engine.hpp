@@ -270,4 +270,9 @@ class Engine {
 // The instruction running on this thread (inside its callback), or null.
 Instr* current_instr();
 
+// Marks this thread as one that completes instructions of `e` outside its pool (the GPU
+// poller): its submissions — from release and cleanup callbacks it runs — are admitted
+// over the window, as workers' are, since the window may be waiting for this very thread.
+void set_completion_thread(Engine* e);
+
 }  // namespace flowlane::core

@@ -242,7 +242,10 @@ Poller* poller_of(core::Engine* e) {
   if (void* p = e->gpu_backend.load(std::memory_order_relaxed)) return static_cast<Poller*>(p);
   auto p = std::make_unique<Poller>();
   p->engine = e;
-  p->thread = std::thread([raw = p.get()] { raw->run(); });
+  p->thread = std::thread([raw = p.get()] {
+    core::set_completion_thread(raw->engine);
+    raw->run();
+  });
   Poller* raw = p.release();
   e->gpu_backend.store(raw, std::memory_order_release);  // publishes the started poller
   return raw;

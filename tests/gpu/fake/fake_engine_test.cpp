@@ -539,4 +539,64 @@ TEST(FakeGpu, RandomCrossStreamWorkMatchesSequentialExecution) {
   }
 }
 
+// A release callback runs on the poller. If it submits while the window is full of GPU
+// work, it must be admitted: the window can only drain through this very thread.
+TEST(FakeGpu, ReleaseCallbackSubmittingIntoAFullWindowIsAdmitted) {
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 2;
+  d.inflight_limit = 4;
+  fl_engine_t* e = nullptr;
+  ASSERT_EQ(fl_engine_create(&d, &e), FL_OK);
+  auto stream = [e](uint32_t lane, fl_device_t dev, fl_stream_kind_t k) {
+    fl_stream_t* s = nullptr;
+    EXPECT_EQ(fl_stream_get(e, lane, dev, k, &s), FL_OK);
+    return s;
+  };
+  int flag1 = 0, flag2 = 0, out1 = 0;
+  std::vector<int> outs(3, 0);
+  struct OnRelease {
+    fl_stream_t* host;
+    int* flag2;
+    std::atomic<fl_status_t> st{FL_ERR_INTERNAL};
+  } on_release{stream(5, kCpu, FL_STREAM_HOST), &flag2};
+  fl_object_t* a = nullptr;
+  ASSERT_EQ(fl_object_create(e, &on_release, [](void* u) {
+              auto* r = static_cast<OnRelease*>(u);
+              fl_host_instr_t h = FL_HOST_INSTR_INIT;
+              h.fn = [](fl_instr_ctx_t*, void* f) -> fl_status_t {
+                std::atomic_ref<int>(*static_cast<int*>(f)).store(1);
+                return FL_OK;
+              };
+              h.user_data = r->flag2;
+              h.name = "set-flag2";
+              r->st.store(fl_submit_host(r->host, &h, nullptr));  // the window is full here
+            }, &a), FL_OK);
+  int* f1 = &flag1;
+  int* f2 = &flag2;
+  int* o1 = &out1;
+  int v = 7;
+  ASSERT_EQ(kernel(stream(1, kGpu, FL_STREAM_COMPUTE), kWaitFlag, {&f1, &o1, &v}, {{a, FL_WRITE, 0}}, "k1"), FL_OK);
+  ASSERT_EQ(fl_object_release(a), FL_OK);  // release(a) runs on the poller once k1 completed
+  std::vector<fl_object_t*> bs(3);
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(fl_object_create(e, nullptr, nullptr, &bs[size_t(k)]), FL_OK);
+    int* o = &outs[size_t(k)];
+    ASSERT_EQ(kernel(stream(2 + uint32_t(k), kGpu, FL_STREAM_COMPUTE), kWaitFlag, {&f2, &o, &v},
+                     {{bs[size_t(k)], FL_WRITE, 0}}, "waits-for-flag2"), FL_OK);
+  }
+  std::atomic_ref<int>(flag1).store(1);  // 4 instructions in flight: the window is full
+  auto f = std::async(std::launch::async, [e] { return fl_engine_synchronize(e); });
+  if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    std::fprintf(stderr, "FATAL: the poller stayed blocked in a release callback\n");
+    std::_Exit(3);
+  }
+  EXPECT_EQ(f.get(), FL_OK);
+  EXPECT_EQ(on_release.st.load(), FL_OK);
+  EXPECT_EQ(out1, 7);
+  // -1: a kernel gave up waiting (5 s) for flag2, which only the callback's submission sets.
+  EXPECT_EQ(outs, std::vector<int>(3, 7));
+  for (fl_object_t* b : bs) fl_object_release(b);
+  fl_engine_destroy(e);
+}
+
 }  // namespace
