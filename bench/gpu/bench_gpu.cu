@@ -138,22 +138,28 @@ void BM_RawSingleStreamChain(benchmark::State& state) {
 }
 BENCHMARK(BM_RawSingleStreamChain)->UseRealTime();
 
-void BM_FlowlaneSingleStreamChain(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  Engine eng;
-  fl_stream_t* s = eng.compute(1);
+// Each iteration: kBatch kernels incrementing one counter, alternating between streams a
+// and b (a == b: one stream), then a wait for the last.
+void flowlane_chain(benchmark::State& state, Engine& eng, fl_stream_t* a, fl_stream_t* b) {
+  fl_stream_t* s[2] = {a, b};
   fl_object_t* o = nullptr;
   fl_object_create(eng.e, nullptr, nullptr, &o);
   int* p;
   cudaMalloc(&p, sizeof(int));
   for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) submit_add(s, p, o);
+    for (int k = 0; k < kBatch; ++k) submit_add(s[k & 1], p, o);
     fl_object_wait(o, FL_READ);
   }
   fl_object_release(o);
   fl_engine_synchronize(eng.e);
   cudaFree(p);
   state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+void BM_FlowlaneSingleStreamChain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Engine eng;
+  flowlane_chain(state, eng, eng.compute(1), eng.compute(1));
 }
 BENCHMARK(BM_FlowlaneSingleStreamChain)->UseRealTime();
 
@@ -185,39 +191,16 @@ BENCHMARK(BM_RawTwoStreamEventChain)->UseRealTime();
 void BM_FlowlaneTwoStreamChain(benchmark::State& state) {
   if (!have_gpu(state)) return;
   Engine eng;
-  fl_stream_t* s[2] = {eng.compute(1), eng.compute(2)};
-  fl_object_t* o = nullptr;
-  fl_object_create(eng.e, nullptr, nullptr, &o);
-  int* p;
-  cudaMalloc(&p, sizeof(int));
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) submit_add(s[k & 1], p, o);
-    fl_object_wait(o, FL_READ);
-  }
-  fl_object_release(o);
-  fl_engine_synchronize(eng.e);
-  cudaFree(p);
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  flowlane_chain(state, eng, eng.compute(1), eng.compute(2));
 }
 BENCHMARK(BM_FlowlaneTwoStreamChain)->UseRealTime();
 
 void BM_FlowlaneTwoStreamChainOneLane(benchmark::State& state) {
   if (!have_gpu(state)) return;
   Engine eng;
-  fl_stream_t* s[2] = {eng.compute(1), nullptr};
-  fl_stream_get(eng.e, 1, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_D2H, &s[1]);
-  fl_object_t* o = nullptr;
-  fl_object_create(eng.e, nullptr, nullptr, &o);
-  int* p;
-  cudaMalloc(&p, sizeof(int));
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) submit_add(s[k & 1], p, o);
-    fl_object_wait(o, FL_READ);
-  }
-  fl_object_release(o);
-  fl_engine_synchronize(eng.e);
-  cudaFree(p);
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  fl_stream_t* d2h = nullptr;
+  fl_stream_get(eng.e, 1, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_D2H, &d2h);
+  flowlane_chain(state, eng, eng.compute(1), d2h);
 }
 BENCHMARK(BM_FlowlaneTwoStreamChainOneLane)->UseRealTime();
 
