@@ -132,7 +132,9 @@ TEST(FakeGpu, ChainAcrossLanesAndStreams) {
     for (int k = 0; k < 3000; ++k) {
       uint32_t lane = 1 + uint32_t(k % 3);
       ASSERT_EQ(kernel(g.s(lane, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{o, FL_READ_WRITE, 0}}, "add"), FL_OK);
-      if (k % 100 == 99) ASSERT_EQ(fl_object_wait(o, FL_READ), FL_OK);
+      if (k % 100 == 99) {
+        ASSERT_EQ(fl_object_wait(o, FL_READ), FL_OK);
+      }
     }
     EXPECT_EQ(fake_cudart_events_created() - before, 0) << "events are not reused";
     EXPECT_EQ(value, 6000);
@@ -412,7 +414,7 @@ TEST(FakeGpu, SynchronizingACudaStreamOfTheCallersLaneIsRefused) {
     fl_stream_t* cuda;
     fl_status_t st = FL_OK;
     std::string msg;
-  } c{g.s(1, kGpu, FL_STREAM_COMPUTE)};
+  } c{g.s(1, kGpu, FL_STREAM_COMPUTE), FL_OK, {}};
   fl_host_instr_t h = FL_HOST_INSTR_INIT;
   h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
     auto* c = static_cast<Ctx*>(u);
