@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -237,6 +238,7 @@ struct Registry {
   std::condition_variable cv;
   std::vector<NcclComm*> comms;                              // every NcclComm with refs > 0
   std::vector<std::pair<uint64_t, core::Object*>> orders;    // engine handle → order object
+  std::vector<NcclComm*> joining;                            // inside fl_comm_create's NCCL init
   bool watching = false;                                     // the watchdog thread runs
 };
 Registry& registry() {
@@ -653,7 +655,8 @@ fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_c
     fail(FL_ERR_INVALID_ARGUMENT, fn + ": the unique id is all zero (not made by fl_comm_get_unique_id)");
   if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, fn + ": the engine is being destroyed");
 
-  auto* c = new NcclComm();
+  auto owner = std::make_unique<NcclComm>();
+  NcclComm* c = owner.get();
   c->engine = e;
   c->engine_handle = e->handle();
   c->lane = uint32_t(d.lane);
@@ -661,34 +664,43 @@ fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_c
   c->rank = int(d.rank);
   c->nranks = int(d.nranks);
   std::memcpy(c->uid.data(), uid.internal, c->uid.size());
+  Registry& reg = registry();
   {
-    Registry& reg = registry();
     std::lock_guard<std::mutex> lk(reg.mu);
+    auto same = [&](NcclComm* o) { return o->engine_handle == c->engine_handle && o->uid == c->uid; };
+    int other = -1;
+    for (NcclComm* o : reg.joining)
+      if (same(o)) other = o->rank;
     for (NcclComm* o : reg.comms) {
-      if (o->engine_handle != c->engine_handle || o->uid != c->uid) continue;
-      bool live;
-      {
-        std::lock_guard<std::mutex> olk(o->mu);  // lock order: registry, then a communicator
-        live = o->handle != 0;
-      }
-      if (live) {
-        std::string other = std::to_string(o->rank);
-        delete c;
-        fail(FL_ERR_INVALID_ARGUMENT,
-             fn + ": rank " + other + " of this unique id already lives on this engine; an engine issues all its "
-                  "collectives in one order (gpu/README.md, NCCL), so two ranks of one communicator on one engine would "
-                  "wait for each other forever: give each rank its own engine (normally its own process)");
-      }
+      if (!same(o)) continue;
+      std::lock_guard<std::mutex> olk(o->mu);  // lock order: registry, then a communicator
+      if (o->handle != 0) other = o->rank;
     }
+    if (other >= 0)
+      fail(FL_ERR_INVALID_ARGUMENT,
+           fn + ": rank " + std::to_string(other) + " of this unique id already lives on this engine; an engine issues "
+                "all its collectives in one order (gpu/README.md, NCCL), so two ranks of one communicator on one engine "
+                "would wait for each other forever: give each rank its own engine (normally its own process)");
     c->order = order_object(e);
+    reg.joining.push_back(c);
   }
+  // Leaves reg.joining if the init fails (destroyed before `owner`, so nobody sees a
+  // deleted communicator there); on success the move to reg.comms happens under one lock.
+  struct Joining {
+    NcclComm* c;
+    ~Joining() {
+      if (c == nullptr) return;
+      Registry& reg = registry();
+      std::lock_guard<std::mutex> lk(reg.mu);
+      reg.joining.erase(std::find(reg.joining.begin(), reg.joining.end(), c));
+    }
+  } joining{c};
 
   // Create on the communicator's device; the caller's current device is restored.
   int saved = -1;
   (void)cudaGetDevice(&saved);
   cudaError_t cr = cudaSetDevice(c->device);
   if (cr != cudaSuccess) {
-    delete c;
     (void)cudaGetLastError();
     fail(FL_ERR_CUDA, fn + ": " + cuda_message(cr, "cudaSetDevice"));
   }
@@ -712,7 +724,6 @@ fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_c
   for (Backoff b; r == ncclInProgress; b.pause()) {
     if (Clock::now() >= deadline) {
       (void)ncclCommAbort(comm);
-      delete c;
       fail(FL_ERR_TIMEOUT, fn + ": " + who + ": not every rank joined within " + std::to_string(timeout_ms) +
                                " ms (FLOWLANE_NCCL_INIT_TIMEOUT_MS); the half-made communicator was aborted. Every "
                                "rank must call fl_comm_create with the same unique id and nranks");
@@ -729,23 +740,22 @@ fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_c
   if (r != ncclSuccess) {
     std::string detail = nccl_detail(comm);
     if (comm != nullptr) (void)ncclCommAbort(comm);
-    delete c;
     fail(FL_ERR_NCCL, fn + ": " + who + ": " + nccl_message(r, call) + detail);
   }
-  c->comm = comm;
   uint64_t h = nccl_table().insert(c);
   if (h == 0) {
     (void)ncclCommAbort(comm);
-    delete c;
     fail(FL_ERR_NO_MEMORY, fn + ": the process-wide NCCL communicator table is full");
   }
+  c->comm = comm;
   c->handle = h | kNcclTag;
   c->name = "NCCL communicator " + hex(c->handle) + " (rank " + std::to_string(c->rank) + " of " +
             std::to_string(c->nranks) + ", cuda:" + std::to_string(c->device) + ", lane " + std::to_string(c->lane) + ")";
   {
-    Registry& reg = registry();
     std::lock_guard<std::mutex> lk(reg.mu);
-    reg.comms.push_back(c);
+    reg.joining.erase(std::find(reg.joining.begin(), reg.joining.end(), c));
+    joining.c = nullptr;
+    reg.comms.push_back(owner.release());
     if (!reg.watching) {
       reg.watching = true;
       std::thread(watch_loop).detach();  // exits by itself once no communicator is left
@@ -845,24 +855,26 @@ fl_instr_id nccl_submit(fl_stream_t* stream_handle, const fl_comm_t* h, const fl
   a.api = "fl_submit_collective";
   a.fill = &fill_order;
   a.fill_ctx = c->order;
+  const uint64_t seq = w->seq;
+  CollWork* work = w.release();  // the instruction's from here (coll_cleanup deletes it, maybe before we return)
   fl_instr_id id;
   try {
     id = submit_instruction(s, a);
-  } catch (...) {  // not queued: neither the sequence number nor the reference is used
+  } catch (...) {  // not queued (cleanup never runs): neither the sequence number nor the reference is used
+    delete work;
     {
       std::lock_guard<std::mutex> lk(c->mu);
       --c->issued;
       --c->pending;
-      if (!c->recorder.empty() && c->recorder.back().seq == w->seq) c->recorder.pop_back();
+      if (!c->recorder.empty() && c->recorder.back().seq == seq) c->recorder.pop_back();
     }
     unref(c);
     throw;
   }
   {
     std::lock_guard<std::mutex> lk(c->mu);
-    if (CollRecord* rec = find_record(*c, w->seq)) rec->instr = id;
+    if (CollRecord* rec = find_record(*c, seq)) rec->instr = id;
   }
-  w.release();  // owned by the instruction now (coll_cleanup deletes it)
   return id;
 }
 
