@@ -511,3 +511,183 @@ TEST(GpuNccl, OneRankAllReduceRunsOnTheCollectiveStream) {
 }
 
 }  // namespace
+
+namespace {
+
+// NCCL, one rank per communicator (NCCL refuses two ranks of one communicator on one GPU;
+// multi-rank behaviour is tested against the fake NCCL in tests/gpu/fake). Each test
+// skips without a device or without NCCL.
+struct NcclComm1 {
+  fl_comm_t* comm = nullptr;
+  NcclComm1(fl_engine_t* e, uint32_t lane) {
+    fl_comm_unique_id_t id;
+    EXPECT_EQ(fl_comm_get_unique_id(FL_COMM_NCCL, &id), FL_OK) << fl_last_error_message();
+    fl_comm_desc_t d = FL_COMM_DESC_INIT;
+    d.nranks = 1;
+    d.lane = lane;
+    d.backend = FL_COMM_NCCL;
+    EXPECT_EQ(fl_comm_create(e, &d, &id, &comm), FL_OK) << fl_last_error_message();
+  }
+};
+
+#define REQUIRE_NCCL()                                                                          \
+  do {                                                                                          \
+    REQUIRE_GPU();                                                                              \
+    fl_comm_unique_id_t id_;                                                                    \
+    if (fl_comm_get_unique_id(FL_COMM_NCCL, &id_) == FL_ERR_UNSUPPORTED)                        \
+      GTEST_SKIP() << "built without NCCL: " << fl_last_error_message();                        \
+  } while (0)
+
+fl_coll_part_t nccl_part(uint32_t op, const void* send, void* recv, uint64_t count, uint32_t peer = 0) {
+  fl_coll_part_t p{};
+  p.op = op;
+  p.dtype = FL_DTYPE_INT32;
+  p.redop = FL_REDOP_SUM;
+  p.peer = peer;
+  p.sendbuf = send;
+  p.recvbuf = recv;
+  p.count = count;
+  return p;
+}
+
+fl_status_t nccl_submit(Engine& eng, uint32_t lane, fl_comm_t* c, std::vector<fl_coll_part_t> parts,
+                        std::vector<fl_operand_t> ops, const char* name) {
+  fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+  in.parts = parts.data();
+  in.num_parts = parts.size();
+  in.operands = ops.empty() ? nullptr : ops.data();
+  in.num_operands = ops.size();
+  in.name = name;
+  return fl_submit_collective(eng.stream(lane, kGpu0, FL_STREAM_COLLECTIVE), c, &in, nullptr);
+}
+
+// Every collective kind on real NCCL, from two communicators on two lanes (one engine-wide
+// order): values read back through D2H copies.
+TEST(GpuNccl, EveryCollectiveKindOnTwoCommunicators) {
+  REQUIRE_NCCL();
+  Engine eng;
+  NcclComm1 x(eng.e, 3), y(eng.e, 4);
+  ASSERT_NE(x.comm, nullptr);
+  ASSERT_NE(y.comm, nullptr);
+  constexpr int n = 32;
+  DevBuf src(n), a(n), b(n), c(n), d(n), f(n);
+  fl_object_t* os = eng.object();
+  fl_object_t* out[5];
+  for (auto& o : out) o = eng.object();
+  int* sp = src.p;
+  int v = 5, count = n;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "fill", 1, 64).arg(sp).arg(v).arg(count).op(os, FL_WRITE)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_ALL_REDUCE, src.p, a.p, n)}, {{os, FL_READ, 0}, {out[0], FL_WRITE, 0}}, "ar"));
+  ASSERT_FL_OK(nccl_submit(eng, 4, y.comm, {nccl_part(FL_COLL_ALL_GATHER, src.p, b.p, n)}, {{os, FL_READ, 0}, {out[1], FL_WRITE, 0}}, "ag"));
+  ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_REDUCE_SCATTER, src.p, c.p, n)}, {{os, FL_READ, 0}, {out[2], FL_WRITE, 0}}, "rs"));
+  ASSERT_FL_OK(nccl_submit(eng, 4, y.comm, {nccl_part(FL_COLL_BROADCAST, src.p, d.p, n)}, {{os, FL_READ, 0}, {out[3], FL_WRITE, 0}}, "bc"));
+  ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_SEND, src.p, nullptr, n), nccl_part(FL_COLL_RECV, nullptr, f.p, n)},
+                           {{os, FL_READ, 0}, {out[4], FL_WRITE, 0}}, "sendrecv to self"));
+  std::vector<std::vector<int>> host(5, std::vector<int>(n, 0));
+  int* dev[5] = {a.p, b.p, c.p, d.p, f.p};
+  for (int k = 0; k < 5; ++k)
+    ASSERT_FL_OK(memcpy_instr(eng.stream(5, kGpu0, FL_STREAM_D2H), FL_MEMCPY_D2H, host[size_t(k)].data(), dev[k],
+                              n * sizeof(int), {{out[k], FL_READ, 0}}, "d2h"));
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  for (int k = 0; k < 5; ++k)
+    for (int i = 0; i < n; ++i) ASSERT_EQ(host[size_t(k)][size_t(i)], 5) << "collective " << k << " at " << i;
+  EXPECT_FL_OK(fl_comm_destroy(x.comm));
+  EXPECT_FL_OK(fl_comm_destroy(y.comm));
+  fl_object_release(os);
+  for (auto& o : out) fl_object_release(o);
+}
+
+// fl_comm_destroy while collectives are queued behind a producer that has not run: the
+// communicator is aborted and they fail with FL_ERR_CANCELLED when their turn comes.
+TEST(GpuNccl, DestroyWithCollectivesQueuedCancelsThem) {
+  REQUIRE_NCCL();
+  Engine eng;
+  NcclComm1 x(eng.e, 3);
+  ASSERT_NE(x.comm, nullptr);
+  DevBuf buf(16);
+  fl_object_t* in = eng.object();
+  fl_object_t* out = eng.object();
+  fltest::Gate gate;
+  fltest::submit(eng.stream(2, kCpu, FL_STREAM_HOST), [&gate] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; },
+                 {fltest::W(in)}, "gate");
+  for (int k = 0; k < 10; ++k)
+    ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_ALL_REDUCE, buf.p, buf.p, 16)},
+                             {{in, FL_READ, 0}, {out, FL_WRITE, 0}}, "queued"));
+  ASSERT_FL_OK(fl_comm_destroy(x.comm));
+  gate.open = true;
+  EXPECT_FL_ERR(fl_object_wait(out, FL_READ), FL_ERR_CANCELLED, "fl_comm_destroy");
+  (void)fl_engine_synchronize(eng.e);
+  fl_object_release(in);
+  fl_object_release(out);
+}
+
+// A collective skipped for a poisoned input never reaches NCCL; the rank's later
+// collectives would pair with its peers' earlier ones, so they are refused.
+TEST(GpuNccl, SkippedCollectiveBreaksTheCommunicator) {
+  REQUIRE_NCCL();
+  Engine eng;
+  NcclComm1 x(eng.e, 3);
+  ASSERT_NE(x.comm, nullptr);
+  DevBuf buf(16);
+  fl_object_t* in = eng.object();
+  fl_object_t* out = eng.object();
+  fltest::submit(eng.stream(2, kCpu, FL_STREAM_HOST), [] { return FL_ERR_INSTRUCTION_FAILED; }, {fltest::W(in)}, "fails");
+  ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_ALL_REDUCE, buf.p, buf.p, 16)},
+                           {{in, FL_READ, 0}, {out, FL_WRITE, 0}}, "skipped"));
+  EXPECT_FL_ERR(fl_object_wait(out, FL_READ), FL_ERR_DEPENDENCY_FAILED, "skipped");
+  ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_ALL_REDUCE, buf.p, buf.p, 16)}, {{out, FL_WRITE, 0}}, "after"));
+  EXPECT_FL_ERR(fl_object_wait(out, FL_READ), FL_ERR_CANCELLED, "seq 1");
+  (void)fl_engine_synchronize(eng.e);
+  EXPECT_FL_OK(fl_comm_destroy(x.comm));
+  fl_object_release(in);
+  fl_object_release(out);
+}
+
+// Engine destroy with collectives in flight returns (they complete or are cancelled).
+TEST(GpuNccl, EngineDestroyWithCollectivesInFlightReturns) {
+  REQUIRE_NCCL();
+  fl_comm_t* comm = nullptr;
+  {
+    Engine eng;
+    NcclComm1 x(eng.e, 3);
+    ASSERT_NE(x.comm, nullptr);
+    comm = x.comm;
+    DevBuf buf(1024);
+    for (int k = 0; k < 200; ++k)
+      ASSERT_FL_OK(nccl_submit(eng, 3, x.comm, {nccl_part(FL_COLL_ALL_REDUCE, buf.p, buf.p, 1024)}, {}, "ar"));
+    ASSERT_FL_OK(fl_engine_destroy(eng.e));
+    eng.e = nullptr;
+  }
+  fl_status_t st = fl_comm_destroy(comm);
+  EXPECT_TRUE(st == FL_OK || st == FL_ERR_INVALID_HANDLE) << fl_status_name(st) << ": " << fl_last_error_message();
+}
+
+TEST(GpuNccl, ErrorPaths) {
+  REQUIRE_NCCL();
+  Engine eng;
+  fl_comm_unique_id_t host_id;
+  ASSERT_FL_OK(fl_comm_get_unique_id(FL_COMM_HOST_FAKE, &host_id));
+  fl_comm_desc_t d = FL_COMM_DESC_INIT;
+  d.nranks = 1;
+  d.lane = 1;
+  d.backend = FL_COMM_NCCL;
+  fl_comm_t* c = nullptr;
+  EXPECT_FL_ERR(fl_comm_create(eng.e, &d, &host_id, &c), FL_ERR_INVALID_ARGUMENT, "FL_COMM_HOST_FAKE");
+  d.device = uint64_t(visible_devices());
+  fl_comm_unique_id_t id;
+  ASSERT_FL_OK(fl_comm_get_unique_id(FL_COMM_NCCL, &id));
+  EXPECT_FL_ERR(fl_comm_create(eng.e, &d, &id, &c), FL_ERR_NO_DEVICE, "does not exist");
+  NcclComm1 x(eng.e, 1);
+  ASSERT_NE(x.comm, nullptr);
+  DevBuf buf(4);
+  fl_coll_part_t bad = nccl_part(FL_COLL_ALL_REDUCE, buf.p, buf.p, 4);
+  bad.dtype = 42;
+  EXPECT_FL_ERR(nccl_submit(eng, 1, x.comm, {bad}, {}, "bad"), FL_ERR_INVALID_ARGUMENT, "dtype 42");
+  EXPECT_FL_ERR(nccl_submit(eng, 2, x.comm, {nccl_part(FL_COLL_ALL_REDUCE, buf.p, buf.p, 4)}, {}, "lane"),
+                FL_ERR_INVALID_ARGUMENT, "lane 1");
+  EXPECT_FL_OK(fl_comm_destroy(x.comm));
+  EXPECT_FL_ERR(fl_comm_destroy(x.comm), FL_ERR_INVALID_HANDLE, "stale");
+}
+
+}  // namespace
