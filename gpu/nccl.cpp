@@ -780,8 +780,21 @@ void nccl_comm_destroy(const fl_comm_t* h) {
       abort = true;
     }
   }
-  if (abort) try_abort(c);
-  unref(c);  // the handle's: an idle communicator is finalized and destroyed here
+  if (abort) {
+    try_abort(c);
+  } else {
+    // Idle: no collective can start any more (the handle is gone), so finalize and destroy
+    // here, in the caller's thread, whoever drops the last reference. nccl_mu is held at
+    // most briefly by the watchdog's error poll.
+    ncclComm_t comm;
+    {
+      std::lock_guard<std::mutex> nl(c->nccl_mu);
+      comm = c->comm;
+      c->comm = nullptr;
+    }
+    teardown_comm(comm, false);
+  }
+  unref(c);  // the handle's
 }
 
 fl_instr_id nccl_submit(fl_stream_t* stream_handle, const fl_comm_t* h, const fl_collective_instr_t& in) {
