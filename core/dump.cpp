@@ -11,6 +11,7 @@
 
 #include "core/comm_fake.hpp"
 #include "core/engine.hpp"
+#include "gpu/nccl.hpp"
 
 namespace flowlane::core {
 
@@ -288,6 +289,7 @@ std::string build_dump(Engine& e, const std::string& reason) {
     }
   }
   dump_comms(e, out);
+  gpu::nccl_dump(e, out);
   out += "=== end of dump ===\n";
   return out;
 }

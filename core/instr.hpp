@@ -103,6 +103,10 @@ struct Instr : MiAllocated {
   Instr* cover = nullptr;
 
   // --- result (written before the terminal state is published with release) ---
+  // The terminal state complete() will publish: kFailed or kSkipped once the executing
+  // thread decided so (mark_failed / mark_skipped), kDone otherwise. Not `state` itself:
+  // a waiter that saw a terminal state early would return before cleanup and completion.
+  InstrState outcome = InstrState::kDone;
   fl_status_t status = FL_OK;
   std::string error;   // full message naming this instruction
   std::string origin;  // message of the original failure this one stems from

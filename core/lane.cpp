@@ -177,7 +177,7 @@ void mark_skipped(Instr* i, const Instr* poisoned_by) {
   i->status = FL_ERR_DEPENDENCY_FAILED;
   i->origin = poisoned_by->origin;
   i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + i->origin;
-  i->state.store(uint32_t(InstrState::kSkipped), std::memory_order_relaxed);
+  i->outcome = InstrState::kSkipped;  // published by complete()
 }
 
 void mark_failed(Instr* i, fl_status_t st) {
@@ -185,7 +185,7 @@ void mark_failed(Instr* i, fl_status_t st) {
   std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
   i->error = "instruction " + i->describe() + " failed: " + detail;
   i->origin = i->error;
-  i->state.store(uint32_t(InstrState::kFailed), std::memory_order_relaxed);
+  i->outcome = InstrState::kFailed;  // published by complete()
 }
 
 void run_cleanup(Instr* i) {
@@ -335,8 +335,7 @@ void Engine::release_successors(Edge* e) {
 }
 
 void Engine::complete(Instr* i) {
-  InstrState final_state = i->load_state(std::memory_order_relaxed);
-  if (!is_terminal(final_state)) final_state = InstrState::kDone;
+  const InstrState final_state = i->outcome;
   for (const Instr::Dep& d : i->deps)
     if (d.pred->unref()) recycle(d.pred);
   i->deps.clear();
@@ -379,6 +378,7 @@ void Engine::recycle(Instr* i) {
     if (c->unref()) recycle(c);
   }
   i->state.store(uint32_t(InstrState::kFree), std::memory_order_relaxed);
+  i->outcome = InstrState::kDone;
   i->succ_head.store(nullptr, std::memory_order_relaxed);
   i->launch_succ_head.store(nullptr, std::memory_order_relaxed);
   i->inline_edges_used = 0;

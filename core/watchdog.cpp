@@ -11,6 +11,7 @@
 #include "core/engine.hpp"
 #include "core/error.hpp"
 #include "core/trace.hpp"
+#include "gpu/nccl.hpp"
 
 namespace flowlane::core {
 
@@ -132,6 +133,7 @@ Diagnostics* diagnostics_create(Engine* e) {
 void diagnostics_begin_shutdown(Engine* e) {
   Diagnostics* d = e->diagnostics();
   comms_abort_all(e, "fl_engine_destroy");
+  gpu::nccl_engine_shutdown(e);  // NCCL communicators too: the drain must not wait for a peer
   std::lock_guard<std::mutex> lk(d->mu);
   d->shutdown = true;
   if (!d->thread.joinable() && e->inflight() > 0) d->thread = std::thread(run, d);

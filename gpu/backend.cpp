@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpu/cuda.hpp"
+#include "gpu/nccl.hpp"
 
 namespace flowlane::gpu {
 
@@ -174,7 +175,13 @@ bool Poller::poll(std::vector<StreamState*>& active) {
         Instr* i = ss->launched.front();
         ss->launched.pop_front();
         bool owner = i->event != nullptr;  // read before completion may recycle i
-        engine->complete_device(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
+        if (r == cudaSuccess && i->kind == core::InstrKind::kCollective) {
+          std::string why;  // an NCCL collective cut short by an abort completes on the GPU too
+          fl_status_t st = nccl_settle(i, &why);
+          engine->complete_device(i, st, why);
+        } else {
+          engine->complete_device(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
+        }
         if (owner) break;
       }
     }

@@ -422,14 +422,13 @@ core::Object* order_object(core::Engine* e) {
 // ---- launch, settle, cleanup ----------------------------------------------------------------
 
 // Records the failure of a collective whose GPU work completed after its communicator was
-// aborted, when the poller did not ask nccl_settle first: the engine completes the
-// instruction right after its cleanup and keeps a terminal state it finds. release: a
-// dependent's acquire load of the state sees status and messages.
+// aborted, when the poller did not ask nccl_settle first (a cleanup run on the thread that
+// completes the instruction right after: complete() publishes the outcome).
 void fail_instr(core::Instr* i, fl_status_t st, const std::string& detail) {
   i->status = st;
   i->error = "instruction " + i->describe() + " failed: " + detail;
   i->origin = i->error;
-  i->state.store(uint32_t(core::InstrState::kFailed), std::memory_order_release);
+  i->outcome = core::InstrState::kFailed;
 }
 
 // Under c->nccl_mu, nothing issued yet for w. The refusal of a collective whose
@@ -565,8 +564,7 @@ void coll_cleanup(void* ud) {
   if (w->launched && !w->settled) {
     std::string detail;
     fl_status_t st = settle(w, &detail);
-    if (st != FL_OK && !core::is_terminal(w->instr->load_state(std::memory_order_relaxed)))
-      fail_instr(w->instr, st, detail);
+    if (st != FL_OK && w->instr->outcome == core::InstrState::kDone) fail_instr(w->instr, st, detail);
   }
   bool abort = false;
   {

@@ -410,8 +410,11 @@ void check_deadlock() {
     std::vector<Launch*> stack, cycle;
     if (!find_cycle(l, color, stack, cycle)) continue;
     std::string why = "fake NCCL: deadlock:";
-    for (Launch* x : cycle)
-      why += " " + x->comm->name() + " " + (x->st == Launch::kGpuWait ? "waits for its GPU" : "waits for a peer") + ";";
+    for (Launch* x : cycle) {  // appended piecewise: GCC 12 warns falsely on `" " + str` (-Wrestrict, PR 105329)
+      why += ' ';
+      why += x->comm->name();
+      why += x->st == Launch::kGpuWait ? " waits for its GPU;" : " waits for a peer;";
+    }
     note("deadlocks", why);
     for (Launch* x : cycle) {
       x->in_deadlock = true;
