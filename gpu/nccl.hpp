@@ -38,19 +38,17 @@ void nccl_comm_destroy(const fl_comm_t* h);
 // so every NCCL collective of an engine is issued in submission order.
 fl_instr_id nccl_submit(fl_stream_t* stream, const fl_comm_t* h, const fl_collective_instr_t& in);
 
-// ---- hooks for the engine (not yet called by core/: see gpu/README.md, "NCCL") --------
+// ---- hooks called by the engine ------------------------------------------------------
 
-// Engine destroy, before the drain (next to core::comms_abort_all): aborts every NCCL
-// communicator of `e` — collectives not completed fail with FL_ERR_CANCELLED, so the
-// drain cannot hang on a peer that never comes — and makes their handles stale. Without
-// this call the NCCL watchdog thread does the abort within one poll period once it sees
-// the engine shutting down with collectives pending; idle communicators then stay valid
-// handles until fl_comm_destroy (which still works).
+// Engine destroy, before the drain (core::diagnostics_begin_shutdown, next to
+// core::comms_abort_all): aborts every NCCL communicator of `e` — collectives not
+// completed fail with FL_ERR_CANCELLED, so the drain cannot hang on a peer that never
+// comes — and makes their handles stale.
 void nccl_engine_shutdown(core::Engine* e);
 // The GPU poller, when a collective's GPU work completed (its event): FL_OK, or the
 // failure of a collective that was in flight when its communicator was aborted (the
-// kernel exited without doing its work), with *detail set. Without this call the
-// collective's cleanup records the same failure just before the engine completes it.
+// kernel exited without doing its work), with *detail set. A collective completed with a
+// CUDA error is settled by its cleanup instead.
 fl_status_t nccl_settle(core::Instr* i, std::string* detail);
 // The state dump (after core::dump_comms): every NCCL communicator of `e` with its
 // sequence numbers (issued, launched, completed), state and recent collectives.
