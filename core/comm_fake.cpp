@@ -371,7 +371,9 @@ Comm* comm_create(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t&
     fail(FL_ERR_UNSUPPORTED, "fl_comm_create: the NCCL backend is not available in this build; use FL_COMM_HOST_FAKE");
   if (d.backend != FL_COMM_HOST_FAKE)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: backend " + std::to_string(d.backend) + " is unknown");
-  if (d.flags != 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: flags " + std::to_string(d.flags) + " are unknown (use 0)");
+  if ((d.flags & ~FL_COMM_UNORDERED) != 0)  // host-fake collectives are never in the NCCL order anyway
+    fail(FL_ERR_INVALID_ARGUMENT,
+         "fl_comm_create: flags " + std::to_string(d.flags) + " are unknown (0 or FL_COMM_UNORDERED)");
   if (d.nranks == 0 || d.nranks > 4096)
     fail(FL_ERR_OUT_OF_RANGE, "fl_comm_create: nranks " + std::to_string(d.nranks) + " is out of range (1..4096)");
   if (d.rank >= d.nranks)

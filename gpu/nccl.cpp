@@ -184,7 +184,7 @@ enum class CommState : uint8_t {
 struct NcclComm {
   core::Engine* engine = nullptr;  // dereferenced only while `pending` > 0 (the engine is alive)
   uint64_t engine_handle = 0;
-  core::Object* order = nullptr;  // the engine's collective-order object
+  core::Object* order = nullptr;  // the engine's collective-order object; null: FL_COMM_UNORDERED
   uint32_t lane = 0;
   int device = 0;
   int rank = 0;
@@ -632,7 +632,8 @@ void nccl_unique_id(fl_comm_unique_id_t* out) {
 
 fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid) {
   const std::string fn = "fl_comm_create";
-  if (d.flags != 0) fail(FL_ERR_INVALID_ARGUMENT, fn + ": flags " + std::to_string(d.flags) + " are unknown (use 0)");
+  if ((d.flags & ~FL_COMM_UNORDERED) != 0)
+    fail(FL_ERR_INVALID_ARGUMENT, fn + ": flags " + std::to_string(d.flags) + " are unknown (0 or FL_COMM_UNORDERED)");
   if (d.nranks == 0 || d.nranks > 4096)
     fail(FL_ERR_OUT_OF_RANGE, fn + ": nranks " + std::to_string(d.nranks) + " is out of range (1..4096)");
   if (d.rank >= d.nranks)
@@ -665,7 +666,11 @@ fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_c
   Registry& reg = registry();
   {
     std::lock_guard<std::mutex> lk(reg.mu);
-    auto same = [&](NcclComm* o) { return o->engine_handle == c->engine_handle && o->uid == c->uid; };
+    // Unordered ranks do not wait for each other through the order: allowed together.
+    const bool ordered = (d.flags & FL_COMM_UNORDERED) == 0;
+    auto same = [&](NcclComm* o) {
+      return o->engine_handle == c->engine_handle && o->uid == c->uid && (ordered || o->order != nullptr);
+    };
     int other = -1;
     for (NcclComm* o : reg.joining)
       if (same(o)) other = o->rank;
@@ -679,7 +684,7 @@ fl_comm_t* nccl_comm_create(core::Engine* e, const fl_comm_desc_t& d, const fl_c
            fn + ": rank " + std::to_string(other) + " of this unique id already lives on this engine; an engine issues "
                 "all its collectives in one order (gpu/README.md, NCCL), so two ranks of one communicator on one engine "
                 "would wait for each other forever: give each rank its own engine (normally its own process)");
-    c->order = order_object(e);
+    c->order = ordered ? order_object(e) : nullptr;
     reg.joining.push_back(c);
   }
   // Leaves reg.joining if the init fails (destroyed before `owner`, so nobody sees a
@@ -864,8 +869,10 @@ fl_instr_id nccl_submit(fl_stream_t* stream_handle, const fl_comm_t* h, const fl
   a.name = in.name;
   a.nonblocking = (in.flags & FL_SUBMIT_NONBLOCKING) != 0;
   a.api = "fl_submit_collective";
-  a.fill = &fill_order;
-  a.fill_ctx = c->order;
+  if (c->order != nullptr) {  // FL_COMM_UNORDERED: not in the engine's collective order
+    a.fill = &fill_order;
+    a.fill_ctx = c->order;
+  }
   const uint64_t seq = w->seq;
   CollWork* work = w.release();  // the instruction's from here (coll_cleanup deletes it, maybe before we return)
   fl_instr_id id;

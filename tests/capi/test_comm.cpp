@@ -107,8 +107,8 @@ TEST(Comm, UniqueIdAndCreateErrors) {
     EXPECT_FL_ERR(fl_comm_create(f.engine, &bad, &a, &c), FL_ERR_UNSUPPORTED, "NCCL");
   }
   bad = d;
-  bad.flags = 1;
-  EXPECT_FL_ERR(fl_comm_create(f.engine, &bad, &a, &c), FL_ERR_INVALID_ARGUMENT, "flags");
+  bad.flags = 2;
+  EXPECT_FL_ERR(fl_comm_create(f.engine, &bad, &a, &c), FL_ERR_INVALID_ARGUMENT, "flags 2 are unknown");
   bad = d;
   bad.device = 1;
   EXPECT_FL_ERR(fl_comm_create(f.engine, &bad, &a, &c), FL_ERR_INVALID_ARGUMENT, "device must be 0");
@@ -225,6 +225,31 @@ void check_collectives(uint32_t dtype) {
     EXPECT_TRUE(contains(dump, "reduce_scatter(")) << dump;
     for (auto* c : comms) ASSERT_FL_OK(fl_comm_destroy(c));
   }
+}
+
+// FL_COMM_UNORDERED is accepted by the host-fake backend (whose collectives are never in
+// the NCCL order) and changes nothing there.
+TEST(Comm, HostFakeAcceptsUnordered) {
+  EngineFixture f(2, 4);
+  fl_comm_unique_id_t id = new_id();
+  std::vector<fl_comm_t*> comms;
+  for (uint64_t r = 0; r < 2; ++r) {
+    fl_comm_desc_t d = FL_COMM_DESC_INIT;
+    d.nranks = 2;
+    d.rank = r;
+    d.lane = 1 + r;
+    d.backend = FL_COMM_HOST_FAKE;
+    d.flags = FL_COMM_UNORDERED;
+    fl_comm_t* c = nullptr;
+    ASSERT_FL_OK(fl_comm_create(f.engine, &d, &id, &c));
+    comms.push_back(c);
+  }
+  float in[2][3] = {{1, 2, 3}, {10, 20, 30}}, out[2][3] = {};
+  for (uint32_t r = 0; r < 2; ++r)
+    submit_coll(coll_of(f.engine, 1 + r), comms[r], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, in[r], out[r], 3)}, "ar");
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(out[r][2], 33.0f);
+  for (auto* c : comms) ASSERT_FL_OK(fl_comm_destroy(c));
 }
 
 TEST(Comm, CollectivesInt32) { check_collectives<int32_t>(FL_DTYPE_INT32); }

@@ -630,10 +630,11 @@ class Engine(Managed):
         return TaskGraph(self)
 
     def comm(self, nranks: int, rank: int, unique_id, *, lane: int = 0, device: int = 0,
-             backend=None) -> "Comm":  # noqa: F821
+             backend=None, unordered: bool = False) -> "Comm":  # noqa: F821
         from .gpu import Comm
 
-        return Comm(self, nranks, rank, unique_id, lane=lane, device=device, backend=backend)
+        return Comm(self, nranks, rank, unique_id, lane=lane, device=device, backend=backend,
+                    unordered=unordered)
 
 
 class _Tracing:

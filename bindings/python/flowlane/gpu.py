@@ -307,13 +307,15 @@ class CollPart:
 
 class Comm(Managed):
     """A communicator; its collectives go through lane ``lane``'s COLLECTIVE stream, in
-    submission order, so every rank issues them in one order."""
+    submission order, so every rank issues them in one order. NCCL collectives of one engine
+    are also issued in one order across communicators, unless ``unordered=True``
+    (FL_COMM_UNORDERED: the caller keeps the ranks' issue order consistent)."""
 
     __slots__ = ("engine", "lane", "device", "backend")
     _kind = "communicator"
 
     def __init__(self, engine: Engine, nranks: int, rank: int, unique_id: CommUniqueId, *, lane: int = 0,
-                 device: int = 0, backend=None):
+                 device: int = 0, backend=None, unordered: bool = False):
         super().__init__()
         if not isinstance(unique_id, CommUniqueId):
             raise TypeError("unique_id must be a flowlane.CommUniqueId")
@@ -324,6 +326,7 @@ class Comm(Managed):
         d.device = _int("device", device, 0, 2**64 - 1)
         d.lane = _int("lane", lane, 0, 2**64 - 1)
         d.backend = _int("backend", backend, 0, 2**64 - 1)
+        d.flags = _ffi.FL_COMM_UNORDERED if unordered else 0
         out = _ffi.comm_p()
         check(lib.fl_comm_create(engine._ptr(), byref(d), byref(unique_id._c), byref(out)), "fl_comm_create")
         self.engine, self.lane, self.device, self.backend = engine, lane, device, backend

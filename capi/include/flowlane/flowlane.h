@@ -415,8 +415,15 @@ typedef struct fl_comm_desc {
   uint64_t device;     /* CUDA device index (NCCL) */
   uint64_t lane;       /* the lane whose COLLECTIVE stream issues this comm's collectives */
   uint64_t backend;    /* fl_comm_backend_t */
-  uint64_t flags;      /* 0 */
+  uint64_t flags;      /* 0 or FL_COMM_UNORDERED */
 } fl_comm_desc_t;
+/* fl_comm_desc_t.flags: by default every NCCL collective of an engine is issued in one
+   submission order, whatever its communicator or lane, so ranks that submit in one program
+   order cannot cross two communicators (and NCCL kernels of two communicators never occupy
+   one GPU at once). FL_COMM_UNORDERED leaves this communicator's collectives out of that
+   order: they overlap with other communicators' work, and the caller guarantees that every
+   rank issues them consistently. Host-fake communicators accept it and are never ordered. */
+#define FL_COMM_UNORDERED ((uint64_t)1)
 #define FL_COMM_DESC_INIT { sizeof(fl_comm_desc_t), 0, 0, 0, 0, 0, 0 }
 
 FL_API fl_status_t fl_comm_get_unique_id(uint32_t backend, fl_comm_unique_id_t* out_id);

@@ -74,8 +74,9 @@ fl_comm_unique_id_t nccl_id() {
   return id;
 }
 
-fl_comm_desc_t desc(uint64_t nranks, uint64_t rank, uint64_t lane) {
+fl_comm_desc_t desc(uint64_t nranks, uint64_t rank, uint64_t lane, uint64_t flags = 0) {
   fl_comm_desc_t d = FL_COMM_DESC_INIT;
+  d.flags = flags;
   d.nranks = nranks;
   d.rank = rank;
   d.lane = lane;
@@ -86,7 +87,7 @@ fl_comm_desc_t desc(uint64_t nranks, uint64_t rank, uint64_t lane) {
 
 // Rank r's communicator on engines[r], every rank on its own thread (fl_comm_create
 // returns once every rank joined, as NCCL's init does).
-std::vector<fl_comm_t*> make_comms(const std::vector<fl_engine_t*>& engines, uint32_t lane) {
+std::vector<fl_comm_t*> make_comms(const std::vector<fl_engine_t*>& engines, uint32_t lane, uint64_t flags = 0) {
   const fl_comm_unique_id_t id = nccl_id();
   const size_t n = engines.size();
   std::vector<fl_comm_t*> comms(n, nullptr);
@@ -95,7 +96,7 @@ std::vector<fl_comm_t*> make_comms(const std::vector<fl_engine_t*>& engines, uin
   std::vector<std::thread> th;
   for (size_t r = 0; r < n; ++r)
     th.emplace_back([&, r] {
-      fl_comm_desc_t d = desc(n, r, lane);
+      fl_comm_desc_t d = desc(n, r, lane, flags);
       st[r] = fl_comm_create(engines[r], &d, &id, &comms[r]);
       msg[r] = fl_last_error_message();
     });
@@ -654,6 +655,52 @@ TEST_F(FakeNccl, ErrorPathsGetSpecificStatuses) {
   EXPECT_FL_OK(fl_comm_destroy(nullptr));
   EXPECT_FL_ERR(fl_comm_destroy(c), FL_ERR_INVALID_HANDLE, "stale");
   EXPECT_FL_ERR(submit(cs, c, {good}), FL_ERR_INVALID_HANDLE, "stale");
+}
+
+// FL_COMM_UNORDERED: B's collective (unordered) runs while A's (ordered, submitted first)
+// waits for its input; in the order, B would wait for A's launch.
+TEST_F(FakeNccl, UnorderedCommunicatorIsNotHeldBackByTheOrder) {
+  std::vector<fl_engine_t*> e{make_engine(4), make_engine(4)};
+  std::vector<fl_comm_t*> ca = make_comms(e, 1);
+  std::vector<fl_comm_t*> cb = make_comms(e, 2, FL_COMM_UNORDERED);
+  fltest::Gate gate;  // holds A's input on both ranks
+  std::vector<std::vector<float>> sa(2, std::vector<float>(4)), ra(2, std::vector<float>(4, -1)),
+      sb(2, std::vector<float>(4)), rb(2, std::vector<float>(4, -1));
+  std::vector<fl_object_t*> objs;
+  for (int r = 0; r < 2; ++r) {
+    fl_engine_t* x = e[size_t(r)];
+    fl_object_t* ia = fltest::make_obj(x);
+    objs.push_back(ia);
+    float* pa = sa[size_t(r)].data();
+    fltest::submit(stream(x, 3, kCpu, FL_STREAM_HOST), [&gate, pa, r] {
+      if (!gate.wait()) return FL_ERR_TIMEOUT;
+      for (int k = 0; k < 4; ++k) pa[k] = float(r + 1);
+      return FL_OK;
+    }, {W(ia)}, "produce a");
+    ASSERT_FL_OK(coll(x, 1, ca[size_t(r)], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, pa, ra[size_t(r)].data(), 4)},
+                      {R(ia)}, "A"));
+    for (int k = 0; k < 4; ++k) sb[size_t(r)][size_t(k)] = float(10 * (r + 1));
+    ASSERT_FL_OK(coll(x, 2, cb[size_t(r)], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, sb[size_t(r)].data(),
+                                                  rb[size_t(r)].data(), 4)}, {}, "B"));
+  }
+  for (fl_engine_t* x : e) {  // B completes on both ranks while A's input is held
+    EXPECT_TRUE(eventually([x] {
+      fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+      return fl_engine_stats(x, &st) == FL_OK && st.completed >= 1;
+    })) << "the unordered collective waited for the ordered one\n" << report();
+  }
+  gate.open = true;
+  for (fl_engine_t* x : e) EXPECT_FL_OK(fl_engine_synchronize(x));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ra[size_t(r)][3], 3.0f);
+    EXPECT_EQ(rb[size_t(r)][3], 30.0f);
+  }
+  for (fl_object_t* o : objs) fl_object_release(o);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FL_OK(fl_comm_destroy(ca[size_t(r)]));
+    EXPECT_FL_OK(fl_comm_destroy(cb[size_t(r)]));
+    fl_engine_destroy(e[size_t(r)]);
+  }
 }
 
 TEST_F(FakeNccl, TwoRanksOfOneCommunicatorOnOneEngineAreRefused) {

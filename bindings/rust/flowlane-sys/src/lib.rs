@@ -282,6 +282,9 @@ impl Default for fl_comm_unique_id_t {
 pub type fl_comm_backend_t = u32;
 pub const FL_COMM_NCCL: fl_comm_backend_t = 0;
 pub const FL_COMM_HOST_FAKE: fl_comm_backend_t = 1;
+/// `fl_comm_desc_t::flags`: leave this communicator's NCCL collectives out of the engine's
+/// collective order (the caller keeps the ranks' issue order consistent).
+pub const FL_COMM_UNORDERED: u64 = 1;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -286,6 +286,8 @@ unsafe impl Send for Comm<'_> {}
 unsafe impl Sync for Comm<'_> {}
 
 impl<'e> Comm<'e> {
+    /// A rank of a communicator. Its NCCL collectives are issued in the engine's one
+    /// collective order (across communicators and lanes).
     pub fn new(
         engine: &'e Engine,
         nranks: u64,
@@ -295,7 +297,36 @@ impl<'e> Comm<'e> {
         device: u32,
         backend: CommBackend,
     ) -> Result<Comm<'e>> {
+        Self::create(engine, nranks, rank, id, lane, device, backend, 0)
+    }
+
+    /// As [`Comm::new`], with `FL_COMM_UNORDERED`: its collectives stay out of the engine's
+    /// collective order, and the caller keeps the ranks' issue order consistent.
+    pub fn new_unordered(
+        engine: &'e Engine,
+        nranks: u64,
+        rank: u64,
+        id: &CommUniqueId,
+        lane: u32,
+        device: u32,
+        backend: CommBackend,
+    ) -> Result<Comm<'e>> {
+        Self::create(engine, nranks, rank, id, lane, device, backend, sys::FL_COMM_UNORDERED)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        engine: &'e Engine,
+        nranks: u64,
+        rank: u64,
+        id: &CommUniqueId,
+        lane: u32,
+        device: u32,
+        backend: CommBackend,
+        flags: u64,
+    ) -> Result<Comm<'e>> {
         let mut d = sys::fl_comm_desc_t::init();
+        d.flags = flags;
         d.nranks = nranks;
         d.rank = rank;
         d.device = device as u64;

@@ -510,3 +510,53 @@ fn stats_count_instructions() -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// Two ranks of a host-fake communicator (lanes 1 and 2 of one engine): all-reduce and
+/// all-gather give the right values, for ordered and FL_COMM_UNORDERED communicators; a
+/// second rank 0 and a broadcast root out of range are refused with their kinds.
+#[test]
+fn host_fake_collectives_on_two_ranks() -> Result<(), Error> {
+    use flowlane::{Comm, CommBackend, CommUniqueId, Operands};
+    let e = Engine::builder().workers(2).lanes(4).build()?;
+    for unordered in [false, true] {
+        let id = CommUniqueId::new(CommBackend::HostFake)?;
+        let make = |rank: u64| {
+            if unordered {
+                Comm::new_unordered(&e, 2, rank, &id, 1 + rank as u32, 0, CommBackend::HostFake)
+            } else {
+                Comm::new(&e, 2, rank, &id, 1 + rank as u32, 0, CommBackend::HostFake)
+            }
+        };
+        let comms = [make(0)?, make(1)?];
+        let again = Comm::new(&e, 2, 0, &id, 3, 0, CommBackend::HostFake);
+        assert_eq!(again.err().map(|x| x.kind()), Some(ErrorKind::InvalidArgument));
+        let send = [[1.0f32, 2.0, 3.0], [10.0, 20.0, 30.0]];
+        let mut reduced = [[0.0f32; 3]; 2];
+        let mut gathered = [[0.0f32; 6]; 2];
+        for r in 0..2 {
+            let s = comms[r].stream(&e)?;
+            let part = |op: u32, recv: *mut f32, peer: u32| sys::fl_coll_part_t {
+                op,
+                dtype: sys::FL_DTYPE_FLOAT32,
+                redop: sys::FL_REDOP_SUM,
+                peer,
+                sendbuf: send[r].as_ptr() as *const std::ffi::c_void,
+                recvbuf: recv as *mut std::ffi::c_void,
+                count: 3,
+            };
+            // SAFETY: the buffers live until the synchronize below.
+            unsafe {
+                comms[r].submit(&s, &[part(sys::FL_COLL_ALL_REDUCE, reduced[r].as_mut_ptr(), 0)], &Operands::new(), Some("ar"))?;
+                comms[r].submit(&s, &[part(sys::FL_COLL_ALL_GATHER, gathered[r].as_mut_ptr(), 0)], &Operands::new(), Some("ag"))?;
+                let bad = comms[r].submit(&s, &[part(sys::FL_COLL_BROADCAST, reduced[r].as_mut_ptr(), 7)], &Operands::new(), None);
+                assert_eq!(bad.err().map(|x| x.kind()), Some(ErrorKind::OutOfRange));
+            }
+        }
+        e.synchronize()?;
+        for r in 0..2 {
+            assert_eq!(reduced[r], [11.0, 22.0, 33.0], "unordered: {unordered}");
+            assert_eq!(gathered[r], [1.0, 2.0, 3.0, 10.0, 20.0, 30.0]);
+        }
+    }
+    Ok(())
+}
