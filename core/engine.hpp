@@ -27,6 +27,9 @@ class Engine;
 struct Lane;
 struct Diagnostics;  // core/watchdog.hpp: watchdog, communicators, trace (issue 7)
 
+// Fields written by different threads for every instruction go on separate cache lines.
+inline constexpr size_t kCacheLine = 64;
+
 // Number of stream kinds (fl_stream_kind_t) and device slots per lane: slot 0 is the CPU,
 // slot 1 + i is CUDA device i.
 inline constexpr uint32_t kStreamKinds = 5;
@@ -39,8 +42,9 @@ struct Stream {
   fl_stream_kind_t kind = FL_STREAM_HOST;
   // Submission and completion counters of this stream. `submitted` is written under the
   // lane's submit lock; `completed` only advances, in submission order (a stream is FIFO).
+  // Different threads write them for every instruction: separate cache lines.
   std::atomic<uint64_t> submitted{0};
-  std::atomic<uint64_t> completed{0};
+  alignas(kCacheLine) std::atomic<uint64_t> completed{0};
   // Backend state (CUDA stream, event bookkeeping) for device streams; null for host ones.
   void* backend = nullptr;
 
@@ -64,25 +68,29 @@ struct Lane {
   Engine* engine = nullptr;
   uint32_t id = 0;
 
+  // The fields below come in two groups on separate cache lines: those the submitting
+  // thread writes for every instruction, and those the lane runner writes for every
+  // instruction. Sharing a line would move it between the two cores twice per instruction.
+
+  // --- producer side ---
   // Serialises dependency recording with FIFO order, so that edges skipped because two
   // instructions share this lane are always backed by queue order. Uncontended when one
   // thread submits to a lane, which is the common case.
-  SpinLock submit_lock;
+  alignas(kCacheLine) SpinLock submit_lock;
   bool shutdown_seen = false;  // written under submit_lock
-
   // Vyukov's intrusive MPSC queue of instructions (producers hold submit_lock anyway).
   std::atomic<Instr*> tail{nullptr};
-  Instr* head = nullptr;  // consumer side only
-  Instr stub;
-
   // 0: idle (no task queued or running); 1: owned (queued, running, or blocked on `cur`).
+  // Read by every push; written by the runner only when the lane goes idle or resumes.
   std::atomic<uint32_t> scheduled{0};
-  Instr* cur = nullptr;  // head instruction waiting for its predecessors; consumer side only
+  std::atomic<uint64_t> submitted{0};  // stats, under submit_lock
 
-  // Counters (stats). `submitted` under submit_lock; `completed` by the lane runner.
-  std::atomic<uint64_t> submitted{0};
-  std::atomic<uint64_t> completed{0};
+  // --- consumer side (the lane runner) ---
+  alignas(kCacheLine) Instr* head = nullptr;
+  Instr* cur = nullptr;  // head instruction waiting for its predecessors
+  std::atomic<uint64_t> completed{0};  // stats
   std::atomic<uint64_t> failed{0};
+  Instr stub;
 
   // Diagnostics: the instruction at the head of the lane (running, or blocked on its
   // predecessors) and what a running one waits for inside fl_object_wait. Written by the
