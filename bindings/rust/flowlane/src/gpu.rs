@@ -133,22 +133,31 @@ impl<'e> Stream<'e> {
     }
 
     /// Submits `f(cuda_stream)`, which may enqueue any GPU work on that stream. Errors and
-    /// panics fail the instruction as for host instructions.
+    /// panics fail the instruction as for host instructions. `f` is called at most once; it
+    /// and everything it captured are dropped only after the GPU work it enqueued has
+    /// completed (or when the instruction is skipped, or here if submission fails), so a
+    /// capture may own memory that work uses. (Hence `FnMut` rather than `FnOnce`: calling
+    /// an `FnOnce` would drop its captures as soon as it returned, while the work is queued.)
     pub fn submit_device<F, E>(&self, operands: &Operands, name: Option<&str>, f: F) -> Result<u64>
     where
-        F: FnOnce(*mut c_void) -> std::result::Result<(), E> + Send + 'static,
+        F: FnMut(*mut c_void) -> std::result::Result<(), E> + Send + 'static,
         E: std::fmt::Display,
     {
-        type Boxed = Box<dyn FnOnce(*mut c_void) -> std::result::Result<(), String> + Send>;
+        type Boxed = Box<dyn FnMut(*mut c_void) -> std::result::Result<(), String> + Send>;
+        struct DeviceFn {
+            f: Boxed,
+            called: bool,
+        }
         unsafe extern "C" fn tramp(ctx: *mut sys::fl_instr_ctx_t, s: *mut c_void, ud: *mut c_void) -> sys::fl_status_t {
             let _cb = InCallback::enter();
-            // SAFETY: ud is the Option<Boxed> submitted below; fn runs at most once, before cleanup.
-            let slot = unsafe { &mut *(ud as *mut Option<Boxed>) };
-            let f = match slot.take() {
-                Some(f) => f,
-                None => return sys::FL_ERR_INTERNAL,
-            };
-            let msg = match catch_unwind(AssertUnwindSafe(|| f(s))) {
+            // SAFETY: ud is the DeviceFn submitted below; the engine calls fn at most once,
+            // before cleanup, so this is the only access now.
+            let slot = unsafe { &mut *(ud as *mut DeviceFn) };
+            if slot.called {
+                return sys::FL_ERR_INTERNAL;
+            }
+            slot.called = true;
+            let msg = match catch_unwind(AssertUnwindSafe(|| (slot.f)(s))) {
                 Ok(Ok(())) => return sys::FL_OK,
                 Ok(Err(m)) => m,
                 Err(p) => {
@@ -164,12 +173,14 @@ impl<'e> Stream<'e> {
         }
         unsafe extern "C" fn cleanup(ud: *mut c_void) {
             let _cb = InCallback::enter();
-            // SAFETY: cleanup runs exactly once per successful submit and reclaims the box.
-            let _ = catch_unwind(|| drop(unsafe { Box::from_raw(ud as *mut Option<Boxed>) }));
+            // SAFETY: cleanup runs exactly once per successful submit, after the GPU work fn
+            // enqueued has completed (or instead of fn), and reclaims the box with f.
+            let _ = catch_unwind(|| drop(unsafe { Box::from_raw(ud as *mut DeviceFn) }));
         }
         let cname = name.map(cstring).transpose()?;
+        let mut f = f;
         let boxed: Boxed = Box::new(move |s| f(s).map_err(|e| e.to_string()));
-        let ud = Box::into_raw(Box::new(Some(boxed)));
+        let ud = Box::into_raw(Box::new(DeviceFn { f: boxed, called: false }));
         let mut instr = sys::fl_device_instr_t::init();
         instr.fn_ = Some(tramp);
         instr.user_data = ud as *mut c_void;
