@@ -56,6 +56,16 @@ if [[ -f bindings/rust/Cargo.toml ]]; then
   elif ! (cd bindings/rust && cargo test --offline); then
     failed+=(rust)
   fi
+  # CUDA builds: the GPU wrappers once more, against the fake CUDA runtime (tests/gpu/fake),
+  # which must be loaded ahead of libcudart. Built first without it.
+  fake="$BUILD_DIR/tests/libflowlane_fake_cudart.so"
+  if [[ -f "$fake" ]] && command -v cargo >/dev/null 2>&1; then
+    say "rust GPU wrappers against the fake CUDA runtime ($fake)"
+    if ! (cd bindings/rust && cargo test --offline --test fake_gpu --no-run &&
+          FLOWLANE_FAKE_CUDART=1 LD_PRELOAD="$fake" cargo test --offline --test fake_gpu); then
+      failed+=(rust-fakegpu)
+    fi
+  fi
 else
   echo "(no bindings/rust/Cargo.toml: Rust binding tests skipped)"
 fi

@@ -269,7 +269,8 @@ fn callbacks_can_submit_follow_up_work_on_their_lane() -> Result<(), Error> {
         assert_eq!(n.load(Ordering::SeqCst), 100);
         Ok(())
     })?;
-    e.synchronize()?;
+    e.synchronize()?; // waits for "outer", which submitted "inner" before it completed
+    e.synchronize()?; // so this one waits for "inner" (submitted after the first call began)
     assert_eq!(*lanes.lock().unwrap(), vec![3, 3]);
     Ok(())
 }
