@@ -130,4 +130,18 @@ struct Gate {
   }
 };
 
+// One part of a collective group (fl_submit_collective).
+inline fl_coll_part_t coll_part(uint32_t op, uint32_t dtype, const void* send, void* recv, uint64_t count,
+                                uint32_t redop = FL_REDOP_SUM, uint32_t peer = 0) {
+  fl_coll_part_t p{};
+  p.op = op;
+  p.dtype = dtype;
+  p.redop = redop;
+  p.peer = peer;
+  p.sendbuf = send;
+  p.recvbuf = recv;
+  p.count = count;
+  return p;
+}
+
 }  // namespace fltest

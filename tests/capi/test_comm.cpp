@@ -45,15 +45,7 @@ fl_instr_id submit_coll(fl_stream_t* s, fl_comm_t* c, std::vector<fl_coll_part_t
 
 fl_coll_part_t part(uint32_t op, uint32_t dtype, const void* send, void* recv, uint64_t count, uint32_t redop = 0,
                     uint32_t peer = 0) {
-  fl_coll_part_t p{};
-  p.op = op;
-  p.dtype = dtype;
-  p.redop = redop;
-  p.peer = peer;
-  p.sendbuf = send;
-  p.recvbuf = recv;
-  p.count = count;
-  return p;
+  return fltest::coll_part(op, dtype, send, recv, count, redop, peer);
 }
 
 template <class T>

@@ -539,15 +539,7 @@ struct NcclComm1 {
   } while (0)
 
 fl_coll_part_t nccl_part(uint32_t op, const void* send, void* recv, uint64_t count, uint32_t peer = 0) {
-  fl_coll_part_t p{};
-  p.op = op;
-  p.dtype = FL_DTYPE_INT32;
-  p.redop = FL_REDOP_SUM;
-  p.peer = peer;
-  p.sendbuf = send;
-  p.recvbuf = recv;
-  p.count = count;
-  return p;
+  return fltest::coll_part(op, FL_DTYPE_INT32, send, recv, count, FL_REDOP_SUM, peer);
 }
 
 fl_status_t nccl_submit(Engine& eng, uint32_t lane, fl_comm_t* c, std::vector<fl_coll_part_t> parts,

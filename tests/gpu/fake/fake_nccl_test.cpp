@@ -107,15 +107,7 @@ std::vector<fl_comm_t*> make_comms(const std::vector<fl_engine_t*>& engines, uin
 
 fl_coll_part_t part(uint32_t op, uint32_t dtype, const void* send, void* recv, uint64_t count, uint32_t peer = 0,
                     uint32_t redop = FL_REDOP_SUM) {
-  fl_coll_part_t p{};
-  p.op = op;
-  p.dtype = dtype;
-  p.redop = redop;
-  p.peer = peer;
-  p.sendbuf = send;
-  p.recvbuf = recv;
-  p.count = count;
-  return p;
+  return fltest::coll_part(op, dtype, send, recv, count, redop, peer);
 }
 
 fl_status_t coll(fl_engine_t* e, uint32_t lane, fl_comm_t* c, std::vector<fl_coll_part_t> parts,
