@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/spinlock.hpp"
+#include "base/spinlock.hpp"
 #include "flowlane/flowlane.h"
 
 #ifdef FL_HAVE_STARPU
@@ -157,7 +157,7 @@ void SetupShared(const benchmark::State& state) {
   // Warm the record caches so that the first benchmark does not pay first-touch allocation.
   for (int k = 0; k < (1 << 15); ++k) fl_submit(g_shared_engine->lanes[size_t(k & 7)], nullptr, 0);
   fl_engine_synchronize(g_shared_engine->e);
-  g_contentions_before = flowlane::core::spin_contentions().load();
+  g_contentions_before = flowlane::spin_contentions().load();
 }
 
 void TeardownShared(const benchmark::State&) {
@@ -180,7 +180,7 @@ void SubmitThreads(benchmark::State& state, bool shared) {
   if (state.thread_index() == 0) {
     double instrs = double(state.iterations()) * per_iter * state.threads();
     state.counters["contended_per_instr"] =
-        double(flowlane::core::spin_contentions().load() - g_contentions_before) / instrs;
+        double(flowlane::spin_contentions().load() - g_contentions_before) / instrs;
   }
 }
 

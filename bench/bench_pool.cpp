@@ -1,11 +1,11 @@
 // The work-stealing pool against oneTBB, in one binary so that ratios come from one run.
 //
 // Layers measured:
-//   Fib*, EmptyTasks*  — core::Pool + core::Latch (C++ internals, no C boundary): one task
+//   Fib*, EmptyTasks*  — sched::Pool + sched::Latch (C++ internals, no C boundary): one task
 //                        per call / per empty task, the scheduler's raw overhead.
-//   ParallelFor*       — core::parallel_for (what fl_parallel_for calls, minus a handle
+//   ParallelFor*       — sched::parallel_for (what fl_parallel_for calls, minus a handle
 //                        lookup) vs tbb::parallel_for with its default partitioner.
-//   TreeGraph*         — core::TaskGraph on a core::Pool (what fl_taskgraph_run runs) vs
+//   TreeGraph*         — sched::TaskGraph on a sched::Pool (what fl_taskgraph_run runs) vs
 //                        tbb::flow::graph with continue_nodes; a binary reduction tree.
 //   IdleEngineCpu      — process CPU time (getrusage) of an idle engine (public C API) over
 //                        2 s of wall time, in percent of one core; not a speed.
@@ -24,10 +24,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/parallel_for.hpp"
-#include "core/pool.hpp"
-#include "core/taskgraph.hpp"
-#include "core/topology.hpp"
+#include "sched/parallel_for.hpp"
+#include "sched/latch.hpp"
+#include "sched/pool.hpp"
+#include "sched/taskgraph.hpp"
+#include "sched/topology.hpp"
 #include "parallel_compile/lstm_graph.hpp"
 
 #ifdef FL_HAVE_TBB
@@ -37,7 +38,7 @@
 #include <tbb/task_group.h>
 #endif
 
-namespace fc = flowlane::core;
+namespace fc = flowlane::sched;
 
 namespace {
 

@@ -1,55 +1,50 @@
-// The engine's hooks into the CUDA backend (issue 5). Compiled in every build: in a
-// CPU-only build device_count() is 0, stream_state_create() returns null and the other
-// hooks are never reached (no CUDA stream can exist). The protocol — launch on the lane
-// runner, completion by the engine's poller thread, launch edges between CUDA streams —
-// is written down in gpu/README.md.
+// The CUDA backend: a core::DeviceBackend (engine/device.hpp) that issues device
+// instructions on CUDA streams, orders them across streams with pooled events, and
+// completes them from a per-engine poller thread. The protocol (runs of launches covered by
+// one event, the poller, launch edges) is written down in gpu/README.md.
+//
+// Declared in every build: in a CPU-only build backend() is null, device_count() is 0 and
+// the submission helpers answer FL_ERR_UNSUPPORTED.
 #pragma once
 
-#include <cstddef>
+#include <cstdint>
 #include <string>
 
+#include "engine/engine.hpp"
 #include "flowlane/flowlane.h"
 
-namespace flowlane::core {
-class Engine;
-struct Stream;
-struct Instr;
-}  // namespace flowlane::core
-
 namespace flowlane::gpu {
+
+// The process's CUDA backend, or null in a CPU-only build.
+core::DeviceBackend* backend();
 
 // CUDA devices visible to this process (cached after the first call); 0 in a CPU-only
 // build or when cudaGetDeviceCount fails (no driver, no device).
 int device_count();
 
-// Backend state of a CUDA stream (priority, the lazily created cudaStream_t, the poller's
-// FIFO of launched instructions). Created with the interned stream; destroyed after the
-// engine drained. Null in a CPU-only build.
-void* stream_state_create(core::Stream* s);
-void stream_state_destroy(core::Stream* s);
+// Asked by the poller when an instruction's GPU work completed without a CUDA error:
+// FL_OK, or the instruction's failure with *detail set (an NCCL collective cut short by an
+// abort). Set by a launch function while the instruction is being issued.
+using CompletionHook = fl_status_t (*)(core::Instr* i, std::string* detail);
+void on_completion(core::Instr* i, CompletionHook hook);
 
-// On the lane runner, for a device instruction that is not skipped: makes the device
-// current, creates the CUDA stream on first use, makes the stream wait for the events of
-// its cross-stream device predecessors, calls i->fn (the launch trampoline or the user's
-// device function) and checks cudaGetLastError. Records no event (record_event does).
-// Returns FL_OK, or a failure status with i->error set (the detail, without the
-// instruction's name).
-fl_status_t launch(core::Instr* i);
+// The cudaStream_t of a device stream, as void* (created at its first launch; valid inside
+// launch functions and device functions).
+void* cuda_stream(core::Stream* s);
 
-// On the lane runner, after the launch of `last`: records a pooled event on its CUDA
-// stream into last->event. It covers `last` and the instructions launched on that stream
-// before it that have no event yet. FL_OK, or FL_ERR_CUDA with last->error set.
-fl_status_t record_event(core::Instr* last);
+// ---- submission (the C API's fl_submit_kernel / _device / _memcpy) ----------------------
+// Each checks what it can of the descriptor (throws with a message naming `fn`), copies the
+// launch description into i's device record and returns the launch function to submit as
+// the instruction's fn.
+fl_host_fn prepare_kernel(core::Instr* i, const fl_kernel_instr_t& in);
+fl_host_fn prepare_device_fn(core::Instr* i, const fl_device_instr_t& in);
+fl_host_fn prepare_memcpy(core::Instr* i, const fl_memcpy_instr_t& in);
 
-// Hands a run of launched instructions of one CUDA stream, in launch order, to their
-// engine's poller: the last one has an event, the others are covered by it (Instr::cover).
-// The poller completes them (Engine::complete_device) once that event completed or faulted.
-void track(core::Instr* const* run, size_t n);
-
-// Engine destroy, after the drain: stops and joins the poller thread.
-void engine_stop(core::Engine* e);
-
-// Returns i->event to its device's pool (Engine::recycle).
-void event_release(core::Instr* i);
+// ---- other calls of the C API ------------------------------------------------------------
+void* host_alloc_pinned(uint64_t bytes);            // fl_host_alloc_pinned (throws)
+void host_free_pinned(void* p);                     // fl_host_free_pinned (throws)
+void priority_range(int32_t device, int32_t* least, int32_t* greatest);  // throws
+// fl_stream_set_priority: clamps to the device's range, returns the value applied.
+int32_t set_priority(core::Stream* s, int32_t priority);
 
 }  // namespace flowlane::gpu

@@ -1,5 +1,6 @@
-// Internals of the CUDA backend shared by gpu/backend.cpp (runtime: streams, events,
-// poller) and gpu/gpu_api.cpp (entry points, launch trampolines). CUDA builds only.
+// Internals of the CUDA backend shared by its files (backend.cpp: issue, runs, events;
+// poller.cpp: completion; launch.cpp: what each instruction kind enqueues) and by the
+// NCCL communicator backend (comm/nccl.cpp). CUDA builds only.
 #pragma once
 
 #if !FLOWLANE_HAVE_CUDA
@@ -11,17 +12,16 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <vector>
 
-#include "flowlane/flowlane.h"
-
-namespace flowlane::core {
-struct Stream;
-struct Instr;
-}  // namespace flowlane::core
+#include "engine/engine.hpp"
+#include "gpu/backend.hpp"
 
 namespace flowlane::gpu {
 
-// Backend state of one CUDA stream (core::Stream::backend).
+using core::Instr;
+
+// Backend state of one CUDA stream (core::Stream::device_state).
 struct StreamState {
   core::Stream* stream = nullptr;
   int device = 0;
@@ -29,21 +29,37 @@ struct StreamState {
   // stream is created, at the first launch (lane runner).
   int priority = 0;
   cudaStream_t cs = nullptr;  // lane runner only; destroyed after the engine drained
-  // Poller thread only: launched instructions in launch (= stream) order.
-  std::deque<core::Instr*> launched;
-  bool polled = false;  // poller only: in the poller's list of streams with launched work
+  // Poller thread only: issued instructions in issue (= stream) order.
+  std::deque<Instr*> launched;
+  bool polled = false;  // poller only: in the poller's list of streams with issued work
 };
 
-StreamState* state_of(core::Stream* s);  // s->backend
+inline StreamState* state_of(const core::Stream* s) { return static_cast<StreamState*>(s->device_state); }
 
-// "cudaErrorInvalidConfiguration (invalid configuration argument) from cudaLaunchKernel"
+// The backend's record of one device instruction (core::Instr::device). It stays attached
+// to the instruction record across reuse (so the payload keeps its capacity) and is
+// cleared by DeviceBackend::recycle.
+struct DeviceRecord {
+  // The launch description copied at submit (kernel arguments, copy parameters).
+  std::vector<unsigned char> payload;
+  // The pooled event recorded after this instruction's run of its stream, if this
+  // instruction is the last of the run (it owns the event) — see gpu/README.md, "Events".
+  cudaEvent_t event = nullptr;
+  // Otherwise the later instruction of the same stream whose event covers this one; holds
+  // a reference on it, dropped at recycle.
+  Instr* cover = nullptr;
+  // Asked by the poller once the GPU work completed without a CUDA error (NCCL: whether an
+  // abort cut the collective short).
+  CompletionHook hook = nullptr;
+};
+
+// i's record, created on first use.
+DeviceRecord& record_of(Instr* i);
+
+// "CUDA error cudaErrorInvalidConfiguration (invalid configuration argument) from cudaLaunchKernel"
 std::string cuda_message(cudaError_t e, const char* call);
 
-// The CUDA stream of a device stream (created at its first launch; valid inside launch
-// trampolines and device functions).
-cudaStream_t cuda_stream(core::Stream* s);
-
-// Payload of a device instruction (core::Instr::payload), written at submit.
+// Payload layouts (DeviceRecord::payload), written at submit by launch.cpp.
 enum class Op : uint32_t { kKernel = 1, kDeviceFn = 2, kMemcpy = 3 };
 
 struct KernelHeader {

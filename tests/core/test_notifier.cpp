@@ -5,13 +5,13 @@
 #include <thread>
 #include <vector>
 
-#include "core/notifier.hpp"
+#include "sched/notifier.hpp"
 
 #ifndef FL_UNDER_SANITIZER
 #define FL_UNDER_SANITIZER 0
 #endif
 
-namespace flowlane::core {
+namespace flowlane::sched {
 namespace {
 
 TEST(Notifier, NotifyWithoutWaitersIsANoOp) {
@@ -99,4 +99,4 @@ INSTANTIATE_TEST_SUITE_P(Consumers, NotifierThreads, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "consumers"; });
 
 }  // namespace
-}  // namespace flowlane::core
+}  // namespace flowlane::sched

@@ -11,17 +11,18 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/parallel_for.hpp"
-#include "core/pool.hpp"
-#include "core/taskgraph.hpp"
-#include "core/topology.hpp"
+#include "base/error.hpp"
+#include "sched/parallel_for.hpp"
+#include "sched/latch.hpp"
+#include "sched/pool.hpp"
+#include "sched/taskgraph.hpp"
+#include "sched/topology.hpp"
 
 #ifndef FL_UNDER_SANITIZER
 #define FL_UNDER_SANITIZER 0
 #endif
 
-namespace flowlane::core {
+namespace flowlane::sched {
 namespace {
 
 // A Task that counts down a latch after bumping a counter.
@@ -470,4 +471,4 @@ TEST(Topology, ResolveThreadCount) {
 }
 
 }  // namespace
-}  // namespace flowlane::core
+}  // namespace flowlane::sched

@@ -7,10 +7,10 @@
 
 #include <gtest/gtest.h>
 
-#include "core/spinlock.hpp"
+#include "base/spinlock.hpp"
 #include "test_util.hpp"
 
-namespace flowlane::core {
+namespace flowlane {
 namespace {
 
 TEST(SpinLock, ExcludesMutuallyUnderContention) {
@@ -64,4 +64,4 @@ TEST(SpinLock, UncontendedAcquisitionsCountNothing) {
 }
 
 }  // namespace
-}  // namespace flowlane::core
+}  // namespace flowlane

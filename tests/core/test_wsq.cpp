@@ -5,13 +5,13 @@
 #include <thread>
 #include <vector>
 
-#include "core/wsq.hpp"
+#include "sched/wsq.hpp"
 
 #ifndef FL_UNDER_SANITIZER
 #define FL_UNDER_SANITIZER 0
 #endif
 
-namespace flowlane::core {
+namespace flowlane::sched {
 namespace {
 
 constexpr int kItems = FL_UNDER_SANITIZER ? 100'000 : 400'000;
@@ -163,4 +163,4 @@ INSTANTIATE_TEST_SUITE_P(Thieves, WsqThieves, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "thieves"; });
 
 }  // namespace
-}  // namespace flowlane::core
+}  // namespace flowlane::sched

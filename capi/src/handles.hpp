@@ -1,0 +1,132 @@
+// Generation-checked, typed handle tables: what every fl_*_t* of the C API really is.
+//
+// A C handle is not a pointer to the live object: it packs a slot index, the handle's type
+// and the slot's generation into the pointer value,
+//
+//   // [ 32-bit generation | 4-bit type | 28-bit slot index (>= 1) ]
+//
+// so a handle used after release finds a newer generation in its slot, and a handle of
+// one type given where another is expected has the wrong type: both are answered with
+// FL_ERR_INVALID_HANDLE instead of touching freed or foreign memory. Slots live in segments
+// that are allocated on demand and never freed while the process runs (type-stable
+// memory), so a lookup never dereferences freed storage. Released slots are recycled
+// through a free list, so a program that creates and drops handles in a loop of millions
+// keeps a flat footprint; a slot whose generation would wrap around is retired instead of
+// recycled, so a released handle can never become valid again.
+//
+// Using a handle concurrently with the call that releases it is a race in the caller
+// (as with free()); sequential use-after-release is always detected.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace flowlane::capi {
+
+static_assert(sizeof(void*) == 8, "flowlane handles need 64-bit pointers");
+
+enum class HandleType : uint32_t { kEngine = 1, kStream = 2, kObject = 3, kGraph = 4, kComm = 5 };
+
+inline constexpr uint32_t kIndexBits = 28;
+inline constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
+
+// The type recorded in a handle's bits (whether or not the handle is live).
+inline HandleType handle_type(uint64_t h) { return HandleType(uint32_t(h) >> kIndexBits); }
+
+template <class T, HandleType kType>
+class HandleTable {
+ public:
+  // `max_generation` is the last generation a slot may carry (tests lower it to reach the
+  // wrap-around quickly); it must be odd.
+  explicit HandleTable(uint32_t max_generation = UINT32_MAX) : max_gen_(max_generation) {}
+
+  // Registers p; returns a non-zero handle value, or 0 when the table is full.
+  uint64_t insert(T* p) {
+    uint32_t index;
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // allocation path only; lookups take no lock
+      if (!free_.empty()) {
+        index = free_.back();
+        free_.pop_back();
+      } else {
+        index = next_++;
+        if (index >= kSegments * kSegmentSize) return 0;
+        auto& seg = segments_[index / kSegmentSize];
+        if (seg.load(std::memory_order_relaxed) == nullptr)
+          seg.store(new Slot[kSegmentSize], std::memory_order_release);  // pairs with acquire in slot()
+      }
+    }
+    Slot& s = *slot(index);
+    s.ptr.store(p, std::memory_order_relaxed);
+    // Publishes ptr: pairs with the acquire load of gen in lookup().
+    uint32_t gen = s.gen.load(std::memory_order_relaxed) | 1u;  // odd = live
+    s.gen.store(gen, std::memory_order_release);
+    return (uint64_t(gen) << 32) | (uint64_t(kType) << kIndexBits) | index;
+  }
+
+  // The object of a live handle of this type, or nullptr for 0, unknown, stale, released
+  // or foreign (other type) handles.
+  T* lookup(uint64_t h) const {
+    uint32_t index = uint32_t(h) & kIndexMask;
+    uint32_t gen = uint32_t(h >> 32);
+    if (index == 0 || (gen & 1u) == 0 || handle_type(h) != kType) return nullptr;
+    const Slot* s = slot(index);
+    if (s == nullptr) return nullptr;
+    if (s->gen.load(std::memory_order_acquire) != gen) return nullptr;  // pairs with release in insert()
+    return s->ptr.load(std::memory_order_relaxed);
+  }
+
+  // Invalidates h; returns the object it named, or nullptr if h was not live.
+  T* erase(uint64_t h) {
+    uint32_t index = uint32_t(h) & kIndexMask;
+    uint32_t gen = uint32_t(h >> 32);
+    if (index == 0 || (gen & 1u) == 0 || handle_type(h) != kType) return nullptr;
+    Slot* s = slot(index);
+    if (s == nullptr) return nullptr;
+    // The CAS makes exactly one of two racing erasers win; the next (even) generation marks
+    // the slot dead until insert() gives it a new odd one. acq_rel: acquire orders our read
+    // of ptr after the inserter's store; release orders the erase before a later insert.
+    if (!s->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) return nullptr;
+    T* p = s->ptr.exchange(nullptr, std::memory_order_relaxed);
+    if (gen >= max_gen_) return p;  // the next generation would wrap: retire the slot
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(index);
+    return p;
+  }
+
+ private:
+  static constexpr uint32_t kSegmentSize = 1u << 14;
+  static constexpr uint32_t kSegments = 1u << (kIndexBits - 14);  // 2^28 slots per type
+
+  struct Slot {
+    std::atomic<uint32_t> gen{0};
+    std::atomic<T*> ptr{nullptr};
+  };
+
+  Slot* slot(uint32_t index) const {
+    uint32_t seg = index / kSegmentSize;
+    if (seg >= kSegments) return nullptr;
+    Slot* base = segments_[seg].load(std::memory_order_acquire);  // pairs with release in insert()
+    return base ? base + (index % kSegmentSize) : nullptr;
+  }
+
+  const uint32_t max_gen_;
+  mutable std::mutex mu_;
+  std::vector<uint32_t> free_;
+  uint32_t next_ = 1;
+  std::array<std::atomic<Slot*>, kSegments> segments_{};
+};
+
+template <class Handle>
+inline Handle* handle_cast(uint64_t h) {
+  return reinterpret_cast<Handle*>(static_cast<uintptr_t>(h));
+}
+template <class Handle>
+inline uint64_t handle_bits(const Handle* h) {
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h));
+}
+
+}  // namespace flowlane::capi

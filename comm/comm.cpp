@@ -1,0 +1,248 @@
+// What the collective backends share: names, signatures, validation, the flight recorder,
+// the per-engine registry of communicators and the backend dispatch (comm/comm.hpp).
+#include "comm/comm.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <mutex>
+
+namespace flowlane::comm {
+
+// ---- names, signatures, validation -------------------------------------------------------
+
+const char* op_name(uint32_t op) {
+  switch (op) {
+    case FL_COLL_ALL_REDUCE: return "all_reduce";
+    case FL_COLL_ALL_GATHER: return "all_gather";
+    case FL_COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case FL_COLL_BROADCAST: return "broadcast";
+    case FL_COLL_SEND: return "send";
+    case FL_COLL_RECV: return "recv";
+    default: return "?";
+  }
+}
+
+namespace {
+struct DtypeInfo {
+  const char* name;
+  size_t size;
+};
+constexpr DtypeInfo kDtypes[] = {{"int8", 1},    {"uint8", 1},   {"int32", 4},   {"uint32", 4},   {"int64", 8},
+                                 {"uint64", 8},  {"float16", 2}, {"float32", 4}, {"float64", 8}, {"bfloat16", 2}};
+constexpr uint32_t kNumDtypes = sizeof kDtypes / sizeof kDtypes[0];
+static_assert(kNumDtypes == FL_DTYPE_BFLOAT16 + 1, "one entry per fl_dtype_t");
+constexpr const char* kRedops[] = {"sum", "prod", "max", "min"};
+static_assert(sizeof kRedops / sizeof kRedops[0] == FL_REDOP_MIN + 1, "one entry per fl_redop_t");
+}  // namespace
+
+const char* dtype_name(uint32_t t) { return t < kNumDtypes ? kDtypes[t].name : "?"; }
+size_t dtype_size(uint32_t t) { return t < kNumDtypes ? kDtypes[t].size : 0; }
+const char* redop_name(uint32_t r) { return r <= FL_REDOP_MIN ? kRedops[r] : "?"; }
+bool is_reduction(uint32_t op) { return op == FL_COLL_ALL_REDUCE || op == FL_COLL_REDUCE_SCATTER; }
+bool is_p2p(uint32_t op) { return op == FL_COLL_SEND || op == FL_COLL_RECV; }
+
+std::string part_signature(const fl_coll_part_t& p) {
+  std::string s = std::string(op_name(p.op)) + "(" + dtype_name(p.dtype);
+  if (is_reduction(p.op)) s += std::string(", ") + redop_name(p.redop);
+  if (p.op == FL_COLL_BROADCAST) s += ", root=" + std::to_string(p.peer);
+  if (p.op == FL_COLL_SEND) s += ", to=" + std::to_string(p.peer);
+  if (p.op == FL_COLL_RECV) s += ", from=" + std::to_string(p.peer);
+  return s + ", count=" + std::to_string(p.count) + ")";
+}
+
+std::string signature(const std::vector<fl_coll_part_t>& parts) {
+  if (parts.size() == 1) return part_signature(parts[0]);
+  std::string s = "group[";
+  for (size_t k = 0; k < parts.size(); ++k) s += (k ? "; " : "") + part_signature(parts[k]);
+  return s + "]";
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
+  return b;
+}
+
+std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks) {
+  const std::string fn = "fl_submit_collective";
+  if ((in.flags & ~uint64_t(FL_SUBMIT_NONBLOCKING)) != 0)
+    fail(FL_ERR_INVALID_ARGUMENT,
+         fn + ": unknown flags " + std::to_string(in.flags) + " (only FL_SUBMIT_NONBLOCKING is defined)");
+  if (in.num_parts == 0 || in.parts == nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, fn + ": parts is NULL or num_parts is 0 (give at least one part)");
+  if (in.num_parts > 1024) fail(FL_ERR_OUT_OF_RANGE, fn + ": num_parts " + std::to_string(in.num_parts) + " exceeds 1024");
+  std::vector<fl_coll_part_t> parts(in.parts, in.parts + in.num_parts);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const fl_coll_part_t& p = parts[k];
+    auto at = [&] { return fn + ": part " + std::to_string(k) + ": "; };
+    if (p.op < FL_COLL_ALL_REDUCE || p.op > FL_COLL_RECV)
+      fail(FL_ERR_INVALID_ARGUMENT, at() + "op " + std::to_string(p.op) + " is unknown (FL_COLL_ALL_REDUCE..FL_COLL_RECV)");
+    if (p.dtype >= kNumDtypes) fail(FL_ERR_INVALID_ARGUMENT, at() + "dtype " + std::to_string(p.dtype) + " is unknown");
+    if (is_reduction(p.op) && p.redop > FL_REDOP_MIN)
+      fail(FL_ERR_INVALID_ARGUMENT, at() + "redop " + std::to_string(p.redop) + " is unknown (sum, prod, max, min)");
+    if ((p.op == FL_COLL_BROADCAST || is_p2p(p.op)) && p.peer >= nranks)
+      fail(FL_ERR_OUT_OF_RANGE, at() + (p.op == FL_COLL_BROADCAST ? "root " : "peer ") + std::to_string(p.peer) +
+                                    " is out of range: the communicator has " + std::to_string(nranks) + " ranks");
+    if (p.count > (uint64_t(1) << 40)) fail(FL_ERR_OUT_OF_RANGE, at() + "count " + std::to_string(p.count) + " is too large");
+    if (p.count == 0) continue;
+    bool needs_send = p.op != FL_COLL_RECV && (p.op != FL_COLL_BROADCAST || p.peer == rank);
+    bool needs_recv = p.op != FL_COLL_SEND;
+    if (needs_send && p.sendbuf == nullptr) fail(FL_ERR_INVALID_ARGUMENT, at() + op_name(p.op) + " needs a sendbuf");
+    if (needs_recv && p.recvbuf == nullptr) fail(FL_ERR_INVALID_ARGUMENT, at() + op_name(p.op) + " needs a recvbuf");
+  }
+  return parts;
+}
+
+void check_desc(const Engine& e, const fl_comm_desc_t& d) {
+  const std::string fn = "fl_comm_create";
+  if ((d.flags & ~FL_COMM_UNORDERED) != 0)
+    fail(FL_ERR_INVALID_ARGUMENT, fn + ": flags " + std::to_string(d.flags) + " are unknown (0 or FL_COMM_UNORDERED)");
+  if (d.nranks == 0 || d.nranks > 4096)
+    fail(FL_ERR_OUT_OF_RANGE, fn + ": nranks " + std::to_string(d.nranks) + " is out of range (1..4096)");
+  if (d.rank >= d.nranks)
+    fail(FL_ERR_OUT_OF_RANGE, fn + ": rank " + std::to_string(d.rank) + " is out of range: the communicator has " +
+                                  std::to_string(d.nranks) + " ranks (0.." + std::to_string(d.nranks - 1) + ")");
+  if (d.lane >= e.lane_count())
+    fail(FL_ERR_OUT_OF_RANGE, fn + ": lane " + std::to_string(d.lane) + " is out of range: this engine has " +
+                                  std::to_string(e.lane_count()) + " lanes");
+  if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, fn + ": the engine is being destroyed");
+}
+
+// ---- the flight recorder ---------------------------------------------------------------
+
+void FlightRecorder::push(uint64_t seq, std::string signature, int64_t t_issued_ns) {
+  CollRecord r;
+  r.seq = seq;
+  r.signature = std::move(signature);
+  r.t_issued_ns = t_issued_ns;
+  records_.push_back(std::move(r));
+  if (records_.size() > kSize) records_.pop_front();
+}
+
+void FlightRecorder::pop(uint64_t seq) {
+  if (!records_.empty() && records_.back().seq == seq) records_.pop_back();
+}
+
+CollRecord* FlightRecorder::find(uint64_t seq) {
+  if (records_.empty() || seq < records_.front().seq) return nullptr;
+  size_t k = size_t(seq - records_.front().seq);
+  return k < records_.size() ? &records_[k] : nullptr;
+}
+
+void FlightRecorder::dump(std::string& out) const {
+  auto ms = [](int64_t ns) {
+    if (ns < 0) return std::string("-");
+    char b[32];
+    std::snprintf(b, sizeof b, "+%.3f ms", double(ns) / 1e6);
+    return std::string(b);
+  };
+  out += "    flight recorder (last " + std::to_string(records_.size()) + " of at most " + std::to_string(kSize) + "):\n";
+  for (const CollRecord& r : records_) {
+    char b[96];
+    std::snprintf(b, sizeof b, "      seq %-4" PRIu64 " #%-6" PRIu64 " %-9s ", r.seq, r.instr, r.state);
+    out += b + r.signature + "  issued " + ms(r.t_issued_ns) + ", started " + ms(r.t_started_ns) + ", done " +
+           ms(r.t_done_ns) + "\n";
+  }
+}
+
+// ---- the per-engine registry -------------------------------------------------------------
+
+namespace {
+
+const char kRegistryKey = 0;  // its address keys the extension
+
+// Every communicator of one engine. At destroy their handles go stale and they are aborted
+// before the drain (a collective waiting for a peer that never comes would hold it up).
+class Registry : public core::Extension {
+ public:
+  explicit Registry(Engine* e) : engine_(e) {}
+  void add(std::shared_ptr<Communicator> c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    comms_.push_back(std::move(c));
+  }
+  std::shared_ptr<Communicator> remove(Communicator* c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = comms_.begin(); it != comms_.end(); ++it)
+      if (it->get() == c) {
+        std::shared_ptr<Communicator> keep = std::move(*it);
+        comms_.erase(it);
+        return keep;
+      }
+    return nullptr;
+  }
+  std::vector<std::shared_ptr<Communicator>> list() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return comms_;
+  }
+  void begin_shutdown() override {
+    for (auto& c : list()) {
+      engine_->forget_handle(c->handle);
+      c->abort("rank " + std::to_string(c->rank) + "'s engine was destroyed (fl_engine_destroy)", true);
+    }
+  }
+  void end_shutdown() override {
+    std::vector<std::shared_ptr<Communicator>> gone;
+    std::lock_guard<std::mutex> lk(mu_);
+    gone.swap(comms_);
+  }
+  void dump(std::string& out) override {
+    auto all = list();
+    out += "communicators: " + std::to_string(all.size()) + "\n";
+    for (auto& c : all) c->dump(out);
+  }
+  void lane_waits(std::vector<core::LaneWait>& out) override {
+    for (auto& c : list()) c->lane_waits(out);
+  }
+
+ private:
+  Engine* engine_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Communicator>> comms_;
+};
+
+Registry& registry(Engine& e) {
+  if (auto* r = static_cast<Registry*>(e.extension(&kRegistryKey))) return *r;
+  return *static_cast<Registry*>(e.attach(&kRegistryKey, std::make_unique<Registry>(&e)));
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Communicator>> communicators(Engine& e) { return registry(e).list(); }
+
+void unique_id(uint32_t backend, fl_comm_unique_id_t* out) {
+  if (backend == FL_COMM_HOST_FAKE) return host_unique_id(out);
+  if (backend != FL_COMM_NCCL)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_get_unique_id: backend " + std::to_string(backend) +
+                                      " is unknown (FL_COMM_NCCL = 0, FL_COMM_HOST_FAKE = 1)");
+  std::string why;
+  if (!nccl_usable(&why)) fail(FL_ERR_UNSUPPORTED, "fl_comm_get_unique_id: the NCCL backend is not available: " + why);
+  nccl_unique_id(out);
+}
+
+Communicator* create(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& id) {
+  check_desc(*e, d);
+  std::shared_ptr<Communicator> c;
+  if (d.backend == FL_COMM_HOST_FAKE) {
+    c = create_host(e, d, id);
+  } else if (d.backend == FL_COMM_NCCL) {
+    std::string why;
+    if (!nccl_usable(&why)) fail(FL_ERR_UNSUPPORTED, "fl_comm_create: the NCCL backend is not available: " + why);
+    if (is_host_unique_id(id))
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: the unique id was made by fl_comm_get_unique_id(FL_COMM_HOST_FAKE); "
+                                    "an NCCL communicator needs fl_comm_get_unique_id(FL_COMM_NCCL)");
+    c = create_nccl(e, d, id);
+  } else {
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: backend " + std::to_string(d.backend) +
+                                      " is unknown (FL_COMM_NCCL = 0, FL_COMM_HOST_FAKE = 1)");
+  }
+  Communicator* raw = c.get();
+  registry(*e).add(std::move(c));
+  return raw;
+}
+
+void destroy(Communicator* c) {
+  std::shared_ptr<Communicator> keep = registry(*c->engine).remove(c);  // dropped after the abort
+  c->abort("rank " + std::to_string(c->rank) + " destroyed its communicator (fl_comm_destroy)", false);
+}
+
+}  // namespace flowlane::comm

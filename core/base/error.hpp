@@ -1,0 +1,33 @@
+// Errors inside flowlane: an Error carries a public status and a message a user can act
+// on. Deep code throws it (error paths are cold); every C entry point catches it in
+// capi/src/boundary.hpp and turns it into a status plus the thread's last message.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "flowlane/flowlane.h"
+
+// Thread-locals on hot paths use the initial-exec TLS model: a plain %fs-relative access
+// instead of a __tls_get_addr call per use. They are few and small (well inside the static
+// TLS surplus glibc keeps for dlopen'ed libraries), and trivially constructible.
+#define FL_TLS __attribute__((tls_model("initial-exec")))
+
+namespace flowlane {
+
+struct Error {
+  fl_status_t status;
+  std::string message;
+};
+
+[[noreturn, gnu::cold]] void fail(fl_status_t status, std::string message);
+
+// The calling thread's last error message (fl_last_error_message).
+void set_last_error(std::string_view message);
+void clear_last_error();
+const char* last_error();
+
+// Sets the thread's message and returns `status`, for paths that report without throwing.
+[[gnu::cold]] fl_status_t report(fl_status_t status, std::string_view message);
+
+}  // namespace flowlane

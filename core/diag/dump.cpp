@@ -1,0 +1,317 @@
+// The state dump and the wait-for graph (see core/dump.hpp).
+#include "diag/dump.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace flowlane::diag {
+
+using core::Instr;
+using core::InstrState;
+using core::is_terminal;
+using core::Lane;
+using core::LaneWait;
+using core::Stream;
+
+namespace {
+
+const char* state_name(InstrState s) {
+  switch (s) {
+    case InstrState::kFree: return "recycled";
+    case InstrState::kPending: return "pending";
+    case InstrState::kRunning: return "running";
+    case InstrState::kIssued: return "issued (device work pending)";
+    case InstrState::kDone: return "done";
+    case InstrState::kFailed: return "failed";
+    case InstrState::kSkipped: return "skipped";
+  }
+  return "?";
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
+  return b;
+}
+
+// A referenced instruction, released when the snapshot goes.
+struct Ref {
+  Instr* i = nullptr;
+  Engine* e = nullptr;
+  Ref() = default;
+  Ref(Instr* x, Engine* en) : i(x), e(en) {}  // caller already took the reference
+  Ref(Ref&& o) noexcept : i(o.i), e(o.e) { o.i = nullptr; }
+  Ref& operator=(Ref&& o) noexcept {
+    std::swap(i, o.i);
+    std::swap(e, o.e);
+    return *this;
+  }
+  ~Ref() {
+    if (i != nullptr && i->unref()) e->recycle(i);
+  }
+};
+
+struct DepSnap {
+  Ref pred;
+  uint64_t object = 0;  // the fl_object_t* value the user holds
+};
+
+struct LaneSnap {
+  uint32_t id = 0;
+  uint64_t submitted = 0, completed = 0;
+  Ref head;
+  bool blocked = false;
+  std::vector<DepSnap> waits;  // blocked: unfinished predecessors
+  Ref waits_on;                // running: the writer it waits for in fl_object_wait
+  uint64_t waits_obj = 0;
+  const LaneWait* coll = nullptr;
+};
+
+struct GraphEdge {
+  uint32_t from, to;
+  std::string why;
+  bool object_wait;  // from's running fl_object_wait (cancellable at destroy)
+  Instr* waiter;     // from's head (borrowed from the snapshot)
+  Instr* waited;     // the instruction waited for in fl_object_wait (borrowed)
+};
+
+struct Snapshot {
+  Engine* e;
+  std::vector<LaneSnap> lanes;  // lanes with pending work
+  std::map<uint32_t, size_t> by_lane;
+  std::vector<LaneWait> colls;
+  std::vector<GraphEdge> edges;
+};
+
+std::string where_is(const Snapshot& s, const Instr* p) {
+  uint32_t l = p->stream->lane->id;
+  auto it = s.by_lane.find(l);
+  if (it == s.by_lane.end()) return "";
+  const LaneSnap& ls = s.lanes[it->second];
+  if (ls.head.i == p) return "; it is the head of lane " + std::to_string(l);
+  if (ls.head.i != nullptr && !is_terminal(p->load_state()))
+    return "; queued on lane " + std::to_string(l) + " behind " + ls.head.i->describe();
+  return "";
+}
+
+Snapshot take_snapshot(Engine& e) {
+  Snapshot s;
+  s.e = &e;
+  for (core::Extension* x : e.extensions()) x->lane_waits(s.colls);
+  for (const auto& lp : e.lanes()) {
+    Lane& lane = *lp;
+    uint64_t done = lane.completed.load(std::memory_order_acquire);
+    uint64_t sub = lane.submitted.load(std::memory_order_acquire);
+    if (sub <= done) continue;
+    LaneSnap ls;
+    ls.id = lane.id;
+    ls.submitted = sub;
+    ls.completed = done;
+    {
+      std::lock_guard<SpinLock> lock(lane.diag_lock);
+      if (lane.active != nullptr && !is_terminal(lane.active->load_state())) {
+        lane.active->ref();
+        ls.head = Ref(lane.active, &e);
+        ls.blocked = lane.active_blocked;
+        if (ls.blocked) {
+          // The head cannot start while we hold diag_lock (the runner takes it to mark the
+          // instruction running), so its deps are stable.
+          for (const Instr::Dep& d : lane.active->deps) {
+            if ((d.flags & Instr::Dep::kEdge) == 0 || is_terminal(d.pred->load_state())) continue;
+            d.pred->ref();
+            ls.waits.push_back(DepSnap{Ref(d.pred, &e), d.obj ? d.obj->handle : 0});
+          }
+        } else if (lane.active_waits_on != nullptr) {
+          lane.active_waits_on->ref();
+          ls.waits_on = Ref(lane.active_waits_on, &e);
+          ls.waits_obj = lane.active_waits_obj ? lane.active_waits_obj->handle : 0;
+        }
+      }
+    }
+    for (const LaneWait& cw : s.colls)
+      if (cw.lane == ls.id && ls.head.i != nullptr && cw.instr == ls.head.i->id && !ls.blocked) ls.coll = &cw;
+    s.by_lane[ls.id] = s.lanes.size();
+    s.lanes.push_back(std::move(ls));
+  }
+  // Wait-for edges between lanes.
+  for (LaneSnap& ls : s.lanes) {
+    if (ls.head.i == nullptr) continue;
+    for (DepSnap& d : ls.waits)
+      s.edges.push_back({ls.id, d.pred.i->stream->lane->id,
+                         ls.head.i->describe() + " is blocked until " + d.pred.i->describe() + " (" +
+                             state_name(d.pred.i->load_state()) + ") completes (object " + hex(d.object) + ")",
+                         false, ls.head.i, nullptr});
+    if (ls.waits_on.i != nullptr && !is_terminal(ls.waits_on.i->load_state())) {
+      bool self = ls.waits_on.i->stream->lane->id == ls.id;
+      s.edges.push_back({ls.id, ls.waits_on.i->stream->lane->id,
+                         ls.head.i->describe() + " waits in fl_object_wait (object " + hex(ls.waits_obj) + ") for " +
+                             ls.waits_on.i->describe() + " (" + state_name(ls.waits_on.i->load_state()) + ")" +
+                             (self ? ", which is queued behind it on its own lane" : ""),
+                         true, ls.head.i, ls.waits_on.i});
+    }
+    if (ls.coll != nullptr)
+      for (const LaneWait::Peer& p : ls.coll->peers)
+        if (p.engine == &e)
+          s.edges.push_back({ls.id, p.lane, ls.head.i->describe() + ": " + ls.coll->what, false, ls.head.i, nullptr});
+  }
+  return s;
+}
+
+// Cycles of the lane graph (each reported once), as lists of edge indices.
+std::vector<std::vector<size_t>> find_cycles(const Snapshot& s) {
+  std::map<uint32_t, std::vector<size_t>> out_edges;
+  for (size_t k = 0; k < s.edges.size(); ++k) out_edges[s.edges[k].from].push_back(k);
+  std::map<uint32_t, int> color;  // 0 white, 1 on stack, 2 done
+  std::vector<size_t> stack;      // edges on the current path
+  std::vector<std::vector<size_t>> cycles;
+  std::set<std::vector<uint32_t>> seen;
+  auto dfs = [&](auto&& self, uint32_t u) -> void {
+    color[u] = 1;
+    for (size_t k : out_edges[u]) {
+      uint32_t v = s.edges[k].to;
+      if (color[v] == 1) {
+        std::vector<size_t> cyc;
+        size_t start = stack.size();
+        while (start > 0 && s.edges[stack[start - 1]].from != v) --start;
+        if (v == u) start = stack.size();
+        else if (start > 0) --start;
+        for (size_t j = start; j < stack.size(); ++j) cyc.push_back(stack[j]);
+        cyc.push_back(k);
+        std::vector<uint32_t> nodes;
+        for (size_t j : cyc) nodes.push_back(s.edges[j].from);
+        std::sort(nodes.begin(), nodes.end());
+        if (seen.insert(nodes).second && cycles.size() < 8) cycles.push_back(cyc);
+      } else if (color[v] == 0) {
+        stack.push_back(k);
+        self(self, v);
+        stack.pop_back();
+      }
+    }
+    color[u] = 2;
+  };
+  for (const LaneSnap& ls : s.lanes)
+    if (color[ls.id] == 0) dfs(dfs, ls.id);
+  return cycles;
+}
+
+}  // namespace
+
+std::string build_dump(Engine& e, const std::string& reason) {
+  Snapshot s = take_snapshot(e);
+  std::string out;
+  out += "=== flowlane state dump: engine " + hex(e.handle()) + " ===\n";
+  if (!reason.empty()) out += reason + "\n";
+  fl_engine_stats_t st = e.stats();
+  int64_t inflight = e.inflight();
+  uint64_t limit = e.inflight_limit();
+  uint32_t parked = e.window_waiters();
+  out += "in-flight window: " + std::to_string(inflight < 0 ? 0 : inflight) + " of " + std::to_string(limit) +
+         " instructions" + (inflight >= int64_t(limit) ? " (FULL)" : "") + "; " + std::to_string(parked) +
+         (parked == 1 ? " submitter" : " submitters") + " parked waiting for room" +
+         (parked ? " (blocked in fl_submit_*)" : "") + "\n";
+  {
+    std::string running;
+    size_t n = 0;
+    for (const LaneSnap& ls : s.lanes)
+      if (ls.head.i != nullptr && !ls.blocked) running += (n++ ? ", " : "") + std::to_string(ls.id);
+    bool starving = false;
+    for (const LaneSnap& ls : s.lanes) starving |= ls.head.i == nullptr;
+    out += "workers: " + std::to_string(e.worker_count()) + "; lanes running a callback: " + std::to_string(n) +
+           (n ? " (lane" + std::string(n > 1 ? "s " : " ") + running + ")" : "");
+    if (n >= e.worker_count() && starving)
+      out += "; every worker is inside a callback, so runnable lanes cannot start (worker starvation)";
+    out += "\n";
+  }
+  out += "counters: submitted " + std::to_string(st.submitted) + ", completed " + std::to_string(st.completed) +
+         ", failed " + std::to_string(st.failed) + ", window stalls " + std::to_string(st.window_stalls) + "\n";
+
+  // Per-stream pending counts, grouped by lane.
+  std::map<uint32_t, std::string> streams_of;
+  for (Stream* str : e.all_streams()) {
+    uint64_t sub = str->submitted.load(std::memory_order_acquire);
+    uint64_t done = str->completed.load(std::memory_order_acquire);
+    if (sub <= done) continue;
+    std::string& t = streams_of[str->lane->id];
+    std::string d = str->describe();
+    t += (t.empty() ? "" : "; ") + d.substr(d.find(", ") + 2) + " stream: " + std::to_string(sub - done) +
+         " pending (completed " + std::to_string(done) + " of " + std::to_string(sub) + ")";
+  }
+
+  out += "lanes with pending work: " + std::to_string(s.lanes.size()) + "\n";
+  for (const LaneSnap& ls : s.lanes) {
+    out += "lane " + std::to_string(ls.id) + ": " + std::to_string(ls.submitted - ls.completed) + " pending";
+    if (streams_of.count(ls.id)) out += " [" + streams_of[ls.id] + "]";
+    out += "\n";
+    if (ls.head.i == nullptr) {
+      out += "  no instruction at its head right now (the lane is queued for a worker or between instructions)\n";
+      continue;
+    }
+    const Instr* h = ls.head.i;
+    if (ls.blocked) {
+      out += "  oldest: " + h->describe() + " BLOCKED, waiting for " + std::to_string(ls.waits.size()) +
+             " unfinished predecessor(s):\n";
+      for (const DepSnap& d : ls.waits)
+        out += "    object " + hex(d.object) + ": produced by " + d.pred.i->describe() + ", " +
+               state_name(d.pred.i->load_state()) + where_is(s, d.pred.i) + "\n";
+      if (ls.waits.empty())
+        out += "    (its predecessors have just completed; it is about to run)\n";
+    } else {
+      out += "  oldest: " + h->describe() + " RUNNING its callback\n";
+      if (ls.waits_on.i != nullptr) {
+        const Instr* w = ls.waits_on.i;
+        bool self = w->stream->lane->id == ls.id;
+        out += "    waits in fl_object_wait for object " + hex(ls.waits_obj) + ", written by " + w->describe() + ", " +
+               state_name(w->load_state()) +
+               (self ? "; it is queued BEHIND this instruction on the same lane, so it can never run"
+                     : where_is(s, w)) +
+               "\n";
+      } else if (ls.coll != nullptr) {
+        out += "    in a collective rendezvous: " + ls.coll->what + "\n";
+      } else {
+        out += "    (not waiting on anything flowlane tracks: computing, or blocked on something outside "
+               "flowlane)\n";
+      }
+    }
+  }
+
+  auto cycles = find_cycles(s);
+  if (cycles.empty()) {
+    out += "wait cycles: none found\n";
+  } else {
+    for (const auto& cyc : cycles) {
+      std::string path;
+      for (size_t k : cyc) path += "lane " + std::to_string(s.edges[k].from) + " -> ";
+      path += "lane " + std::to_string(s.edges[cyc.front()].from);
+      out += "DEADLOCK: cycle of waits " + path + " (nothing on it can complete):\n";
+      for (size_t k : cyc) out += "  " + s.edges[k].why + "\n";
+    }
+  }
+  for (core::Extension* x : e.extensions()) x->dump(out);
+  out += "=== end of dump ===\n";
+  return out;
+}
+
+int cancel_cycle_waits(Engine& e) {
+  Snapshot s = take_snapshot(e);
+  int n = 0;
+  for (const auto& cyc : find_cycles(s)) {
+    for (size_t k : cyc) {
+      const GraphEdge& g = s.edges[k];
+      if (!g.object_wait) continue;
+      Lane& lane = e.lane(g.from);
+      std::lock_guard<SpinLock> lock(lane.diag_lock);
+      if (lane.active == g.waiter && lane.active_waits_on == g.waited) {
+        lane.wait_cancelled.store(true, std::memory_order_release);  // pairs with acquire in Engine::wait_object()
+        ++n;
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace flowlane::diag

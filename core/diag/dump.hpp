@@ -1,0 +1,34 @@
+// The state dump ("a hang explains itself", docs/design.md): what every lane with pending work is doing, what its
+// oldest instruction waits for, the in-flight window, the communicators, and any cycle of
+// waits.
+//
+// The wait-for graph. Nodes are lanes. A lane whose head instruction X is blocked waits for
+// the lane of every unfinished predecessor of X (its recorded deps with an edge); a lane
+// whose running callback waits in fl_object_wait for writer W waits for W's lane (W behind
+// X on the same lane is a self-loop); a lane whose running collective waits for peer ranks
+// waits for those ranks' lanes (same engine). Instructions only depend on earlier
+// submissions and a lane runs in submission order, so a cycle always goes through at least
+// one running wait, and — every wait being an AND of its inputs — a cycle can never resolve:
+// it is a deadlock.
+//
+// Reading the engine while workers run: every record is read under the lane's diag_lock
+// with a reference taken, and an instruction's deps are read only while it is the lane's
+// blocked head (it cannot start, so complete() cannot be clearing them).
+#pragma once
+
+#include <string>
+
+#include "engine/engine.hpp"
+
+namespace flowlane::diag {
+
+using core::Engine;
+
+// The dump text. `reason` (may be empty) is the first line's explanation.
+std::string build_dump(Engine& e, const std::string& reason);
+
+// Engine destroy: cancels the fl_object_wait calls that lie on a wait cycle (they would
+// never return). Returns how many were cancelled.
+int cancel_cycle_waits(Engine& e);
+
+}  // namespace flowlane::diag

@@ -1,0 +1,80 @@
+// Timeline traces: an Observer that records engine events into a bounded ring buffer and
+// writes Chrome trace-event JSON (opens in Perfetto and chrome://tracing).
+//
+// Events: one complete slice ("X") per instruction that ran, on a track per (lane, stream
+// kind); an instant event for a skipped instruction; flow arrows ("s"/"f") for the
+// cross-stream dependency edges the engine recorded (Observer::on_edge); slices for waits
+// (fl_object_wait inside a callback nests under the instruction's slice; waits of other
+// threads and window stalls go on a track per submitting thread) and an instant event at
+// each window stall. Memory is bounded: at most kCapacity events are kept (oldest dropped,
+// the number dropped is written into the file's metadata). Cost when off: the engine's one
+// pointer load per hook point; when on: a short critical section per event.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/spinlock.hpp"
+#include "engine/engine.hpp"
+
+namespace flowlane::diag {
+
+using core::Engine;
+using core::Instr;
+using core::Object;
+
+class TraceObserver : public core::Observer {
+ public:
+  static constexpr size_t kCapacity = size_t(1) << 18;  // events kept (about 64 bytes each)
+
+  TraceObserver(Engine* e, std::FILE* f, std::string path);
+  ~TraceObserver() override;
+
+  void on_submit(const Instr& i) override;
+  void on_edge(const Instr& pred, const Instr& succ, const Object* obj) override;
+  void on_start(const Instr& i) override;
+  void on_end(const Instr& i) override;
+  void on_window_stall(bool begin) override;
+  void on_wait(bool begin, const char* what) override;
+
+  // Writes the JSON file and frees the buffer; later hooks are ignored. Returns false (with
+  // `error` set) if writing failed.
+  bool finish(std::string& error);
+  const std::string& path() const { return path_; }
+
+  enum class Kind : uint8_t { kStart, kEnd, kEdge, kStallBegin, kStallEnd, kWaitBegin, kWaitEnd };
+  struct Event {
+    int64_t ts_ns;
+    uint64_t id;      // instruction (start/end/edge succ); thread token (stall/wait)
+    uint64_t id2;     // edge: pred id; end: state; wait: the instruction waiting (0 if none)
+    uint32_t track;   // lane * kStreamKinds + kind (+1), or 0
+    uint32_t track2;  // edge: pred's track
+    Kind kind;
+    char name[31];    // instruction name or wait kind, truncated
+  };
+
+ private:
+  void push(const Event& ev);
+  int64_t now() const;
+
+  Engine* engine_;
+  std::FILE* file_;
+  std::string path_;
+  std::chrono::steady_clock::time_point t0_;
+  SpinLock mu_;
+  bool closed_ = false;
+  std::vector<Event> ring_;
+  size_t next_ = 0;       // ring_ index of the next write once full
+  uint64_t dropped_ = 0;
+  uint64_t pid_;
+};
+
+// fl_trace_start / fl_trace_stop; FLOWLANE_TRACE at engine creation; engine destroy.
+void trace_start(Engine* e, const char* path);
+void trace_stop(Engine* e, bool at_destroy);
+
+}  // namespace flowlane::diag

@@ -1,0 +1,73 @@
+// Per-engine diagnostics, attached to an engine as an extension (engine/extension.hpp): the
+// watchdog thread and the active trace.
+//
+// The watchdog thread sleeps on a condition variable. While a timeout is set it wakes every
+// timeout/4 (at least 5 ms, at most 1 s), compares the engine's completion count with the
+// one it saw last, and fires once per stall: when nothing completed for `timeout_ms` while
+// instructions are in flight (or submitters are parked). It re-arms after any completion.
+// With no timeout it sleeps until reconfigured or told to exit.
+//
+// Shutdown (Engine::drain_and_stop): begin_shutdown() runs before the drain. If work is
+// still in flight it turns the thread into a shutdown monitor that looks for wait cycles
+// every few milliseconds and cancels the fl_object_wait calls on them (a wait on a cycle
+// can never finish: see diag/dump.hpp). end_shutdown() runs once the lanes are drained: it
+// joins the thread and writes the trace, if one is active.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane::diag {
+
+class TraceObserver;
+
+struct Diagnostics : core::Extension {
+  explicit Diagnostics(core::Engine* e) : engine(e) {}
+  ~Diagnostics() override;
+  void begin_shutdown() override;
+  void end_shutdown() override;
+
+  core::Engine* engine;
+
+  // --- watchdog (guarded by mu) ---
+  std::mutex mu;
+  std::condition_variable cv;  // wakes the thread: new settings, shutdown, exit
+  std::condition_variable callback_done_cv;
+  std::thread thread;
+  bool exit = false;
+  bool shutdown = false;       // destroy in progress: the thread monitors for cycles
+  uint64_t timeout_ms = 0;
+  fl_dump_fn callback = nullptr;
+  void* user_data = nullptr;
+  std::string path;
+  bool in_callback = false;
+  uint64_t generation = 0;     // bumped by every set_watchdog (re-arms)
+  uint64_t fires = 0;
+
+  // --- trace ---
+  std::mutex trace_mu;
+  TraceObserver* trace = nullptr;  // owned by the engine (observer list); null when off
+};
+
+// Attaches the diagnostics of a new engine (starts a trace when FLOWLANE_TRACE is set).
+Diagnostics& attach(core::Engine& e);
+// The engine's diagnostics (attached at creation).
+Diagnostics& diagnostics(core::Engine& e);
+
+// fl_engine_set_watchdog. Waits for a dump callback already running on the watchdog thread
+// to return (unless called from that callback).
+void watchdog_configure(core::Engine* e, uint64_t timeout_ms, fl_dump_fn cb, void* user_data, const char* path);
+
+// Total of the lanes' completion counters (the watchdog's progress measure).
+uint64_t completed_total(const core::Engine& e);
+
+}  // namespace flowlane::diag

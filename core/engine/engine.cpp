@@ -1,0 +1,232 @@
+// Engine lifetime (creation, drain, destroy), lanes, interned streams, observers,
+// extensions and counters. Destroy is written down in core/engine/README.md, "Destroy".
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "sched/topology.hpp"
+
+namespace flowlane::core {
+
+Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services) : services_(services) {
+  unsigned workers = desc.num_workers ? unsigned(desc.num_workers) : sched::logical_core_count();
+  uint32_t lanes = desc.max_lanes ? uint32_t(desc.max_lanes) : 8;
+  inflight_limit_ = desc.inflight_limit ? desc.inflight_limit : 4096;
+  pool_ = std::make_unique<sched::Pool>(workers);
+  lanes_.reserve(lanes);
+  for (uint32_t l = 0; l < lanes; ++l) {
+    auto lane = std::make_unique<Lane>();
+    lane->engine = this;
+    lane->id = l;
+    lanes_.push_back(std::move(lane));
+  }
+  lane_held_.assign(lanes, false);
+  lane_held_[0] = true;  // lane 0 is the default lane and is never handed out
+  // Slot 0: the CPU; 1 + i: device i of the backend.
+  device_slots_ = 1 + uint32_t(services_.device != nullptr ? std::max(0, services_.device->device_count()) : 0);
+  size_t nstreams = size_t(lanes) * device_slots_ * kStreamKinds;
+  streams_ = std::make_unique<std::atomic<Stream*>[]>(nstreams);
+  for (size_t k = 0; k < nstreams; ++k) streams_[k].store(nullptr, std::memory_order_relaxed);
+}
+
+Engine::~Engine() {
+  shutdown();
+  size_t nstreams = size_t(lanes_.size()) * device_slots_ * kStreamKinds;
+  for (size_t k = 0; k < nstreams; ++k) {
+    Stream* s = streams_[k].load(std::memory_order_acquire);
+    if (s == nullptr) continue;
+    if (services_.forget_handle != nullptr) services_.forget_handle(s->handle);
+    if (services_.device != nullptr && !s->is_host_executed()) services_.device->stream_destroyed(s);
+    delete s;
+  }
+  // Extensions last: a dump or a late callback may still have looked at them.
+  std::lock_guard<std::mutex> lock(extensions_mu_);
+  while (!extensions_.empty()) extensions_.pop_back();
+}
+
+void Engine::shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  drain_and_stop();
+}
+
+void Engine::drain_and_stop() {
+  // 0. Extensions first: communicators are aborted (blocked collectives fail with
+  //    FL_ERR_CANCELLED) and diagnostics watch the drain for wait cycles.
+  for (Extension* x : extensions()) x->begin_shutdown();
+  // 1. Refuse new work. Passing through every lane's submit lock after raising the flag
+  //    guarantees each submission either completed its queueing before or sees the flag.
+  shutdown_.store(true, std::memory_order_release);  // pairs with acquire in submit()
+  for (auto& lane : lanes_) {
+    lane->submit_lock.lock();
+    lane->submit_lock.unlock();
+  }
+  // 2. Drain. Errors are dropped here (synchronize first to see them).
+  for (Stream* s : all_streams()) {
+    uint64_t target = s->submitted.load(std::memory_order_acquire);
+    wait_stream(s, target);
+  }
+  // 3. Wait for every lane task to finish its tail: the last instruction completing does
+  //    not mean its lane has gone idle (it may still be popping or re-queueing itself).
+  //    acquire pairs with the runner's seq_cst store of 0 in Lane::run_task().
+  for (auto& lane : lanes_)
+    while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  for (Extension* x : extensions()) x->end_shutdown();
+  // The device backend completed every issued instruction during the drain; stop its threads.
+  if (services_.device != nullptr) services_.device->engine_stopped(this);
+  // 4. Join workers.
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    extra_pools_.clear();
+  }
+  pool_.reset();
+  // 5. Run every pending release callback: objects the caller still holds.
+  for (;;) {
+    Object* o;
+    {
+      std::lock_guard<std::mutex> lock(objects_mu_);
+      o = objects_head_;
+    }
+    if (o == nullptr) break;
+    if (services_.forget_handle != nullptr) services_.forget_handle(o->handle);  // stale from now on
+    destroy_object(o);
+  }
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  for (FailureRecord& f : failures_)
+    if (f.instr->unref()) recycle(f.instr);
+  failures_.clear();
+}
+
+// ---------------------------------------------------------------------------------------
+// Observers and extensions
+
+void Engine::set_observer(std::unique_ptr<Observer> o) {
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  observer_.store(o.get(), std::memory_order_release);  // pairs with acquire in observer()
+  observers_.push_back(std::move(o));
+}
+
+void Engine::clear_observer() { observer_.store(nullptr, std::memory_order_release); }
+
+Extension* Engine::attach(const void* key, std::unique_ptr<Extension> x) {
+  std::lock_guard<std::mutex> lock(extensions_mu_);
+  for (auto& [k, ext] : extensions_)
+    if (k == key) return ext.get();
+  extensions_.emplace_back(key, std::move(x));
+  return extensions_.back().second.get();
+}
+
+Extension* Engine::extension(const void* key) const {
+  std::lock_guard<std::mutex> lock(extensions_mu_);
+  for (auto& [k, ext] : extensions_)
+    if (k == key) return ext.get();
+  return nullptr;
+}
+
+std::vector<Extension*> Engine::extensions() const {
+  std::lock_guard<std::mutex> lock(extensions_mu_);
+  std::vector<Extension*> out;
+  for (auto& [k, ext] : extensions_) out.push_back(ext.get());
+  return out;
+}
+
+sched::Pool& Engine::pool_for_threads(unsigned n) {
+  if (n == 0 || n == pool_->size()) return *pool_;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  auto& p = extra_pools_[n];
+  if (!p) p = std::make_unique<sched::Pool>(n);
+  return *p;
+}
+
+// ---------------------------------------------------------------------------------------
+// Lanes
+
+uint32_t Engine::acquire_lane() {
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  for (uint32_t l = 1; l < lane_held_.size(); ++l) {
+    if (!lane_held_[l]) {
+      lane_held_[l] = true;
+      return l;
+    }
+  }
+  fail(FL_ERR_EXHAUSTED, "fl_lane_acquire: all " + std::to_string(lane_held_.size() - 1) +
+                             " acquirable lanes (1.." + std::to_string(lane_held_.size() - 1) +
+                             ") are held; release one with fl_lane_release or create the engine with a larger max_lanes");
+}
+
+void Engine::release_lane(uint32_t l) {
+  if (l >= lane_held_.size())
+    fail(FL_ERR_OUT_OF_RANGE, "fl_lane_release: lane " + std::to_string(l) + " is out of range: this engine has " +
+                                  std::to_string(lane_held_.size()) + " lanes");
+  if (l == 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_lane_release: lane 0 is the default lane and cannot be released");
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  if (!lane_held_[l])
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_lane_release: lane " + std::to_string(l) + " is not held (released twice?)");
+  lane_held_[l] = false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams
+
+Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
+  uint32_t slot = device.type == FL_DEVICE_CPU ? 0 : 1 + uint32_t(device.index);
+  size_t index = (size_t(l) * device_slots_ + slot) * kStreamKinds + uint32_t(kind);
+  Stream* s = streams_[index].load(std::memory_order_acquire);  // pairs with release below
+  if (s != nullptr) return s;
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  s = streams_[index].load(std::memory_order_relaxed);
+  if (s != nullptr) return s;
+  auto fresh = std::make_unique<Stream>();
+  fresh->engine = this;
+  fresh->lane = lanes_[l].get();
+  fresh->device = device;
+  fresh->kind = kind;
+  if (!fresh->is_host_executed()) services_.device->stream_created(fresh.get());
+  if (services_.register_stream != nullptr) fresh->handle = services_.register_stream(fresh.get());
+  if (services_.register_stream != nullptr && fresh->handle == 0) {
+    if (!fresh->is_host_executed()) services_.device->stream_destroyed(fresh.get());
+    fail(FL_ERR_NO_MEMORY, "fl_stream_get: the process-wide stream table is full");
+  }
+  s = fresh.release();
+  streams_[index].store(s, std::memory_order_release);  // publishes the initialised stream
+  return s;
+}
+
+std::vector<Stream*> Engine::all_streams() const {
+  std::vector<Stream*> out;
+  size_t nstreams = size_t(lanes_.size()) * device_slots_ * kStreamKinds;
+  for (size_t k = 0; k < nstreams; ++k)
+    if (Stream* s = streams_[k].load(std::memory_order_acquire)) out.push_back(s);
+  return out;
+}
+
+std::string Stream::describe() const {
+  static const char* kKinds[] = {"host", "compute", "h2d", "d2h", "collective"};
+  std::string s = "lane " + std::to_string(lane ? lane->id : 0) + ", ";
+  if (device.type == FL_DEVICE_CUDA) s += "cuda:" + std::to_string(device.index) + " ";
+  s += kKinds[kind];
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Counters
+
+fl_engine_stats_t Engine::stats() const {
+  fl_engine_stats_t st{};
+  st.struct_size = sizeof(st);
+  for (const auto& lane : lanes_) {
+    st.submitted += lane->submitted.load(std::memory_order_relaxed);
+    st.completed += lane->completed.load(std::memory_order_relaxed);
+    st.failed += lane->failed.load(std::memory_order_relaxed);
+  }
+  int64_t inflight = inflight_.load(std::memory_order_relaxed);
+  st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;
+  st.window_stalls = window_stalls_.load(std::memory_order_relaxed);
+  sched::PoolStats ps = pool_->stats();
+  st.steals = ps.steals;
+  st.parks = ps.parks;
+  return st;
+}
+
+}  // namespace flowlane::core

@@ -1,0 +1,243 @@
+// The engine: lanes (strands on the work-stealing pool), interned streams, dependence
+// objects, instruction records, the in-flight window, waits and the failure ledger. The
+// dependency rules, the lane protocol, the window and destroy are written down in
+// core/engine/README.md.
+//
+// Where each part of Engine is defined:
+//   engine.cpp      lifetime (create, drain, destroy), lanes, interned streams, extensions, stats
+//   submit.cpp      submit(): the window and the per-object dependency rules
+//   lane.cpp        the lane strand, executing and completing instructions
+//   object.cpp      objects: creation, release, fl_object_wait
+//   sync.cpp        stream completion counters, synchronize, the failure ledger
+//   instr_pool.cpp  instruction records and their pool
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "engine/device.hpp"
+#include "engine/extension.hpp"
+#include "engine/instr.hpp"
+#include "engine/lane.hpp"
+#include "engine/object.hpp"
+#include "engine/observer.hpp"
+#include "flowlane/flowlane.h"
+#include "sched/pool.hpp"
+
+namespace flowlane::core {
+
+// What the layers above the engine plug into it at creation.
+struct EngineServices {
+  // Runs the instructions of device streams (gpu/); null: the engine has host streams only.
+  DeviceBackend* device = nullptr;
+  // Gives a newly interned stream its C handle (called once per stream, under the
+  // engine's stream mutex); returns 0 when no handle can be made (FL_ERR_NO_MEMORY).
+  uint64_t (*register_stream)(Stream* s) = nullptr;
+  // Makes a C handle stale: called for an object's or a stream's handle just before the
+  // engine frees it (objects the caller still holds at destroy, every stream at the end).
+  void (*forget_handle)(uint64_t handle) = nullptr;
+};
+
+// What an fl_submit_* call asks of the engine besides the operands, which the caller has
+// already put into the record (Instr::operands).
+struct SubmitArgs {
+  // Host streams: the instruction's callback. Device streams: the backend's launch of the
+  // work, which it reads back through its record (Instr::device).
+  fl_host_fn fn = nullptr;
+  void* user_data = nullptr;
+  fl_release_fn cleanup = nullptr;  // exactly once, after fn ran or the instruction was skipped
+  const char* name = nullptr;       // copied
+  bool nonblocking = false;         // FL_SUBMIT_NONBLOCKING: FL_ERR_WOULD_BLOCK instead of waiting
+  const char* api = "fl_submit";    // the entry point, for messages
+};
+
+struct FailureRecord {
+  Instr* instr;  // holds a reference
+};
+
+class Engine {
+ public:
+  Engine(const fl_engine_desc_t& desc, const EngineServices& services);
+  ~Engine();  // shutdown() if not done yet
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Destroy is two steps so that the C handle stays valid while callbacks drain:
+  // begin_destroy() claims the destruction (false if someone else already did), shutdown()
+  // refuses new work, drains, runs pending releases and joins the workers (idempotent).
+  bool begin_destroy() { return !destroying_.exchange(true, std::memory_order_acq_rel); }
+  void shutdown();
+  bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
+
+  uint64_t handle() const { return handle_; }
+  void set_handle(uint64_t h) { handle_ = h; }
+  // Makes a C handle of something this engine owns stale (EngineServices::forget_handle).
+  void forget_handle(uint64_t h) {
+    if (h != 0 && services_.forget_handle != nullptr) services_.forget_handle(h);
+  }
+
+  sched::Pool& pool() { return *pool_; }
+  // A cached pool with exactly n workers (the main pool when n equals its size), for task
+  // graphs run with an explicit thread count.
+  sched::Pool& pool_for_threads(unsigned n);
+
+  uint32_t lane_count() const { return uint32_t(lanes_.size()); }
+  uint32_t worker_count() const { return pool_->size(); }
+  uint64_t inflight_limit() const { return inflight_limit_; }
+  DeviceBackend* device() const { return services_.device; }
+  // Devices of the device backend seen when the engine was created (0 without one).
+  uint32_t device_count() const { return device_slots_ - 1; }
+
+  // --- lanes and streams (engine.cpp) ---
+  uint32_t acquire_lane();
+  void release_lane(uint32_t lane);
+  Lane& lane(uint32_t id) { return *lanes_[id]; }
+  const std::vector<std::unique_ptr<Lane>>& lanes() const { return lanes_; }
+  // Interned: the same (lane, device, kind) always yields the same stream.
+  Stream* stream(uint32_t lane, fl_device_t device, fl_stream_kind_t kind);
+  std::vector<Stream*> all_streams() const;
+
+  // --- objects (object.cpp) ---
+  Object* create_object(void* user_data, fl_release_fn release);
+  void release_object_ref(Object* o);  // runs release() when the last reference goes
+  fl_status_t wait_object(Object* o, uint32_t access);
+
+  // --- submission and the window (submit.cpp) ---
+  // A record of this engine from the pool, for a submission to fill (operands, device
+  // record) and pass to submit(), or to discard() if it is abandoned.
+  Instr* new_instr();
+  void discard(Instr* i);
+  // The common path of every fl_submit_*: merges operands that name one object twice (the
+  // union of their accesses), takes a window slot (blocking, or FL_ERR_WOULD_BLOCK),
+  // records the dependencies and queues `i` on s's lane. Takes `i` in every case: on an
+  // error (thrown) it is discarded, nothing is queued, and neither fn nor cleanup runs.
+  fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a);
+  // In-flight window: takes a slot, blocking while full (FL_ERR_WOULD_BLOCK when
+  // nonblocking). Never blocks on a worker thread of this engine (an instruction or task
+  // submitting more work): such submissions are admitted over the limit.
+  void admit(bool nonblocking);
+  void retire_window_slot();
+  int64_t low_water() const;  // parked submitters resume once in-flight drops to this
+
+  // --- the instruction lifecycle on the lane runner (lane.cpp) ---
+  void execute_host(Instr* i);
+  void execute_async(Instr* i);  // issues a device stream's instruction (device.hpp)
+  // The lane is about to leave its device stream (run something else, block, go idle):
+  // DeviceBackend::flush() when it issued instructions not yet marked issued.
+  void flush_device(Lane* lane);
+  void complete(Instr* i);
+  // Device backends (device.hpp): i is on its device and its completion can be tracked;
+  // i's device work finished with `st` (FL_OK, or a failure with `detail`).
+  void mark_issued(Instr* i);
+  void complete_async(Instr* i, fl_status_t st, const std::string& detail);
+  void recycle(Instr* i);  // refs reached zero (instr_pool.cpp)
+
+  // --- waits and failures (sync.cpp) ---
+  // Each returns FL_OK or a failure status, with the thread's message set.
+  fl_status_t synchronize();
+  fl_status_t synchronize(Stream* s);
+  void record_failure(Instr* i);
+
+  fl_engine_stats_t stats() const;
+  int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
+  uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
+
+  // --- observers and extensions (engine.cpp) ---
+  // The engine owns every observer ever installed until it is destroyed;
+  // clear_observer() stops new calls.
+  Observer* observer() const { return observer_.load(std::memory_order_acquire); }
+  void set_observer(std::unique_ptr<Observer> o);
+  void clear_observer();
+  // Extensions are attached once per key (any stable address, e.g. a static of the
+  // attaching module) and live until the engine is destroyed. attach() returns the
+  // extension now attached under `key` (an earlier one wins; `x` is then dropped).
+  Extension* attach(const void* key, std::unique_ptr<Extension> x);
+  Extension* extension(const void* key) const;
+  std::vector<Extension*> extensions() const;  // in attach order
+
+  // The device backend's per-engine state (its poller thread), created by the backend on
+  // first use under device_mu and released in DeviceBackend::engine_stopped().
+  std::atomic<void*> device_state{nullptr};
+  std::mutex device_mu;
+
+ private:
+  // Waits until done(): a worker of this engine's pool helps run other work meanwhile;
+  // any other thread sleeps on `atom` (notified by whoever makes done() true).
+  template <class Done, class Atomic>
+  void block_until(Done&& done, Atomic& atom) {
+    if (pool_->on_worker()) {
+      pool_->help_until(done);
+      return;
+    }
+    for (;;) {
+      auto v = atom.load(std::memory_order_acquire);
+      if (done()) return;
+      atom.wait(v, std::memory_order_acquire);
+    }
+  }
+  // Records the dependencies of `i` and queues it on its lane; owns the window slot
+  // admit() took.
+  fl_instr_id enqueue(Instr* i);
+  void release_successors(Edge* e);  // drops one pending unit of each successor in the list
+  void wait_stream(Stream* s, uint64_t target);  // helps on a worker, sleeps elsewhere
+  void destroy_object(Object* o);
+  fl_status_t collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto);
+  void drain_and_stop();
+
+  EngineServices services_;
+  uint64_t handle_ = 0;
+  uint64_t inflight_limit_ = 4096;
+  std::unique_ptr<sched::Pool> pool_;
+  std::mutex pools_mu_;
+  std::map<unsigned, std::unique_ptr<sched::Pool>> extra_pools_;
+
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::mutex lanes_mu_;
+  std::vector<bool> lane_held_;
+
+  // Interned streams: index = (lane * device_slots + slot) * kStreamKinds + kind.
+  uint32_t device_slots_ = 1;
+  std::unique_ptr<std::atomic<Stream*>[]> streams_;
+  std::mutex streams_mu_;
+
+  // Live objects (so that destroy can run every release callback).
+  std::mutex objects_mu_;
+  Object* objects_head_ = nullptr;
+
+  // In-flight window: `inflight_` counts submitted, not completed instructions.
+  std::atomic<int64_t> inflight_{0};
+  std::atomic<uint32_t> window_waiters_{0};
+  std::atomic<uint64_t> window_stalls_{0};
+
+  std::atomic<uint64_t> next_id_{1};
+
+  std::mutex failures_mu_;
+  std::deque<FailureRecord> failures_;
+
+  std::atomic<bool> shutdown_{false};
+  std::atomic<bool> destroying_{false};
+  bool stopped_ = false;  // shutdown() done (destroying thread only)
+
+  std::atomic<Observer*> observer_{nullptr};
+  std::mutex observers_mu_;
+  std::vector<std::unique_ptr<Observer>> observers_;  // every observer installed, kept to the end
+
+  mutable std::mutex extensions_mu_;
+  std::vector<std::pair<const void*, std::unique_ptr<Extension>>> extensions_;
+};
+
+// Marks this thread as one that completes instructions of `e` outside its pool (a device
+// backend's poller): its submissions — from release and cleanup callbacks it runs — are
+// admitted over the window, as workers' are, since the window may be waiting for this
+// very thread.
+void set_completion_thread(Engine* e);
+
+}  // namespace flowlane::core

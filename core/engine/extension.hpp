@@ -1,0 +1,43 @@
+// Services that upper layers attach to an engine (diagnostics, communicators) and the few
+// points at which the engine calls them: destroy, the state dump and the wait-for graph.
+// The engine owns them and destroys them last; it knows nothing else about them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flowlane/flowlane.h"
+
+namespace flowlane::core {
+
+class Engine;
+
+// A lane whose running instruction waits for something outside the engine's dependency
+// graph that diagnostics should know about (a collective waiting for peer ranks).
+struct LaneWait {
+  uint32_t lane = 0;
+  fl_instr_id instr = 0;
+  std::string what;  // "communicator 0x.. seq 1 all_reduce(...): waits for rank 1 (lane 2)"
+  struct Peer {
+    const Engine* engine;
+    uint32_t lane;
+    uint32_t rank;
+  };
+  std::vector<Peer> peers;
+};
+
+class Extension {
+ public:
+  virtual ~Extension() = default;
+  // fl_engine_destroy, before the drain: cancel what could make the drain wait forever.
+  virtual void begin_shutdown() {}
+  // The drain is over (every instruction completed); workers still run.
+  virtual void end_shutdown() {}
+  // Appends this extension's section to a state dump.
+  virtual void dump(std::string& out) { (void)out; }
+  // Adds the lanes this extension knows to be waiting (for the wait-for graph).
+  virtual void lane_waits(std::vector<LaneWait>& out) { (void)out; }
+};
+
+}  // namespace flowlane::core

@@ -1,0 +1,143 @@
+// Instruction records and dependency edges.
+//
+// An instruction's `pending` counter holds one unit per unfinished predecessor, plus
+//   one unit for the submitting thread (dropped when submission has recorded every edge),
+//   one unit for the lane (dropped when the lane reaches the instruction at its head).
+// Whoever drops it to zero launches the instruction: the lane runs it inline; anyone
+// else (a completing predecessor, the submitter) re-schedules the lane, which is then
+// blocked on that very instruction.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/alloc.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane::core {
+
+class Engine;
+struct Stream;
+struct Object;
+struct Instr;
+
+enum class InstrState : uint32_t {
+  kFree = 0,     // in the record pool
+  kPending = 1,  // submitted, waiting for predecessors or its turn on the lane
+  kRunning = 2,  // callback executing (for an asynchronous instruction: being issued)
+  kIssued = 3,   // asynchronous instruction: on its device stream, completion pending (device.hpp)
+  kDone = 4,     // completed successfully
+  kFailed = 5,   // its callback (or its GPU work) failed
+  kSkipped = 6,  // not run: an input was poisoned
+};
+
+inline bool is_terminal(InstrState s) { return s >= InstrState::kDone; }
+
+struct Edge : MiAllocated {
+  Instr* succ = nullptr;
+  Edge* next = nullptr;
+};
+
+struct Operand {
+  Object* obj;
+  uint32_t access;
+};
+
+struct Instr : MiAllocated {
+  // --- identity ---
+  fl_instr_id id = 0;
+  uint64_t seq = 0;  // position in its stream (1-based)
+  Stream* stream = nullptr;
+  Engine* engine = nullptr;
+  std::string name;
+
+  // --- work ---
+  fl_host_fn fn = nullptr;
+  void* user_data = nullptr;
+  fl_release_fn cleanup = nullptr;
+  std::vector<Operand> operands;
+  // What this instruction depends on, each entry holding a reference on `pred` until the
+  // instruction completes: the last writer of every object it reads (kReads: its poison
+  // decides whether this one is skipped) and every predecessor it waits for through an
+  // edge (kEdge). Diagnostics read them to say what a stuck instruction waits for.
+  struct Dep {
+    static constexpr uint8_t kReads = 1;
+    static constexpr uint8_t kEdge = 2;
+    // Asynchronous → asynchronous on another device stream: when this instruction is
+    // issued, the backend orders it after pred on the device (device.hpp), unless pred has
+    // completed by then. No host wait.
+    static constexpr uint8_t kIssueWait = 4;
+    Instr* pred;
+    Object* obj;
+    uint8_t flags;
+  };
+  std::vector<Dep> deps;
+
+  // --- scheduling ---
+  std::atomic<int32_t> pending{0};
+  std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed
+  // Asynchronous instructions only: successors that wait for this one to be *issued*
+  // (asynchronous work on another device stream, ordered on the device); kSealed once
+  // issued or completed.
+  std::atomic<Edge*> issue_succ_head{nullptr};
+  std::atomic<int32_t> refs{0};
+  std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
+  std::atomic<Instr*> lane_next{nullptr};
+
+  // --- asynchronous instructions ---
+  // The device backend's own record for this instruction (its launch description and
+  // completion-tracking state), or null; freed with `device_free` when this record is. The
+  // engine never looks inside; DeviceBackend::recycle() clears it before reuse. It stays
+  // attached across reuse, so a record that carried device work once allocates nothing
+  // when it does again.
+  void* device = nullptr;
+  void (*device_free)(void*) = nullptr;
+
+  // --- result (written before the terminal state is published with release) ---
+  // The terminal state complete() will publish: kFailed or kSkipped once the executing
+  // thread decided so (mark_failed / mark_skipped), kDone otherwise. Not `state` itself:
+  // a waiter that saw a terminal state early would return before cleanup and completion.
+  InstrState outcome = InstrState::kDone;
+  fl_status_t status = FL_OK;
+  std::string error;   // full message naming this instruction
+  std::string origin;  // message of the original failure this one stems from
+  std::atomic<bool> reported{false};  // returned once by a synchronize
+
+  // Inline edge storage for the first few predecessors (no allocation in the common case).
+  static constexpr int kInlineEdges = 4;
+  Edge inline_edges[kInlineEdges];
+  int inline_edges_used = 0;
+
+  Instr() = default;
+  Instr(const Instr&) = delete;
+  Instr& operator=(const Instr&) = delete;
+  ~Instr() {
+    if (device != nullptr) device_free(device);
+  }
+
+  InstrState load_state(std::memory_order mo = std::memory_order_acquire) const {
+    return InstrState(state.load(mo));
+  }
+  void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+  // Returns true when this dropped the last reference.
+  bool unref() { return refs.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+  std::string describe() const;  // "'name' (#7, lane 1, host)"
+};
+
+inline Edge* const kSealed = reinterpret_cast<Edge*>(uintptr_t(1));
+
+// Free instruction records, reused so that their vectors and strings keep their capacity
+// and steady-state submission allocates nothing. Each thread keeps a small cache; records
+// move between threads (submitters take, workers give back) through a process-wide depot
+// in batches of kBatch, so the depot's mutex is taken once per kBatch records, never per
+// instruction. Records are engine-agnostic (the engine is set when one is taken).
+class InstrPool {
+ public:
+  static constexpr size_t kBatch = 128;
+  static Instr* get();
+  static void put(Instr* i);
+};
+
+}  // namespace flowlane::core

@@ -1,0 +1,342 @@
+// Lanes as strands on the pool, and the life of an instruction once it reaches the head
+// of its lane: poison check, callback, cleanup, completion, release of successors.
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <vector>
+#include <string>
+
+#include "engine/engine.hpp"
+
+namespace flowlane::core {
+
+namespace {
+FL_TLS thread_local Instr* t_current_instr = nullptr;
+
+// A lane runs at most this many instructions before it re-queues itself, so that one busy
+// lane cannot starve the others on a small pool.
+constexpr int kLaneBatch = 64;
+// Pauses a lane runner waits for more work before going idle (a few hundred ns).
+constexpr int kIdleSpins = 16;
+// The lane must have the device backend track what it issued before it goes on with
+// `next`: `next` is not an instruction of the same device stream (it may depend on their
+// completion), or it may block on a predecessor (the lane is then left, maybe for a long
+// time). Checked before the lane's unit is dropped: once it is, another worker may own
+// the lane.
+bool must_flush_before(const Lane* lane, const Instr* next) {
+  if (lane->unflushed == nullptr) return false;
+  // acquire is not needed: a stale value only makes the lane flush early.
+  return next->stream != lane->unflushed || next->pending.load(std::memory_order_relaxed) != 1;
+}
+}  // namespace
+
+Instr* current_instr() { return t_current_instr; }
+
+// ---------------------------------------------------------------------------------------
+// The lane queue: Vyukov's intrusive MPSC queue with a stub node. Producers are serialised
+// by the lane's submit lock anyway; the consumer is whichever worker runs the lane task.
+
+Lane::Lane() {
+  task.run = &Lane::run_task;
+  stub.lane_next.store(nullptr, std::memory_order_relaxed);
+  tail.store(&stub, std::memory_order_relaxed);
+  head = &stub;
+}
+
+void Lane::push(Instr* i) {
+  i->lane_next.store(nullptr, std::memory_order_relaxed);
+  // seq_cst: with the seq_cst store of `scheduled` = 0 and the seq_cst load of `tail` in
+  // maybe_nonempty(), either the runner going idle sees this item or schedule() sees the
+  // lane idle (a store–load (Dekker) pattern, so both sides need seq_cst).
+  Instr* prev = tail.exchange(i, std::memory_order_seq_cst);
+  prev->lane_next.store(i, std::memory_order_release);  // pairs with acquire in pop()
+}
+
+Instr* Lane::pop() {
+  Instr* h = head;
+  Instr* next = h->lane_next.load(std::memory_order_acquire);  // pairs with release in push()
+  if (h == &stub) {
+    if (next == nullptr) return nullptr;
+    head = next;
+    h = next;
+    next = next->lane_next.load(std::memory_order_acquire);
+  }
+  if (next != nullptr) {
+    head = next;
+    return h;
+  }
+  if (h != tail.load(std::memory_order_acquire)) return nullptr;  // a push is half done; retry later
+  push(&stub);
+  next = h->lane_next.load(std::memory_order_acquire);
+  if (next != nullptr) {
+    head = next;
+    return h;
+  }
+  return nullptr;
+}
+
+bool Lane::pushed_since(const Instr* h) const {
+  // Only `tail` is read: the caller may no longer own the consumer side. An empty queue
+  // has tail == head; any push since moves tail. seq_cst: see push().
+  return tail.load(std::memory_order_seq_cst) != h;
+}
+
+void Lane::schedule() {
+  // seq_cst pairs with the runner's seq_cst store of 0 (see push()).
+  if (scheduled.load(std::memory_order_seq_cst) != 0) return;
+  if (scheduled.exchange(1, std::memory_order_seq_cst) == 0) engine->pool().submit(&task);
+}
+
+void Lane::run_task(sched::Task* t) {
+  Lane* lane = reinterpret_cast<Lane*>(reinterpret_cast<char*>(t) - offsetof(Lane, task));
+  Engine* engine = lane->engine;
+  for (int n = 0; n < kLaneBatch; ++n) {
+    Instr* i = lane->cur;
+    if (i == nullptr) {
+      i = lane->pop();
+      if (i == nullptr) {
+        engine->flush_device(lane);  // nothing queued behind them: completion can be tracked now
+        // Briefly wait for the submitter before giving the lane up: when execution is
+        // faster than submission, giving up after every instruction costs a trip through
+        // the pool's injection queue per instruction.
+        for (int spin = 0; spin < kIdleSpins && i == nullptr; ++spin) {
+          cpu_relax();
+          if (lane->pushed_since(lane->head)) i = lane->pop();
+        }
+      }
+      if (i != nullptr) {
+        // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
+        // re-submits this lane task, and the resumed runner must find the instruction.
+        if (must_flush_before(lane, i)) engine->flush_device(lane);
+        lane->cur = i;
+        lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
+        // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
+        // (when we drop it) makes every predecessor's results visible before running.
+        if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
+      } else {
+        // Going idle: publish, then look again, so that a producer that saw the lane owned
+        // cannot leave its instruction behind (see push()). Once `scheduled` is 0 another
+        // worker may own the lane, so only the head captured before is compared.
+        const Instr* h = lane->head;
+        lane->scheduled.store(0, std::memory_order_seq_cst);
+        if (!lane->pushed_since(h)) return;
+        if (lane->scheduled.exchange(1, std::memory_order_seq_cst) != 0) return;  // re-scheduled by a producer
+        continue;
+      }
+    }
+    lane->cur = nullptr;
+    lane->set_active(i, false);
+    if (i->stream->is_host_executed())
+      engine->execute_host(i);
+    else
+      engine->execute_async(i);  // issues only; the device backend completes it
+  }
+  engine->flush_device(lane);  // the lane may wait in the injection queue for a while
+  engine->pool().yield(&lane->task);  // behind other waiting work; the lane stays owned
+}
+
+void Lane::set_active(Instr* i, bool blocked) {
+  std::lock_guard<SpinLock> lock(diag_lock);
+  active = i;
+  active_blocked = blocked;
+}
+
+void Lane::clear_active(Instr* i) {
+  std::lock_guard<SpinLock> lock(diag_lock);
+  if (active == i) {
+    active = nullptr;
+    active_blocked = false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+// The producer whose poison `i` would read, or null. For a host instruction every producer
+// has completed (cross-lane ones through edges, same-lane ones through lane order); an
+// asynchronous instruction's producer on a device stream may only be issued (kIssued): its
+// device work has not failed (yet), and a later asynchronous fault is the device's to
+// report.
+Instr* poisoned_input(const Instr* i) {
+  for (const Instr::Dep& d : i->deps) {
+    if ((d.flags & Instr::Dep::kReads) == 0) continue;
+    InstrState ps = d.pred->load_state();
+    if (ps == InstrState::kFailed || ps == InstrState::kSkipped) return d.pred;
+  }
+  return nullptr;
+}
+
+void mark_skipped(Instr* i, const Instr* poisoned_by) {
+  i->status = FL_ERR_DEPENDENCY_FAILED;
+  i->origin = poisoned_by->origin;
+  i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + i->origin;
+  i->outcome = InstrState::kSkipped;  // published by complete()
+}
+
+void mark_failed(Instr* i, fl_status_t st) {
+  i->status = st;
+  std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
+  i->error = "instruction " + i->describe() + " failed: " + detail;
+  i->origin = i->error;
+  i->outcome = InstrState::kFailed;  // published by complete()
+}
+
+void run_cleanup(Instr* i) {
+  if (i->cleanup != nullptr) {
+    try {
+      i->cleanup(i->user_data);
+    } catch (...) {
+      // A cleanup callback must not throw; the instruction's result stands.
+    }
+  }
+}
+// Runs `call(i)` — the instruction's function, or the device backend's issue — as i's
+// callback: i is the thread's current instruction meanwhile, and an exception becomes a
+// failure with its text. Returns the callback's status; i->error holds its detail.
+template <class Call>
+fl_status_t run_callback(Instr* i, Call&& call) {
+  Instr* saved = t_current_instr;
+  t_current_instr = i;
+  fl_status_t st;
+  i->error.clear();
+  try {
+    st = call(i);
+  } catch (const std::exception& ex) {
+    st = FL_ERR_INSTRUCTION_FAILED;
+    i->error = std::string("C++ exception: ") + ex.what();
+  } catch (...) {
+    st = FL_ERR_INSTRUCTION_FAILED;
+    i->error = "unknown C++ exception";
+  }
+  t_current_instr = saved;
+  return st;
+}
+}  // namespace
+
+void Engine::execute_host(Instr* i) {
+  Instr* poisoned_by = poisoned_input(i);
+  if (poisoned_by != nullptr) {
+    mark_skipped(i, poisoned_by);
+  } else {
+    i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
+    if (Observer* ob = observer()) ob->on_start(*i);
+    fl_status_t st = run_callback(i, [](Instr* x) { return x->fn(reinterpret_cast<fl_instr_ctx_t*>(x), x->user_data); });
+    if (st != FL_OK)
+      mark_failed(i, st);
+    else
+      i->error.clear();
+  }
+  run_cleanup(i);
+  complete(i);
+}
+
+void Engine::execute_async(Instr* i) {
+  Lane* lane = i->stream->lane;
+  Instr* poisoned_by = poisoned_input(i);
+  if (poisoned_by != nullptr) {
+    mark_skipped(i, poisoned_by);
+    run_cleanup(i);
+    complete(i);
+    return;
+  }
+  // Normally done by the run loop (must_flush_before); one device stream at a time.
+  if (lane->unflushed != nullptr && lane->unflushed != i->stream) flush_device(lane);
+  i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
+  if (Observer* ob = observer()) ob->on_start(*i);
+  bool flush_now = false;
+  fl_status_t st = run_callback(i, [this, &flush_now](Instr* x) { return services_.device->issue(x, &flush_now); });
+  if (st != FL_OK) {
+    mark_failed(i, st);
+    run_cleanup(i);
+    complete(i);
+    return;
+  }
+  i->error.clear();
+  lane->clear_active(i);
+  // The backend marks i issued at the next flush (i may complete and be recycled from then
+  // on, so i is not touched after it).
+  lane->unflushed = i->stream;
+  if (flush_now) flush_device(lane);
+}
+
+void Engine::flush_device(Lane* lane) {
+  if (lane->unflushed == nullptr) return;
+  lane->unflushed = nullptr;
+  services_.device->flush(lane);
+}
+
+void Engine::mark_issued(Instr* x) {
+  // release: a dependent that sees kIssued (or the sealed issue list) reads the backend's
+  // record of x (its event), written before this store; pairs with the acquire state load
+  // in the backend's issue() of the dependent.
+  x->state.store(uint32_t(InstrState::kIssued), std::memory_order_release);
+  // Asynchronous successors on other device streams wait only for this. acq_rel: acquire
+  // pairs with the release CAS in push_edge(); release hands the record over.
+  release_successors(x->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
+}
+
+void Engine::complete_async(Instr* i, fl_status_t st, const std::string& detail) {
+  if (st != FL_OK) {
+    i->error = detail;
+    mark_failed(i, st);
+  }
+  run_cleanup(i);  // an asynchronous instruction's cleanup runs after its device work completed
+  complete(i);
+}
+
+void Engine::release_successors(Edge* e) {
+  if (e == kSealed) return;
+  while (e != nullptr) {
+    Instr* succ = e->succ;
+    Edge* next = e->next;
+    bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
+    if (!inline_edge) delete e;
+    // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
+    if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
+      pool_->submit(&succ->stream->lane->task);
+    }
+    e = next;
+  }
+}
+
+void Engine::complete(Instr* i) {
+  const InstrState final_state = i->outcome;
+  for (const Instr::Dep& d : i->deps)
+    if (d.pred->unref()) recycle(d.pred);
+  i->deps.clear();
+
+  // Counters first, so that stats read after any wait include this instruction.
+  Lane* lane = i->stream->lane;
+  lane->completed.fetch_add(1, std::memory_order_relaxed);
+  if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_relaxed);
+
+  // Publish the result: release pairs with the acquire loads of waiters and of dependents'
+  // poison checks.
+  i->state.store(uint32_t(final_state), std::memory_order_release);
+  i->state.notify_all();
+  if (Observer* ob = observer()) ob->on_end(*i);
+
+  // Seal the successor list and release every successor. acq_rel: acquire pairs with the
+  // release CAS that published each edge in add_edge(); release orders our result before
+  // any successor that sees the list sealed.
+  release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
+  // An asynchronous instruction that was skipped or failed to issue never sealed its issue
+  // list: its issue successors are released now (same orders as above).
+  if (!i->stream->is_host_executed())
+    release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
+
+  if (final_state != InstrState::kDone) record_failure(i);
+  for (Operand& op : i->operands) release_object_ref(op.obj);
+  i->operands.clear();
+  // The window slot is freed before the stream's completion is published, so a caller
+  // returning from synchronize sees in_flight without this instruction.
+  retire_window_slot();
+  i->stream->advance_completed();
+  lane->clear_active(i);
+  if (i->unref()) recycle(i);
+}
+
+
+}  // namespace flowlane::core

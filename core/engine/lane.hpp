@@ -1,0 +1,119 @@
+// Lanes and streams. A lane is a strand on the work-stealing pool: its instructions start
+// in submission order, one at a time, on whichever worker runs the lane's task. A stream is
+// one (lane, device, kind) queue of a lane; all streams of a lane share its strand. The
+// lane protocol (the MPSC queue, going idle without losing a wake-up) is written down in
+// core/engine/README.md, "Lanes as strands".
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/cpu.hpp"
+#include "base/spinlock.hpp"
+#include "engine/instr.hpp"
+#include "flowlane/flowlane.h"
+#include "sched/task.hpp"
+
+namespace flowlane::core {
+
+class Engine;
+struct Lane;
+
+// Number of stream kinds (fl_stream_kind_t) and device slots per lane: slot 0 is the CPU,
+// slot 1 + i is device i of the device backend.
+inline constexpr uint32_t kStreamKinds = 5;
+
+struct Stream {
+  Engine* engine = nullptr;
+  Lane* lane = nullptr;
+  uint64_t handle = 0;  // the caller's fl_stream_t* value
+  fl_device_t device{FL_DEVICE_CPU, 0};
+  fl_stream_kind_t kind = FL_STREAM_HOST;
+  // Submission and completion counters of this stream. `submitted` is written under the
+  // lane's submit lock; `completed` only advances, in submission order (a stream is FIFO).
+  // Different threads write them for every instruction: separate cache lines.
+  std::atomic<uint64_t> submitted{0};
+  alignas(kCacheLine) std::atomic<uint64_t> completed{0};
+  // The device backend's state of a device stream (its queue, events); null for host ones.
+  void* device_state = nullptr;
+
+  // Waiters (synchronize) register the completion count they need; completers wake them
+  // only when the smallest registered target is reached, not on every completion.
+  std::atomic<uint64_t> wake_at{UINT64_MAX};
+  std::mutex wait_mu;
+  std::condition_variable wait_cv;
+  std::multiset<uint64_t> targets;  // under wait_mu
+
+  bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
+  void advance_completed();              // completed += 1, wakes waiters whose target is reached
+  void wait_completed(uint64_t target);  // sleeps until completed >= target
+  std::string describe() const;          // "lane 1, host"
+};
+
+struct Lane {
+  sched::Task task;  // run = Lane::run_task; submitted to the pool whenever the lane becomes runnable
+  Engine* engine = nullptr;
+  uint32_t id = 0;
+
+  // The fields below come in two groups on separate cache lines: those the submitting
+  // thread writes for every instruction, and those the lane runner writes for every
+  // instruction. Sharing a line would move it between the two cores twice per instruction.
+
+  // --- producer side ---
+  // Serialises dependency recording with FIFO order, so that edges skipped because two
+  // instructions share this lane are always backed by queue order. Uncontended when one
+  // thread submits to a lane, which is the common case.
+  alignas(kCacheLine) SpinLock submit_lock;
+  // Vyukov's intrusive MPSC queue of instructions (producers hold submit_lock anyway).
+  std::atomic<Instr*> tail{nullptr};
+  // 0: idle (no task queued or running); 1: owned (queued, running, or blocked on `cur`).
+  // Read by every push; written by the runner only when the lane goes idle or resumes.
+  std::atomic<uint32_t> scheduled{0};
+  std::atomic<uint64_t> submitted{0};  // stats, under submit_lock
+
+  // --- consumer side (the lane runner) ---
+  alignas(kCacheLine) Instr* head = nullptr;
+  Instr* cur = nullptr;  // head instruction waiting for its predecessors
+  std::atomic<uint64_t> completed{0};  // stats
+  std::atomic<uint64_t> failed{0};
+  Instr stub;
+  // The device stream this lane issued instructions on that the backend may not have
+  // marked issued yet (DeviceBackend::flush), or null. Lane runner only.
+  Stream* unflushed = nullptr;
+  // The device backend's per-lane state (its run of instructions not yet covered by an
+  // event), created by the backend on the lane runner. Lane runner only.
+  void* device_state = nullptr;
+
+  // Diagnostics: the instruction at the head of the lane (running, or blocked on its
+  // predecessors) and what a running one waits for inside fl_object_wait. Written by the
+  // runner under diag_lock (uncontended: only dumps take it too); a dump takes a reference
+  // under the lock before reading a record.
+  SpinLock diag_lock;
+  Instr* active = nullptr;
+  bool active_blocked = false;
+  Instr* active_waits_on = nullptr;  // referenced while set
+  Object* active_waits_obj = nullptr;
+  // Set (under diag_lock) by engine destroy when the running callback's fl_object_wait is on
+  // a wait cycle and can never return: the wait gives up with FL_ERR_CANCELLED (diag/dump.hpp).
+  std::atomic<bool> wait_cancelled{false};
+
+  void set_active(Instr* i, bool blocked);
+  void clear_active(Instr* i);
+
+  Lane();
+  void push(Instr* i);  // producer (under submit_lock)
+  Instr* pop();         // consumer
+  bool pushed_since(const Instr* head_before) const;
+  void schedule();      // makes the lane runnable if it is idle
+  static void run_task(sched::Task* t);
+};
+
+// The instruction running on this thread (inside its callback), or null.
+Instr* current_instr();
+
+}  // namespace flowlane::core

@@ -1,0 +1,129 @@
+// Dependence objects: creation, the last reference (release callbacks) and fl_object_wait.
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+
+namespace flowlane::core {
+
+Object* Engine::create_object(void* user_data, fl_release_fn release) {
+  Object* o = new Object();
+  o->engine = this;
+  o->user_data = user_data;
+  o->release = release;
+  std::lock_guard<std::mutex> lock(objects_mu_);
+  o->next = objects_head_;
+  if (objects_head_) objects_head_->prev = o;
+  objects_head_ = o;
+  return o;
+}
+
+void Engine::release_object_ref(Object* o) {
+  // acq_rel: the last dropper sees every user's writes before running release.
+  if (o->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  destroy_object(o);
+}
+
+void Engine::destroy_object(Object* o) {
+  {
+    std::lock_guard<std::mutex> lock(objects_mu_);
+    if (o->prev) o->prev->next = o->next;
+    else objects_head_ = o->next;
+    if (o->next) o->next->prev = o->prev;
+  }
+  if (o->last_writer != nullptr && o->last_writer->unref()) recycle(o->last_writer);
+  for (Instr* r : o->readers)
+    if (r->unref()) recycle(r);
+  if (o->release != nullptr) {
+    try {
+      o->release(o->user_data);
+    } catch (...) {
+      // A release callback must not throw; nothing to report it to.
+    }
+  }
+  delete o;
+}
+
+fl_status_t Engine::wait_object(Object* o, uint32_t access) {
+  std::vector<Instr*> waits;
+  Instr* writer = nullptr;
+  {
+    std::lock_guard<SpinLock> lock(o->lock);
+    writer = o->last_writer;
+    if (writer != nullptr) {
+      writer->ref();
+      waits.push_back(writer);
+    }
+    if (access & FL_WRITE) {
+      for (Instr* r : o->readers) {
+        r->ref();
+        waits.push_back(r);
+      }
+    }
+  }
+  Instr* self = current_instr();
+  for (Instr* w : waits) {
+    if (w == self) {
+      for (Instr* x : waits)
+        if (x->unref()) recycle(x);
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_object_wait: the calling instruction " + self->describe() +
+                                        " uses this object itself and would wait for its own completion");
+    }
+  }
+  // Inside a device function: what its lane issued before could never be seen to complete
+  // while the lane runner waits here; have the backend track it first.
+  if (self != nullptr) flush_device(self->stream->lane);
+  Observer* ob = observer();
+  if (ob) ob->on_wait(true, "fl_object_wait");
+  Lane* my_lane = self ? self->stream->lane : nullptr;
+  Instr* cancelled = nullptr;  // engine destroy gave up this wait: it was on a wait cycle
+  for (Instr* w : waits) {
+    if (my_lane != nullptr) {  // tell diagnostics what the running instruction waits for
+      std::lock_guard<SpinLock> lock(my_lane->diag_lock);
+      w->ref();
+      my_lane->active_waits_on = w;
+      my_lane->active_waits_obj = o;
+      my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
+    }
+    // acquire pairs with the release store in cancel_cycle_waits() (core/dump.cpp).
+    block_until([w, my_lane] {
+      return is_terminal(w->load_state()) ||
+             (my_lane != nullptr && my_lane->wait_cancelled.load(std::memory_order_acquire));
+    }, w->state);
+    if (my_lane != nullptr) {
+      {
+        std::lock_guard<SpinLock> lock(my_lane->diag_lock);
+        my_lane->active_waits_on = nullptr;
+        my_lane->active_waits_obj = nullptr;
+        if (!is_terminal(w->load_state()) && my_lane->wait_cancelled.load(std::memory_order_relaxed)) cancelled = w;
+      }
+      if (cancelled != nullptr) {
+        std::string msg = "fl_object_wait in " + self->describe() + " was cancelled: the engine is being destroyed " +
+                          "and this wait for " + w->describe() + " was on a cycle of waits (a deadlock)";
+        if (w->unref()) recycle(w);
+        if (ob) ob->on_wait(false, "fl_object_wait");
+        for (Instr* x : waits)
+          if (x->unref()) recycle(x);
+        return report(FL_ERR_CANCELLED, msg);
+      }
+      if (w->unref()) recycle(w);
+    }
+  }
+  if (ob) ob->on_wait(false, "fl_object_wait");
+  fl_status_t st = FL_OK;
+  std::string msg;
+  if (writer != nullptr) {
+    InstrState ws = writer->load_state();
+    if (ws == InstrState::kFailed || ws == InstrState::kSkipped) {
+      st = writer->status;
+      msg = writer->error;
+      writer->reported.store(true, std::memory_order_relaxed);
+    }
+  }
+  for (Instr* w : waits)
+    if (w->unref()) recycle(w);
+  if (st != FL_OK) return report(st, msg);
+  return FL_OK;
+}
+
+}  // namespace flowlane::core

@@ -1,0 +1,294 @@
+// Submission: the in-flight window, the per-object dependency rules and queueing on the
+// lane. Rules (written down in core/engine/README.md, "Dependency rules"): per object, the
+// last writer and the readers since it.
+//   read  -> waits for the last writer (RAW);
+//   write -> waits for the last writer (WAW) and every reader since it (WAR), then the
+//            reader list restarts from this write.
+// Edges between instructions that run in order on the same lane are not recorded: lane
+// order already implies them (the lane's submit lock makes queue order and recording
+// order agree). No global lock: the submitting thread records edges under the lane's and
+// each object's spin lock, and completion releases successors with atomic counters.
+#include <algorithm>
+#include <string>
+
+#include "engine/engine.hpp"
+
+namespace flowlane::core {
+
+namespace {
+
+// True when `before` is certain to have completed by the time `after` starts, without an
+// edge: `before` runs synchronously on the lane (a host-executed stream: it completes
+// before the lane moves on) and `after` was queued on the same lane later. A device
+// instruction completes only on the GPU, so it never orders its lane's successors.
+bool ordered_by_lane(const Instr* before, const Instr* after) {
+  return before->stream->lane == after->stream->lane && before->stream->is_host_executed();
+}
+
+bool is_device(const Instr* x) { return !x->stream->is_host_executed(); }
+
+// Publishes the edge pred → succ in the list `head` (pred's completion or launch list).
+// Returns false when the list was already sealed (pred completed or launched meanwhile):
+// then succ does not wait.
+bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
+  Edge* e = succ->inline_edges_used < Instr::kInlineEdges ? &succ->inline_edges[succ->inline_edges_used++]
+                                                         : new Edge();
+  e->succ = succ;
+  // Count the edge before publishing it: the submitter's own unit keeps pending > 0
+  // whatever order the completer's decrement and this increment take.
+  succ->pending.fetch_add(1, std::memory_order_relaxed);
+  Edge* head = head_ref.load(std::memory_order_acquire);
+  for (;;) {
+    if (head == kSealed) {  // pred completed (or launched) meanwhile: no wait needed
+      succ->pending.fetch_sub(1, std::memory_order_relaxed);
+      bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
+      if (inline_edge)
+        --succ->inline_edges_used;
+      else
+        delete e;
+      return false;
+    }
+    e->next = head;
+    // release publishes the edge to the completer's acq_rel exchange in complete() (or to
+    // mark_issued()'s, for an issue edge).
+    if (head_ref.compare_exchange_weak(head, e, std::memory_order_release, std::memory_order_acquire)) return true;
+  }
+}
+
+void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
+  // A read after a write of the same instruction's deps needs only one entry per pred.
+  for (Instr::Dep& d : succ->deps) {
+    if (d.pred == pred) {
+      d.flags |= flags;
+      return;
+    }
+  }
+  pred->ref();
+  succ->deps.push_back(Instr::Dep{pred, obj, flags});
+}
+
+// Asynchronous → asynchronous (device.hpp): on the same device stream, stream order
+// suffices; on another stream, succ is ordered after pred on the device when it is issued
+// (kIssueWait), and succ waits for pred to be *issued* (an edge in pred's issue list)
+// unless lane order already issues pred first or pred has been issued. Never a host wait
+// for device completion.
+void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+  uint8_t flags = reads ? Instr::Dep::kReads : 0;
+  if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
+    flags |= Instr::Dep::kIssueWait;
+    if (pred->stream->lane != succ->stream->lane && push_edge(pred->issue_succ_head, succ)) {
+      flags |= Instr::Dep::kEdge;
+      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
+    }
+  }
+  if (flags != 0) note_dep(pred, succ, obj, flags);
+}
+
+// Notes that `succ` depends on `pred` through `obj`: keeps a reference for the poison check
+// (reads) and diagnostics, and makes `succ` wait for `pred` unless lane order already
+// implies it or pred has already completed.
+void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+  if (is_device(pred) && is_device(succ)) {
+    add_device_dep(engine, pred, succ, obj, reads);
+    return;
+  }
+  bool edge = !ordered_by_lane(pred, succ) && !is_terminal(pred->load_state(std::memory_order_acquire));
+  if (edge) {
+    edge = push_edge(pred->succ_head, succ);
+    if (edge) {
+      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
+    }
+  }
+  if (!edge && !reads) return;
+  note_dep(pred, succ, obj, uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0)));
+}
+
+// Drops completed readers once the list has grown, so that an object read forever and
+// never written keeps a bounded reader list.
+void prune_readers(Object* o, Engine* engine) {
+  auto& r = o->readers;
+  if (r.size() < 32 || (r.size() & (r.size() - 1)) != 0) return;  // at 32, 64, 128, ...
+  auto keep = std::remove_if(r.begin(), r.end(), [engine](Instr* x) {
+    if (!is_terminal(x->load_state())) return false;
+    if (x->unref()) engine->recycle(x);
+    return true;
+  });
+  r.erase(keep, r.end());
+}
+
+// Records one operand of i: its edges from the object's last writer and readers, then i as
+// the new last writer or a new reader. Under the object's lock.
+void record(Engine* engine, Instr* i, const Operand& op) {
+  Object* o = op.obj;
+  std::lock_guard<SpinLock> lock(o->lock);
+  Instr* w = o->last_writer;
+  if (w != nullptr) add_dep(engine, w, i, o, (op.access & FL_READ) != 0);  // RAW, or WAW for a write-only access
+  if (op.access & FL_WRITE) {
+    for (Instr* r : o->readers) {
+      if (r != i) add_dep(engine, r, i, o, false);  // WAR
+      if (r->unref()) engine->recycle(r);
+    }
+    o->readers.clear();
+    i->ref();
+    o->last_writer = i;
+    if (w != nullptr && w->unref()) engine->recycle(w);
+  } else {
+    i->ref();
+    o->readers.push_back(i);
+    prune_readers(o, engine);
+  }
+}
+
+}  // namespace
+
+fl_instr_id Engine::enqueue(Instr* i) {
+  Stream* s = i->stream;
+  Lane& lane = *s->lane;
+  for (const Operand& op : i->operands) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
+  i->refs.store(1, std::memory_order_relaxed);      // the in-flight reference, dropped at completion
+  i->pending.store(2, std::memory_order_relaxed);   // the submitter's unit + the lane's unit
+  i->state.store(uint32_t(InstrState::kPending), std::memory_order_relaxed);
+
+  lane.submit_lock.lock();
+  if (shutdown_.load(std::memory_order_acquire)) {  // pairs with the release store in drain_and_stop()
+    lane.submit_lock.unlock();
+    for (const Operand& op : i->operands) release_object_ref(op.obj);
+    fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
+  }
+  i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
+  s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
+  for (const Operand& op : i->operands) record(this, i, op);
+  lane.submitted.fetch_add(1, std::memory_order_relaxed);
+  fl_instr_id id = i->id;
+  lane.push(i);
+  if (Observer* ob = observer()) ob->on_submit(*i);
+  lane.submit_lock.unlock();
+
+  // Drop the submitter's unit. If that was the last one, the lane already reached i and is
+  // blocked on it (it stays owned), so resume it; otherwise make sure the lane runs.
+  if (i->pending.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    pool_->submit(&lane.task);
+  else
+    lane.schedule();
+  return id;  // i may already be recycled: not touched after the fetch_sub
+}
+
+namespace {
+
+// Merges operands that name the same object into one, with the union of their accesses.
+void merge_operands(std::vector<Operand>& v) {
+  if (v.size() < 2) return;
+  std::sort(v.begin(), v.end(), [](const Operand& a, const Operand& b) { return a.obj < b.obj; });
+  size_t out = 0;
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (out > 0 && v[out - 1].obj == v[k].obj)
+      v[out - 1].access |= v[k].access;
+    else
+      v[out++] = v[k];
+  }
+  v.resize(out);
+}
+
+// Discards a record whose submission failed (nothing of it was published).
+struct Abandon {
+  Engine* e;
+  Instr* i;
+  ~Abandon() {
+    if (i != nullptr) e->discard(i);
+  }
+};
+
+}  // namespace
+
+void Engine::discard(Instr* i) {
+  i->operands.clear();
+  i->deps.clear();
+  recycle(i);
+}
+
+fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
+  Abandon guard{this, i};
+  merge_operands(i->operands);
+  i->stream = s;
+  i->fn = a.fn;
+  i->user_data = a.user_data;
+  i->cleanup = a.cleanup;
+  if (a.name != nullptr)
+    i->name.assign(a.name);
+  else
+    i->name.clear();
+  if (shutting_down()) fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine is being destroyed");
+  admit(a.nonblocking);
+  fl_instr_id id;
+  try {
+    id = enqueue(i);
+  } catch (...) {
+    retire_window_slot();
+    throw;
+  }
+  guard.i = nullptr;
+  return id;
+}
+
+// ---------------------------------------------------------------------------------------
+// The in-flight window (core/engine/README.md, "The in-flight window")
+
+namespace {
+FL_TLS thread_local const Engine* t_completion_engine = nullptr;
+}  // namespace
+
+void set_completion_thread(Engine* e) { t_completion_engine = e; }
+
+void Engine::admit(bool nonblocking) {
+  if (pool_->on_worker() || t_completion_engine == this) {
+    // A callback submitting follow-up work is never blocked (it could be the very work
+    // that must finish to open the window): admitted over the limit.
+    inflight_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const int64_t limit = int64_t(inflight_limit_);
+  int64_t cur = inflight_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (cur < limit) {
+      if (inflight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return;
+      continue;
+    }
+    if (nonblocking)
+      fail(FL_ERR_WOULD_BLOCK, "the in-flight window is full (" + std::to_string(limit) +
+                                   " instructions submitted and not completed); retry later or submit without "
+                                   "FL_SUBMIT_NONBLOCKING to wait");
+    window_stalls_.fetch_add(1, std::memory_order_relaxed);
+    Observer* ob = observer();
+    if (ob) ob->on_window_stall(true);
+    // Sleep until the window has drained to its low-water mark, not just until one slot
+    // frees: the completer wakes parked submitters once per crossing of the mark instead
+    // of once per completion (see retire_window_slot()).
+    const int64_t low = low_water();
+    // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
+    // either the retiring thread sees us registered, or we see its decrement.
+    window_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    cur = inflight_.load(std::memory_order_seq_cst);
+    while (cur > low) {
+      inflight_.wait(cur, std::memory_order_relaxed);
+      cur = inflight_.load(std::memory_order_relaxed);
+    }
+    window_waiters_.fetch_sub(1, std::memory_order_relaxed);
+    if (ob) ob->on_window_stall(false);
+  }
+}
+
+int64_t Engine::low_water() const {
+  const int64_t limit = int64_t(inflight_limit_);
+  return limit - 1 - std::min<int64_t>(limit / 4, 256);
+}
+
+void Engine::retire_window_slot() {
+  // To go from above the low-water mark to below it, the count must be decremented to
+  // exactly the mark (it moves by one), so notifying on that transition alone never
+  // strands a submitter parked above the mark.
+  int64_t now = inflight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
+  if (now == low_water() && window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
+}
+
+}  // namespace flowlane::core

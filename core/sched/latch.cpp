@@ -1,0 +1,54 @@
+// The fork–join latch (sched/latch.hpp).
+#include "sched/latch.hpp"
+
+#include <climits>
+
+#include "base/cpu.hpp"
+
+namespace flowlane::sched {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Latch's futex word is the low half of count_");
+
+void Latch::count_down() { count_down(1); }
+
+void Latch::count_down(int64_t n) {
+  // acq_rel: release publishes this task's writes to the waiter (pairs with the acquire
+  // in done()/block()); acquire orders us after the other count_downs. This RMW is our
+  // last access to *this: the waiter may free the latch as soon as it sees zero.
+  int64_t before = count_.fetch_sub(n, std::memory_order_acq_rel);
+  if ((before & kCountMask) == n && (before & kSleeper) != 0)
+    futex_wake(reinterpret_cast<std::atomic<uint32_t>*>(&count_), INT_MAX);  // reads no memory
+}
+
+void Latch::wait(Pool& pool) {
+  if (done()) return;
+  if (pool.on_worker()) {
+    pool.help_until([this] { return done(); });
+    return;
+  }
+  for (int i = 0; i < 128; ++i) {  // short spin: fork–join children are often quick
+    if (done()) return;
+    cpu_relax();
+  }
+  block();
+}
+
+void Latch::block() {
+  auto* word = reinterpret_cast<std::atomic<uint32_t>*>(&count_);
+  int64_t v = count_.load(std::memory_order_acquire);  // pairs with count_down()
+  for (;;) {
+    if ((v & kCountMask) == 0) return;
+    if ((v & kSleeper) == 0) {
+      // Announce a sleeper so that the final count_down() issues the FUTEX_WAKE. acquire
+      // on failure too: a failed CAS may read the final count.
+      if (!count_.compare_exchange_weak(v, v | kSleeper, std::memory_order_acquire, std::memory_order_acquire))
+        continue;
+      v |= kSleeper;
+    }
+    // Sleeps only while the low 32 bits are unchanged; any count_down changes them.
+    futex_wait(word, uint32_t(uint64_t(v)));
+    v = count_.load(std::memory_order_acquire);
+  }
+}
+
+}  // namespace flowlane::sched

@@ -1,0 +1,39 @@
+// Fork–join counter: the waiter of a fork–join (task graph run, parallel loop helpers)
+// counts its children down to zero. Protocol and orderings: core/sched/README.md, "Latch".
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "sched/pool.hpp"
+
+namespace flowlane::sched {
+
+// Fork–join counter. count_down() from any thread; wait() helps on a worker of `pool`,
+// or blocks (futex) elsewhere. The count reaches zero once: add() is for a holder of a
+// count (the waiter before it waits, or a task that has not counted down yet).
+//
+// A Latch usually lives on the waiter's stack frame, and the waiter may return the moment
+// it sees zero. So count_down() touches the latch's memory exactly once, with the RMW that
+// may reach zero; the wake-up after it is a FUTEX_WAKE, which reads no memory.
+//
+//   // count_: [ 1-bit unused | 1-bit sleeper | 62-bit count ]  (the futex word is its low 32 bits)
+class Latch {
+ public:
+  explicit Latch(int64_t count) : count_(count) {}
+  void add(int64_t n) { count_.fetch_add(n, std::memory_order_relaxed); }
+  void count_down();
+  void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
+  void wait(Pool& pool);
+  // Acquire: pairs with the acq_rel RMW in count_down(); what the counted-down tasks wrote
+  // is visible to the waiter.
+  bool done() const { return (count_.load(std::memory_order_acquire) & kCountMask) == 0; }
+
+ private:
+  static constexpr int64_t kSleeper = int64_t(1) << 62;
+  static constexpr int64_t kCountMask = kSleeper - 1;
+  [[gnu::cold]] void block();  // the off-worker slow path of wait()
+  std::atomic<int64_t> count_;
+};
+
+}  // namespace flowlane::sched

@@ -1,0 +1,165 @@
+// fl_parallel_for on the pool: dynamic chunk claiming. See core/parallel_for.hpp.
+//
+// The caller does not wait for helper tasks that have not started: a parked worker may take
+// tens of microseconds (much more on a loaded machine) to wake up, and by then the caller
+// may have run every chunk itself. So the shared state is on the heap, reference-counted by
+// the caller and every helper, and the caller waits only until every chunk has been claimed
+// (or the loop stopped) and no participant is inside a body:
+//
+//   done  <=>  (next >= chunks || stop) && active == 0
+//
+// A participant increments `active` before claiming and decrements it after its last
+// chunk. All of these are seq_cst, so if the caller sees the loop done, a helper that
+// enters later claims nothing (its claim returns >= chunks, or it sees stop) and runs no
+// body; it only drops its reference.
+#include "sched/parallel_for.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <memory>
+
+#include "base/cpu.hpp"
+
+namespace flowlane::sched {
+
+namespace {
+
+struct ForState;
+
+struct Helper : Task {
+  ForState* state = nullptr;
+};
+
+struct ForState {
+  RangeFn body;
+  void* user_data;
+  uint64_t begin;
+  uint64_t end;
+  uint64_t grain;
+  uint64_t chunks;
+  alignas(64) std::atomic<uint64_t> next{0};  // the next unclaimed chunk
+  std::atomic<bool> stop{false};               // a chunk failed: claim nothing more
+  std::atomic<bool> failed{false};             // the first failure has been recorded
+  ParallelForResult result;                    // written by the first failing chunk only
+  alignas(64) std::atomic<uint32_t> active{0};  // participants between enter and leave
+  std::atomic<uint32_t> wake{0};                // futex word: bumped when active drops to 0
+  std::atomic<uint32_t> sleeping{0};            // the caller is (about to be) in futex_wait
+  std::atomic<uint32_t> refs{1};                // the caller + every submitted helper
+  std::unique_ptr<Helper[]> helpers;
+
+  bool done() const {
+    bool finished = next.load(std::memory_order_seq_cst) >= chunks || stop.load(std::memory_order_seq_cst);
+    return finished && active.load(std::memory_order_seq_cst) == 0;
+  }
+
+  // Claims and runs chunks until none is left or one failed.
+  void participate() {
+    active.fetch_add(1, std::memory_order_seq_cst);  // before any claim: see the header comment
+    for (;;) {
+      if (stop.load(std::memory_order_seq_cst)) break;
+      uint64_t c = next.fetch_add(1, std::memory_order_seq_cst);
+      if (c >= chunks) break;
+      uint64_t lo = begin + c * grain;
+      uint64_t hi = end - lo > grain ? lo + grain : end;
+      fl_status_t st = body(lo, hi, user_data);
+      if (st != FL_OK) {
+        // The winner writes result; the caller reads it after seeing active == 0 (the
+        // seq_cst decrement below orders it).
+        if (!failed.exchange(true, std::memory_order_relaxed)) result = {st, lo, hi};
+        stop.store(true, std::memory_order_seq_cst);
+        break;
+      }
+    }
+    if (active.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      // Dekker pair with the caller's sleeping increment and its done() check: either it
+      // sees active == 0, or we see it sleeping and wake it (the bump makes a futex_wait
+      // that has not started yet return at once).
+      wake.fetch_add(1, std::memory_order_seq_cst);
+      if (sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&wake, INT_MAX);
+    }
+  }
+
+  void release() {
+    // acq_rel: the last owner sees every other owner's accesses before freeing.
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  static void run_helper(Task* t) {
+    ForState* s = static_cast<Helper*>(t)->state;
+    s->participate();
+    s->release();
+  }
+
+  void wait(Pool& pool) {
+    if (pool.on_worker()) {
+      pool.help_until([this] { return done(); });
+      return;
+    }
+    for (int i = 0; i < 256; ++i) {
+      if (done()) return;
+      cpu_relax();
+    }
+    sleeping.store(1, std::memory_order_seq_cst);
+    for (;;) {
+      uint32_t w = wake.load(std::memory_order_seq_cst);
+      if (done()) break;
+      futex_wait(&wake, w);
+    }
+    sleeping.store(0, std::memory_order_relaxed);
+  }
+};
+
+// The loop without helpers: one chunk, or a one-worker pool.
+ParallelForResult run_inline(uint64_t begin, uint64_t end, uint64_t grain, RangeFn body, void* user_data) {
+  for (uint64_t lo = begin; lo < end;) {
+    uint64_t hi = end - lo > grain ? lo + grain : end;
+    fl_status_t st = body(lo, hi, user_data);
+    if (st != FL_OK) return {st, lo, hi};
+    lo = hi;
+  }
+  return {};
+}
+
+}  // namespace
+
+uint64_t default_grain(uint64_t count, unsigned workers) {
+  uint64_t parts = uint64_t(std::max(1u, workers)) * 8;
+  uint64_t g = count / parts + (count % parts != 0);
+  return std::max<uint64_t>(g, 1);
+}
+
+ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_t grain, RangeFn body,
+                               void* user_data) {
+  if (begin >= end) return {};
+  uint64_t count = end - begin;
+  if (grain == 0) grain = default_grain(count, pool.size());
+  uint64_t chunks = count / grain + (count % grain != 0);
+
+  // The caller is always one of the participants (the C contract: "the calling thread
+  // helps"), so at most size() threads run bodies: the caller and size() - 1 helpers.
+  uint64_t helpers = std::min<uint64_t>(chunks, pool.size()) - 1;
+  if (helpers == 0) return run_inline(begin, end, grain, body, user_data);
+
+  auto* s = new ForState;
+  s->body = body;
+  s->user_data = user_data;
+  s->begin = begin;
+  s->end = end;
+  s->grain = grain;
+  s->chunks = chunks;
+  s->helpers.reset(new Helper[helpers]);
+  s->refs.store(uint32_t(helpers) + 1, std::memory_order_relaxed);
+  for (uint64_t i = 0; i < helpers; ++i) {
+    s->helpers[i].run = &ForState::run_helper;
+    s->helpers[i].state = s;
+    pool.submit(&s->helpers[i]);  // publishes the fields above
+  }
+  s->participate();
+  s->wait(pool);
+  ParallelForResult r = s->result;
+  s->release();
+  return r;
+}
+
+}  // namespace flowlane::sched

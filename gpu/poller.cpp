@@ -1,0 +1,213 @@
+// The poller of the CUDA backend (gpu/poller.hpp).
+#include "gpu/poller.hpp"
+
+#if FLOWLANE_HAVE_CUDA
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/cpu.hpp"
+#include "gpu/cuda.hpp"
+
+namespace flowlane::gpu {
+
+namespace {
+
+// One thread per engine, started with the first device instruction. Lanes
+// append covered runs to `incoming` (launch order per stream, since a stream's
+// instructions launch one at a time on its lane); the poller moves them to their stream's
+// FIFO and queries the event covering the head of each stream, completing instructions in
+// stream order. With work in flight and no progress it spins briefly, then yields, then
+// sleeps in growing steps (bounded by kMaxSleep) until new work arrives. With nothing in
+// flight it watches `has_incoming` for kIdleSpin (a host that waits for a GPU result and
+// then launches the next step comes back within microseconds), then sleeps on `cv`; a
+// lane notifies only a sleeping poller, so a busy one costs launchers no system call.
+
+constexpr int kSpinPolls = 64;
+constexpr int kYieldPolls = 64;
+constexpr auto kMinSleep = std::chrono::microseconds(2);
+constexpr auto kMaxSleep = std::chrono::microseconds(100);
+constexpr auto kIdleSpin = std::chrono::microseconds(50);
+
+}  // namespace
+
+struct Poller {
+  core::Engine* engine = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Instr*> incoming;  // under mu
+  bool stop = false;             // under mu
+  bool sleeping = false;         // under mu: the poller waits on cv
+  // A hint that `incoming` is not empty or `stop` is set, read without the lock: written
+  // under mu (release), read by the poller (acquire) before it takes mu, which decides.
+  std::atomic<bool> has_incoming{false};
+  std::thread thread;
+
+  void run();
+  bool poll(std::vector<StreamState*>& active);
+  void spin_while_idle();
+};
+
+void Poller::spin_while_idle() {
+  auto until = std::chrono::steady_clock::now() + kIdleSpin;
+  for (int n = 1;; ++n) {
+    if (has_incoming.load(std::memory_order_acquire)) return;
+    if ((n & 31) == 0) {
+      if (std::chrono::steady_clock::now() >= until) return;
+      std::this_thread::yield();  // an oversubscribed machine's lanes need the core more
+    } else {
+      cpu_relax();
+    }
+  }
+}
+
+namespace {
+
+// The event that tells whether `i` (launched, in a stream FIFO) has completed: its own, or
+// the one recorded after it on the same stream (Instr::cover).
+cudaEvent_t completion_event(Instr* i) {
+  DeviceRecord& r = record_of(i);
+  return r.event != nullptr ? r.event : record_of(r.cover).event;
+}
+
+}  // namespace
+
+bool Poller::poll(std::vector<StreamState*>& active) {
+  bool progress = false;
+  for (size_t k = 0; k < active.size();) {
+    StreamState* ss = active[k];
+    while (!ss->launched.empty()) {
+      // The FIFO's head and the instructions up to its covering event complete together.
+      Instr* head = ss->launched.front();
+      cudaError_t r = cudaEventQuery(completion_event(head));
+      if (r == cudaErrorNotReady) break;
+      progress = true;
+      std::string detail;
+      if (r != cudaSuccess) {
+        (void)cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
+        detail = cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery on the event recorded "
+                                 "after this instruction's run of its stream)");
+      }
+      for (;;) {
+        Instr* i = ss->launched.front();
+        ss->launched.pop_front();
+        DeviceRecord& rec = record_of(i);
+        bool owner = rec.event != nullptr;  // read before completion may recycle i
+        if (r == cudaSuccess && rec.hook != nullptr) {
+          std::string why;  // e.g. an NCCL collective cut short by an abort completes on the GPU too
+          fl_status_t st = rec.hook(i, &why);
+          engine->complete_async(i, st, why);
+        } else {
+          engine->complete_async(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
+        }
+        if (owner) break;
+      }
+    }
+    if (ss->launched.empty()) {
+      ss->polled = false;
+      active[k] = active.back();
+      active.pop_back();
+    } else {
+      ++k;
+    }
+  }
+  return progress;
+}
+
+void Poller::run() {
+  std::vector<StreamState*> active;
+  std::vector<Instr*> batch;
+  int idle = 0;
+  auto sleep = kMinSleep;
+  for (;;) {
+    if (active.empty()) spin_while_idle();
+    const bool quiet = idle >= kSpinPolls + kYieldPolls;
+    if (active.empty() || quiet || has_incoming.load(std::memory_order_acquire)) {
+      std::unique_lock<std::mutex> lock(mu);
+      if (active.empty() && incoming.empty()) {
+        if (stop) return;
+        sleeping = true;
+        cv.wait(lock, [this] { return stop || !incoming.empty(); });
+        sleeping = false;
+        if (incoming.empty()) return;  // stop, and nothing left
+      } else if (quiet && incoming.empty()) {
+        sleeping = true;
+        cv.wait_for(lock, sleep, [this] { return !incoming.empty(); });
+        sleeping = false;
+        sleep = std::min<std::chrono::microseconds>(sleep * 2, kMaxSleep);
+      }
+      batch.swap(incoming);
+      has_incoming.store(stop, std::memory_order_relaxed);  // under mu
+    }
+    for (Instr* i : batch) {
+      StreamState* ss = state_of(i->stream);
+      ss->launched.push_back(i);
+      if (!ss->polled) {
+        ss->polled = true;
+        active.push_back(ss);
+      }
+    }
+    if (!batch.empty()) idle = 0;
+    batch.clear();
+    if (poll(active)) {
+      idle = 0;
+      sleep = kMinSleep;
+    } else if (++idle <= kSpinPolls) {
+      cpu_relax();
+    } else if (idle <= kSpinPolls + kYieldPolls) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+Poller* poller_of(core::Engine* e) {
+  // acquire pairs with the release store below.
+  if (void* p = e->device_state.load(std::memory_order_acquire)) return static_cast<Poller*>(p);
+  std::lock_guard<std::mutex> lock(e->device_mu);
+  if (void* p = e->device_state.load(std::memory_order_relaxed)) return static_cast<Poller*>(p);
+  auto p = std::make_unique<Poller>();
+  p->engine = e;
+  p->thread = std::thread([raw = p.get()] {
+    core::set_completion_thread(raw->engine);
+    raw->run();
+  });
+  Poller* raw = p.release();
+  e->device_state.store(raw, std::memory_order_release);  // publishes the started poller
+  return raw;
+}
+
+void track(Instr* const* run, size_t n) {
+  Poller* p = static_cast<Poller*>(run[0]->engine->device_state.load(std::memory_order_acquire));
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->incoming.insert(p->incoming.end(), run, run + n);
+    p->has_incoming.store(true, std::memory_order_release);  // pairs with the poller's acquire loads
+    wake = p->sleeping;
+  }
+  if (wake) p->cv.notify_one();
+}
+
+void stop_poller(core::Engine* e) {
+  Poller* p = static_cast<Poller*>(e->device_state.exchange(nullptr, std::memory_order_acq_rel));
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->stop = true;
+    p->has_incoming.store(true, std::memory_order_release);  // ends an idle spin
+  }
+  p->cv.notify_one();
+  p->thread.join();
+  delete p;
+}
+
+}  // namespace flowlane::gpu
+
+#endif
