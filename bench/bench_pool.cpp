@@ -70,7 +70,7 @@ void on_pool(F&& f) {
     r->latch.count_down();
   };
   pool().submit(&root);
-  root.latch.wait(pool());
+  root.latch.wait();
 }
 
 // ---- fib(30), one task per call, no cutoff ----------------------------------------------
@@ -98,7 +98,7 @@ long fib_flowlane(int n) {
   child.latch = &latch;
   pool().submit(&child);
   long b = fib_flowlane(n - 2);
-  latch.wait(pool());
+  latch.wait();
   return child.result + b;
 }
 
@@ -149,7 +149,7 @@ void BM_EmptyTasksFlowlane(benchmark::State& state) {
         t.latch = &latch;
         pool().submit(&t);  // into this worker's deque; the other workers steal
       }
-      latch.wait(pool());
+      latch.wait();
     });
   }
   state.SetItemsProcessed(int64_t(state.iterations()) * int64_t(n));
@@ -167,7 +167,7 @@ void BM_EmptyTasksFlowlaneFromOutside(benchmark::State& state) {
       t.latch = &latch;
       pool().submit(&t);
     }
-    latch.wait(pool());
+    latch.wait();
   }
   state.SetItemsProcessed(int64_t(state.iterations()) * int64_t(n));
 }

@@ -109,9 +109,11 @@ FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
   return guard([&] {
     if (engine == nullptr) return FL_OK;
     core::Engine* e = engine_from(engine, "fl_engine_destroy");
-    if (e->pool().on_worker() || core::current_instr() != nullptr)
+    if (core::in_engine_context(e))
       fail(FL_ERR_INVALID_ARGUMENT,
-           "fl_engine_destroy called from one of the engine's own callbacks: it would wait for itself");
+           "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
+           "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
+           "the engine from a thread of your own once its work is done (the engine stays usable)");
     if (!e->begin_destroy())
       fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine is already being destroyed");
     // Drain with the handle still valid: callbacks that run during the drain may use the

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -307,6 +308,7 @@ int cancel_cycle_waits(Engine& e) {
       std::lock_guard<SpinLock> lock(lane.diag_lock);
       if (lane.active == g.waiter && lane.active_waits_on == g.waited) {
         lane.wait_cancelled.store(true, std::memory_order_release);  // pairs with acquire in Engine::wait_object()
+        futex_wake(&g.waited->state, INT_MAX);  // the wait sleeps on the state of what it waits for
         ++n;
       }
     }

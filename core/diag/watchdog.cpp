@@ -90,7 +90,10 @@ void run(Diagnostics* d) {
       } catch (...) {
         text = "flowlane watchdog: building the dump failed (out of memory?)\n";
       }
-      deliver(text, cb, ud, path);
+      {
+        core::CallbackScope frame(&e, nullptr, core::CallbackKind::kWatchdog);
+        deliver(text, cb, ud, path);
+      }
       lk.lock();
       d->in_callback = false;
       d->callback_done_cv.notify_all();

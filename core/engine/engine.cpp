@@ -13,7 +13,7 @@ Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services) : s
   unsigned workers = desc.num_workers ? unsigned(desc.num_workers) : sched::logical_core_count();
   uint32_t lanes = desc.max_lanes ? uint32_t(desc.max_lanes) : 8;
   inflight_limit_ = desc.inflight_limit ? desc.inflight_limit : 4096;
-  pool_ = std::make_unique<sched::Pool>(workers);
+  pool_ = std::make_unique<sched::Pool>(workers, this);
   lanes_.reserve(lanes);
   for (uint32_t l = 0; l < lanes; ++l) {
     auto lane = std::make_unique<Lane>();
@@ -75,13 +75,9 @@ void Engine::drain_and_stop() {
   for (Extension* x : extensions()) x->end_shutdown();
   // The device backend completed every issued instruction during the drain; stop its threads.
   if (services_.device != nullptr) services_.device->engine_stopped(this);
-  // 4. Join workers.
-  {
-    std::lock_guard<std::mutex> lock(pools_mu_);
-    extra_pools_.clear();
-  }
-  pool_.reset();
-  // 5. Run every pending release callback: objects the caller still holds.
+  // 4. Run every pending release callback (objects the caller still holds) while the
+  //    workers still exist: a release callback may call back in (stats, dumps, waits; a
+  //    submission answers FL_ERR_SHUTDOWN).
   for (;;) {
     Object* o;
     {
@@ -89,9 +85,15 @@ void Engine::drain_and_stop() {
       o = objects_head_;
     }
     if (o == nullptr) break;
-    if (services_.forget_handle != nullptr) services_.forget_handle(o->handle);  // stale from now on
-    destroy_object(o);
+    forget_handle(o->handle);  // stale from now on
+    destroy_object(o, nullptr);
   }
+  // 5. Join workers.
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    extra_pools_.clear();
+  }
+  pool_.reset();
   std::lock_guard<std::mutex> lock(failures_mu_);
   for (FailureRecord& f : failures_)
     if (f.instr->unref()) recycle(f.instr);
@@ -135,7 +137,7 @@ sched::Pool& Engine::pool_for_threads(unsigned n) {
   if (n == 0 || n == pool_->size()) return *pool_;
   std::lock_guard<std::mutex> lock(pools_mu_);
   auto& p = extra_pools_[n];
-  if (!p) p = std::make_unique<sched::Pool>(n);
+  if (!p) p = std::make_unique<sched::Pool>(n, this);
   return *p;
 }
 

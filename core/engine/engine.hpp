@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "engine/context.hpp"
 #include "engine/device.hpp"
 #include "engine/extension.hpp"
 #include "engine/instr.hpp"
@@ -107,8 +108,14 @@ class Engine {
 
   // --- objects (object.cpp) ---
   Object* create_object(void* user_data, fl_release_fn release);
-  void release_object_ref(Object* o);  // runs release() when the last reference goes
+  // Drops a reference; the last one runs the object's release callback, in a callback
+  // frame for `completing` (the instruction whose completion drops it, or null).
+  void release_object_ref(Object* o, Instr* completing = nullptr);
   fl_status_t wait_object(Object* o, uint32_t access);
+  // Sleeps until i is terminal or *cancelled is set (by a thread that then wakes i's
+  // state futex); on a pool worker, sched::wait() helps the caller's own region first and
+  // a spare worker stands in while it sleeps.
+  static void sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled);
 
   // --- submission and the window (submit.cpp) ---
   // A record of this engine from the pool, for a submission to fill (operands, device
@@ -169,26 +176,12 @@ class Engine {
   std::mutex device_mu;
 
  private:
-  // Waits until done(): a worker of this engine's pool helps run other work meanwhile;
-  // any other thread sleeps on `atom` (notified by whoever makes done() true).
-  template <class Done, class Atomic>
-  void block_until(Done&& done, Atomic& atom) {
-    if (pool_->on_worker()) {
-      pool_->help_until(done);
-      return;
-    }
-    for (;;) {
-      auto v = atom.load(std::memory_order_acquire);
-      if (done()) return;
-      atom.wait(v, std::memory_order_acquire);
-    }
-  }
   // Records the dependencies of `i` and queues it on its lane; owns the window slot
   // admit() took.
   fl_instr_id enqueue(Instr* i);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   void wait_stream(Stream* s, uint64_t target);  // helps on a worker, sleeps elsewhere
-  void destroy_object(Object* o);
+  void destroy_object(Object* o, Instr* completing);
   fl_status_t collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto);
   void drain_and_stop();
 
@@ -233,11 +226,5 @@ class Engine {
   mutable std::mutex extensions_mu_;
   std::vector<std::pair<const void*, std::unique_ptr<Extension>>> extensions_;
 };
-
-// Marks this thread as one that completes instructions of `e` outside its pool (a device
-// backend's poller): its submissions — from release and cleanup callbacks it runs — are
-// admitted over the window, as workers' are, since the window may be waiting for this
-// very thread.
-void set_completion_thread(Engine* e);
 
 }  // namespace flowlane::core

@@ -83,7 +83,11 @@ struct Instr : MiAllocated {
   // issued or completed.
   std::atomic<Edge*> issue_succ_head{nullptr};
   std::atomic<int32_t> refs{0};
+  // The state is also a futex word: threads waiting for a terminal state sleep on it
+  // (Engine::sleep_until_terminal), counted in `sleepers` so that complete() makes the
+  // wake-up system call only when someone sleeps.
   std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
+  std::atomic<uint32_t> sleepers{0};
   std::atomic<Instr*> lane_next{nullptr};
 
   // --- asynchronous instructions ---

@@ -1,5 +1,6 @@
 // Lanes as strands on the pool, and the life of an instruction once it reaches the head
 // of its lane: poison check, callback, cleanup, completion, release of successors.
+#include <climits>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -12,7 +13,6 @@
 namespace flowlane::core {
 
 namespace {
-FL_TLS thread_local Instr* t_current_instr = nullptr;
 
 // A lane runs at most this many instructions before it re-queues itself, so that one busy
 // lane cannot starve the others on a small pool.
@@ -31,14 +31,13 @@ bool must_flush_before(const Lane* lane, const Instr* next) {
 }
 }  // namespace
 
-Instr* current_instr() { return t_current_instr; }
-
 // ---------------------------------------------------------------------------------------
 // The lane queue: Vyukov's intrusive MPSC queue with a stub node. Producers are serialised
 // by the lane's submit lock anyway; the consumer is whichever worker runs the lane task.
 
 Lane::Lane() {
   task.run = &Lane::run_task;
+  task.tag = sched::kLaneTag;  // run by a worker's top-level loop only, never by a waiter
   stub.lane_next.store(nullptr, std::memory_order_relaxed);
   tail.store(&stub, std::memory_order_relaxed);
   head = &stub;
@@ -184,6 +183,7 @@ void mark_failed(Instr* i, fl_status_t st) {
 
 void run_cleanup(Instr* i) {
   if (i->cleanup != nullptr) {
+    CallbackScope frame(i->engine, i, CallbackKind::kCleanup);  // its completion waits for it
     try {
       i->cleanup(i->user_data);
     } catch (...) {
@@ -196,8 +196,7 @@ void run_cleanup(Instr* i) {
 // failure with its text. Returns the callback's status; i->error holds its detail.
 template <class Call>
 fl_status_t run_callback(Instr* i, Call&& call) {
-  Instr* saved = t_current_instr;
-  t_current_instr = i;
+  CallbackScope frame(i->engine, i, CallbackKind::kFn);
   fl_status_t st;
   i->error.clear();
   try {
@@ -209,7 +208,6 @@ fl_status_t run_callback(Instr* i, Call&& call) {
     st = FL_ERR_INSTRUCTION_FAILED;
     i->error = "unknown C++ exception";
   }
-  t_current_instr = saved;
   return st;
 }
 }  // namespace
@@ -313,9 +311,10 @@ void Engine::complete(Instr* i) {
   if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_relaxed);
 
   // Publish the result: release pairs with the acquire loads of waiters and of dependents'
-  // poison checks.
-  i->state.store(uint32_t(final_state), std::memory_order_release);
-  i->state.notify_all();
+  // poison checks. seq_cst, with the load of `sleepers`: a store–load pair with
+  // sleep_until_terminal() (either the sleeper sees the state, or we see it counted and wake it).
+  i->state.store(uint32_t(final_state), std::memory_order_seq_cst);
+  if (i->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&i->state, INT_MAX);
   if (Observer* ob = observer()) ob->on_end(*i);
 
   // Seal the successor list and release every successor. acq_rel: acquire pairs with the
@@ -328,7 +327,7 @@ void Engine::complete(Instr* i) {
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
   if (final_state != InstrState::kDone) record_failure(i);
-  for (Operand& op : i->operands) release_object_ref(op.obj);
+  for (Operand& op : i->operands) release_object_ref(op.obj, i);  // release callbacks: i's completion waits
   i->operands.clear();
   // The window slot is freed before the stream's completion is published, so a caller
   // returning from synchronize sees in_flight without this instruction.

@@ -113,7 +113,4 @@ struct Lane {
   static void run_task(sched::Task* t);
 };
 
-// The instruction running on this thread (inside its callback), or null.
-Instr* current_instr();
-
 }  // namespace flowlane::core

@@ -18,13 +18,13 @@ Object* Engine::create_object(void* user_data, fl_release_fn release) {
   return o;
 }
 
-void Engine::release_object_ref(Object* o) {
+void Engine::release_object_ref(Object* o, Instr* completing) {
   // acq_rel: the last dropper sees every user's writes before running release.
   if (o->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  destroy_object(o);
+  destroy_object(o, completing);
 }
 
-void Engine::destroy_object(Object* o) {
+void Engine::destroy_object(Object* o, Instr* completing) {
   {
     std::lock_guard<std::mutex> lock(objects_mu_);
     if (o->prev) o->prev->next = o->next;
@@ -35,6 +35,7 @@ void Engine::destroy_object(Object* o) {
   for (Instr* r : o->readers)
     if (r->unref()) recycle(r);
   if (o->release != nullptr) {
+    CallbackScope frame(this, completing, CallbackKind::kRelease);
     try {
       o->release(o->user_data);
     } catch (...) {
@@ -42,6 +43,23 @@ void Engine::destroy_object(Object* o) {
     }
   }
   delete o;
+}
+
+void Engine::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled) {
+  // acquire pairs with the release store in cancel_cycle_waits() (diag/dump.cpp).
+  auto done = [i, cancelled] {
+    return is_terminal(i->load_state()) || (cancelled != nullptr && cancelled->load(std::memory_order_acquire));
+  };
+  sched::wait(done, [i, &done] {
+    // seq_cst increment, then the state load: the store–load pair with complete().
+    i->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    for (;;) {
+      uint32_t v = i->state.load(std::memory_order_seq_cst);
+      if (done()) break;
+      futex_wait(&i->state, v);  // woken by complete(), or by a cancel (which does not change v)
+    }
+    i->sleepers.fetch_sub(1, std::memory_order_relaxed);
+  });
 }
 
 fl_status_t Engine::wait_object(Object* o, uint32_t access) {
@@ -61,18 +79,33 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
       }
     }
   }
-  Instr* self = current_instr();
+  // Called from a callback whose instruction is still pending: waiting for that instruction,
+  // or for one queued behind it on its own lane (which cannot start before it completes),
+  // could never return.
+  CallbackFrame* frame = nullptr;
+  for (CallbackFrame* f = current_frame(); f != nullptr && frame == nullptr; f = f->parent)
+    if (f->engine == this && f->instr != nullptr) frame = f;
+  Instr* self = frame != nullptr ? frame->instr : nullptr;
   for (Instr* w : waits) {
-    if (w == self) {
-      for (Instr* x : waits)
-        if (x->unref()) recycle(x);
-      fail(FL_ERR_INVALID_ARGUMENT, "fl_object_wait: the calling instruction " + self->describe() +
-                                        " uses this object itself and would wait for its own completion");
-    }
+    if (self == nullptr) break;
+    const bool behind = w->stream->lane == self->stream->lane && w->id > self->id &&
+                        !is_terminal(w->load_state(std::memory_order_acquire));
+    if (w != self && !behind) continue;
+    std::string msg = w == self ? "fl_object_wait: the calling instruction " + self->describe() +
+                                      " uses this object itself and would wait for its own completion"
+                                : "fl_object_wait: the object's pending user " + w->describe() +
+                                      " is queued behind the calling instruction " +
+                                      self->describe() +
+                                      " on its own lane, so it cannot start before the caller returns; depend on the "
+                                      "object through an operand instead";
+    for (Instr* x : waits)
+      if (x->unref()) recycle(x);
+    fail(FL_ERR_INVALID_ARGUMENT, msg);
   }
   // Inside a device function: what its lane issued before could never be seen to complete
   // while the lane runner waits here; have the backend track it first.
-  if (self != nullptr) flush_device(self->stream->lane);
+  if (frame != nullptr && frame->kind == CallbackKind::kFn && !self->stream->is_host_executed())
+    flush_device(self->stream->lane);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_object_wait");
   Lane* my_lane = self ? self->stream->lane : nullptr;
@@ -85,11 +118,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
       my_lane->active_waits_obj = o;
       my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
     }
-    // acquire pairs with the release store in cancel_cycle_waits() (core/dump.cpp).
-    block_until([w, my_lane] {
-      return is_terminal(w->load_state()) ||
-             (my_lane != nullptr && my_lane->wait_cancelled.load(std::memory_order_acquire));
-    }, w->state);
+    sleep_until_terminal(w, my_lane != nullptr ? &my_lane->wait_cancelled : nullptr);
     if (my_lane != nullptr) {
       {
         std::lock_guard<SpinLock> lock(my_lane->diag_lock);

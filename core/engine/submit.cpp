@@ -234,16 +234,11 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
 // ---------------------------------------------------------------------------------------
 // The in-flight window (core/engine/README.md, "The in-flight window")
 
-namespace {
-FL_TLS thread_local const Engine* t_completion_engine = nullptr;
-}  // namespace
-
-void set_completion_thread(Engine* e) { t_completion_engine = e; }
-
 void Engine::admit(bool nonblocking) {
-  if (pool_->on_worker() || t_completion_engine == this) {
-    // A callback submitting follow-up work is never blocked (it could be the very work
-    // that must finish to open the window): admitted over the limit.
+  if (in_any_engine_context()) {
+    // Work submitted by engine-run code (a callback, a task, a completion thread) is never
+    // blocked: it could be the very work that must finish to open the window. Admitted
+    // over the limit.
     inflight_.fetch_add(1, std::memory_order_relaxed);
     return;
   }

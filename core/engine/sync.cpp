@@ -75,16 +75,15 @@ fl_status_t Engine::collect_failure(const std::vector<std::pair<Stream*, uint64_
 }
 
 void Engine::wait_stream(Stream* s, uint64_t target) {
-  if (pool_->on_worker())
-    pool_->help_until([s, target] { return s->completed.load(std::memory_order_acquire) >= target; });
-  else
-    s->wait_completed(target);
+  sched::wait([s, target] { return s->completed.load(std::memory_order_acquire) >= target; },
+              [s, target] { s->wait_completed(target); });
 }
 
 fl_status_t Engine::synchronize() {
-  if (current_instr() != nullptr)
-    fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside instruction " +
-                                      current_instr()->describe() + ": it would wait for itself");
+  if (Instr* self = pending_instr(this))
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside a callback of instruction " +
+                                      self->describe() + " (its function, cleanup, or a release its completion runs)"
+                                      ": it would wait for that instruction itself");
   std::vector<std::pair<Stream*, uint64_t>> upto;
   for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
   Observer* ob = observer();
@@ -99,12 +98,12 @@ fl_status_t Engine::synchronize() {
 }
 
 fl_status_t Engine::synchronize(Stream* s) {
-  Instr* self = current_instr();
+  Instr* self = pending_instr(this);
   // Any stream of the caller's own lane: its instructions submitted after the caller (a
   // host stream's, or a CUDA stream's, which launch only once the caller finished) would
   // be waited for by the instruction they queue behind.
   if (self != nullptr && self->stream->lane == s->lane)
-    fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside instruction " + self->describe() +
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside a callback of instruction " + self->describe() +
                                       " on a stream of its own lane (" + s->describe() +
                                       "): it would wait for instructions queued behind itself; "
                                       "depend on the objects you need instead");

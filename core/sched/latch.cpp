@@ -20,17 +20,15 @@ void Latch::count_down(int64_t n) {
     futex_wake(reinterpret_cast<std::atomic<uint32_t>*>(&count_), INT_MAX);  // reads no memory
 }
 
-void Latch::wait(Pool& pool) {
+void Latch::wait() {
   if (done()) return;
-  if (pool.on_worker()) {
-    pool.help_until([this] { return done(); });
-    return;
+  if (Pool::current() == nullptr) {
+    for (int i = 0; i < 128; ++i) {  // short spin: fork–join children are often quick
+      if (done()) return;
+      cpu_relax();
+    }
   }
-  for (int i = 0; i < 128; ++i) {  // short spin: fork–join children are often quick
-    if (done()) return;
-    cpu_relax();
-  }
-  block();
+  sched::wait([this] { return done(); }, [this] { block(); });
 }
 
 void Latch::block() {

@@ -9,8 +9,9 @@
 
 namespace flowlane::sched {
 
-// Fork–join counter. count_down() from any thread; wait() helps on a worker of `pool`,
-// or blocks (futex) elsewhere. The count reaches zero once: add() is for a holder of a
+// Fork–join counter. count_down() from any thread; wait() follows sched::wait(): on a pool
+// worker it helps with tasks of its own region, then blocks (futex) with a spare standing
+// in; elsewhere it blocks. The count reaches zero once: add() is for a holder of a
 // count (the waiter before it waits, or a task that has not counted down yet).
 //
 // A Latch usually lives on the waiter's stack frame, and the waiter may return the moment
@@ -24,7 +25,7 @@ class Latch {
   void add(int64_t n) { count_.fetch_add(n, std::memory_order_relaxed); }
   void count_down();
   void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
-  void wait(Pool& pool);
+  void wait();
   // Acquire: pairs with the acq_rel RMW in count_down(); what the counted-down tasks wrote
   // is visible to the waiter.
   bool done() const { return (count_.load(std::memory_order_acquire) & kCountMask) == 0; }
@@ -32,7 +33,7 @@ class Latch {
  private:
   static constexpr int64_t kSleeper = int64_t(1) << 62;
   static constexpr int64_t kCountMask = kSleeper - 1;
-  [[gnu::cold]] void block();  // the off-worker slow path of wait()
+  [[gnu::cold]] void block();  // sleeps until the count is zero
   std::atomic<int64_t> count_;
 };
 

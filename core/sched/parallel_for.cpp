@@ -91,15 +91,17 @@ struct ForState {
     s->release();
   }
 
-  void wait(Pool& pool) {
-    if (pool.on_worker()) {
-      pool.help_until([this] { return done(); });
-      return;
+  void wait() {
+    if (Pool::current() == nullptr) {
+      for (int i = 0; i < 256; ++i) {
+        if (done()) return;
+        cpu_relax();
+      }
     }
-    for (int i = 0; i < 256; ++i) {
-      if (done()) return;
-      cpu_relax();
-    }
+    sched::wait([this] { return done(); }, [this] { block(); });
+  }
+
+  void block() {
     sleeping.store(1, std::memory_order_seq_cst);
     for (;;) {
       uint32_t w = wake.load(std::memory_order_seq_cst);
@@ -156,7 +158,7 @@ ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_
     pool.submit(&s->helpers[i]);  // publishes the fields above
   }
   s->participate();
-  s->wait(pool);
+  s->wait();
   ParallelForResult r = s->result;
   s->release();
   return r;

@@ -1,14 +1,21 @@
-// The work-stealing pool. Protocols (deque orderings, sleep/wake): core/sched/README.md.
+// The work-stealing pool. Protocols (deque orderings, sleep/wake, regions, spare workers):
+// core/sched/README.md.
 //
-// A worker looks for work in this order: its own deque (LIFO), the injection queue (FIFO,
-// work submitted from outside), then random victims' deques (FIFO end). Having found
-// nothing it spins for a short while, then parks on the notifier: prepare_wait, one more
-// full scan, then commit_wait. submit() publishes and calls notify_one(), which costs a
-// fence and a load when no worker sleeps.
+// A worker's top-level loop looks for work in this order: its own deque (LIFO), the
+// injection queue (FIFO, work submitted from outside), then random victims' deques (FIFO
+// end). Having found nothing it spins for a short while, then parks on the notifier:
+// prepare_wait, one more full scan, then commit_wait. submit() publishes and calls
+// notify_one(), which costs a fence and a load when no worker sleeps.
+//
+// A worker waiting inside a task (Pool::wait) looks only for tasks of its own region, in
+// its own deque's top and at the oldest end of victims' deques, and never in the injection
+// queue; with none left it blocks, counted in `blocked`, and spare worker number k runs
+// while k < blocked (the spare stands in for a blocked worker).
 #include "sched/pool.hpp"
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -46,7 +53,6 @@ inline uint64_t xorshift(uint64_t& s) {
   s ^= s >> 27;
   return s * 2685821657736338717ull;
 }
-
 
 #if FL_UNDER_TSAN
 // moodycamel::ConcurrentQueue synchronizes through standalone fences, which
@@ -108,10 +114,27 @@ struct Worker {
 };
 
 struct Pool::Impl {
-  std::vector<std::unique_ptr<Worker>> workers;
+  const void* owner = nullptr;
+  unsigned base = 0;  // the pool's parallelism: workers 0 .. base-1 always run
+  // Every worker, base then spares, created on demand; slots are never emptied while the
+  // pool lives, so thieves index them without a lock. `started` (release store after a
+  // slot is filled, acquire loads by thieves) says how many slots are valid.
+  std::unique_ptr<std::unique_ptr<Worker>[]> workers;
+  unsigned capacity = 0;
+  std::atomic<unsigned> started{0};
+  std::mutex spawn_mu;  // creating spare workers
   InjectionQueue injection;
   Notifier notifier;
   std::atomic<bool> stop{false};
+  // Workers blocked in Pool::wait(); spare worker k (index base + k) runs while k < blocked.
+  std::atomic<unsigned> blocked{0};
+  // Futex word of parked spares: bumped whenever `blocked` grows, and at shutdown.
+  std::atomic<uint32_t> spare_epoch{0};
+
+  bool may_run(const Worker& w) const {
+    // seq_cst: pairs with the seq_cst increment in BlockedScope (see park_spare()).
+    return w.index < base || w.index - base < blocked.load(std::memory_order_seq_cst);
+  }
 
   Task* find_local(Worker& w) {
     if (Task* t = w.deque.pop()) return t;
@@ -120,17 +143,18 @@ struct Pool::Impl {
     return nullptr;
   }
 
-  // One pass over the other workers' deques starting at a random victim. Sets *retry when
-  // a steal lost a race (the victim may still hold work).
-  Task* steal_round(Worker& w, bool* retry) {
-    size_t n = workers.size();
+  // One pass over the other workers' deques starting at a random victim, taking only
+  // tasks tagged `want` (kAnyTag: any). Sets *retry when a steal lost a race (the victim
+  // may still hold work).
+  Task* steal_round(Worker& w, bool* retry, uint64_t want) {
+    size_t n = started.load(std::memory_order_acquire);  // pairs with the release stores in Pool() and BlockedScope()
     if (n <= 1) return nullptr;
-    size_t start = size_t(xorshift(w.rng) % n);
+    size_t first = size_t(xorshift(w.rng) % n);
     for (size_t k = 0; k < n; ++k) {
-      Worker& v = *workers[(start + k) % n];
+      Worker& v = *workers[(first + k) % n];
       if (&v == &w) continue;
       Task* t = nullptr;
-      StealResult r = v.deque.steal(&t);
+      StealResult r = v.deque.steal(&t, want);
       if (r == StealResult::Success) {
         Worker::bump(w.steals);
         return t;
@@ -142,24 +166,82 @@ struct Pool::Impl {
 
   Task* find_any(Worker& w, bool* retry) {
     if (Task* t = find_local(w)) return t;
-    return steal_round(w, retry);
+    return steal_round(w, retry, kAnyTag);
+  }
+
+  // A waiter's search: its own region only; lane tasks and the injection queue never.
+  Task* find_in_region(Worker& w, uint64_t region) {
+    if (region == kLaneTag) return nullptr;  // not inside a task: nothing of ours to help with
+    if (Task* t = w.deque.pop(region)) return t;
+    bool retry = false;
+    return steal_round(w, &retry, region);
+  }
+
+  static void run(Task* t) {
+    RegionScope scope(t->tag);  // the task's code runs in its region (children inherit it)
+    t->run(t);
   }
 
   void worker_main(Worker& w);
+  void park_spare(Worker& w);
 };
 
 namespace {
 // The current thread's worker and pool, for on_worker() and submit().
 FL_TLS thread_local const void* tls_pool = nullptr;  // the Pool::Impl this thread works for
-FL_TLS thread_local Worker* tls_worker = nullptr;  // initial-exec: read on every submit (core/error.hpp)
+FL_TLS thread_local Worker* tls_worker = nullptr;  // initial-exec: read on every submit (base/error.hpp)
+FL_TLS thread_local Pool* tls_pool_object = nullptr;
+
+// The calling thread's region (sched/task.hpp). kFresh until a fresh scope's region is
+// first asked for; regions are handed out in blocks per thread, so opening one touches no
+// shared cache line.
+FL_TLS thread_local uint64_t t_region = kRegionTop;
+FL_TLS thread_local uint64_t t_next_region = 0;
+FL_TLS thread_local uint64_t t_region_end = 0;
+std::atomic<uint64_t> g_region_blocks{kFirstRegion};
+constexpr uint64_t kRegionBlock = uint64_t(1) << 16;
 }  // namespace
+
+uint64_t current_region() {
+  if (t_region == RegionScope::kFresh) {
+    if (t_next_region == t_region_end) {
+      t_next_region = g_region_blocks.fetch_add(kRegionBlock, std::memory_order_relaxed);
+      t_region_end = t_next_region + kRegionBlock;
+    }
+    t_region = t_next_region++;
+  }
+  return t_region;
+}
+
+RegionScope::RegionScope(uint64_t region) : saved_(t_region) { t_region = region; }
+RegionScope::~RegionScope() { t_region = saved_; }
+
+void Pool::Impl::park_spare(Worker& w) {
+  // A spare that may not run: its deque's leftovers go to the others, then it sleeps until
+  // `blocked` grows. Dekker pair with BlockedScope: it increments blocked (seq_cst) before
+  // bumping the epoch; we read the epoch before re-checking blocked (seq_cst), and the
+  // futex compares the epoch atomically with the sleep, so an increment after our check
+  // changes the word and the wait returns at once.
+  if (!w.deque.empty()) notifier.notify_one();
+  for (;;) {
+    uint32_t epoch = spare_epoch.load(std::memory_order_seq_cst);
+    if (stop.load(std::memory_order_seq_cst) || may_run(w)) return;
+    futex_wait(&spare_epoch, epoch);
+  }
+}
 
 void Pool::Impl::worker_main(Worker& w) {
   tls_pool = this;
   tls_worker = &w;
   InjectionQueue::Token token(injection);
   w.token = &token;
+  const bool spare = w.index >= base;
   for (;;) {
+    if (spare && !may_run(w)) {
+      park_spare(w);
+      if (stop.load(std::memory_order_seq_cst)) break;
+      continue;
+    }
     bool retry = false;
     Task* t = find_any(w, &retry);
     for (int round = 0; t == nullptr && round < kSpinRounds; ++round) {
@@ -181,52 +263,76 @@ void Pool::Impl::worker_main(Worker& w) {
           break;
         }
         if (notifier.commit_wait()) Worker::bump(w.parks);
+        // A spare that may no longer run consumed a token meant for work: pass it on.
+        if (spare && !may_run(w)) notifier.notify_one();
         continue;
       }
       notifier.cancel_wait();
       if (t == nullptr) continue;  // a steal lost a race: look again
     }
-    t->run(t);
+    run(t);
   }
   w.token = nullptr;
   tls_worker = nullptr;
   tls_pool = nullptr;
+  tls_pool_object = nullptr;
 }
 
-Pool::Pool(unsigned num_workers) : impl_(std::make_unique<Impl>()) {
+Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Impl>()) {
   unsigned n = num_workers ? num_workers : logical_core_count();
-  n = std::min<unsigned>(n, Notifier::kMaxWaiters);
-  impl_->workers.reserve(n);
+  n = std::min<unsigned>(n, Notifier::kMaxWaiters - kMaxSpareWorkers);
+  impl_->owner = owner;
+  impl_->base = n;
+  impl_->capacity = n + kMaxSpareWorkers;
+  impl_->workers.reset(new std::unique_ptr<Worker>[impl_->capacity]);
+  // Threads start only after every base Worker exists (thieves index the array up to
+  // `started`); spares are added one at a time later.
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>();
     w->index = i;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
-    impl_->workers.push_back(std::move(w));
+    impl_->workers[i] = std::move(w);
   }
-  // Start threads only after every Worker exists: thieves index the vector.
-  for (auto& w : impl_->workers) {
-    Worker* wp = w.get();
+  impl_->started.store(n, std::memory_order_release);  // pairs with the acquire in steal_round()
+  for (unsigned i = 0; i < n; ++i) {
+    Worker* wp = impl_->workers[i].get();
     Impl* impl = impl_.get();
-    wp->thread = std::thread([impl, wp] { impl->worker_main(*wp); });
+    wp->thread = std::thread([impl, wp, this] {
+      tls_pool_object = this;
+      impl->worker_main(*wp);
+    });
   }
 }
 
 Pool::~Pool() {
   impl_->stop.store(true, std::memory_order_seq_cst);
   impl_->notifier.notify_all();
-  for (auto& w : impl_->workers)
-    if (w->thread.joinable()) w->thread.join();
+  impl_->spare_epoch.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&impl_->spare_epoch, INT_MAX);
+  unsigned n;
+  {
+    // No spare is started after this: BlockedScope checks `stop` under the same lock.
+    std::lock_guard<std::mutex> lock(impl_->spawn_mu);
+    n = impl_->started.load(std::memory_order_acquire);
+  }
+  for (unsigned i = 0; i < n; ++i)
+    if (impl_->workers[i]->thread.joinable()) impl_->workers[i]->thread.join();
 }
 
-unsigned Pool::size() const { return unsigned(impl_->workers.size()); }
+unsigned Pool::size() const { return impl_->base; }
 
 bool Pool::on_worker() const { return tls_pool == impl_.get(); }
+
+Pool* Pool::current() { return tls_pool_object; }
+
+const void* Pool::current_owner() { return tls_pool_object != nullptr ? tls_pool_object->impl_->owner : nullptr; }
 
 int worker_index(const Pool& pool) {
   return tls_pool == pool.impl_.get() ? int(tls_worker->index) : -1;
 }
 
 void Pool::submit(Task* t) {
+  if (t->tag != kLaneTag) t->tag = current_region();
   if (tls_pool == impl_.get()) {
     tls_worker->deque.push(t);
   } else {
@@ -247,30 +353,60 @@ void Pool::yield(Task* t) {
 }
 
 bool Pool::run_one() {
-  Worker* w = tls_pool == impl_.get() ? tls_worker : nullptr;
-  if (w == nullptr) return false;
-  bool retry = false;
-  Task* t = impl_->find_any(*w, &retry);
+  if (tls_pool != impl_.get()) return false;
+  Task* t = impl_->find_in_region(*tls_worker, current_region());
   if (t == nullptr) return false;
-  t->run(t);
+  Impl::run(t);
   return true;
 }
 
-void Pool::relax() {
-  // help_until's loop: a pause per failed attempt, and now and then a yield so that a
-  // preempted thread that holds the awaited child can run on an oversubscribed machine.
-  thread_local unsigned n = 0;
+void Pool::relax(unsigned n) {
   cpu_relax();
-  if ((++n & 63) == 0) std::this_thread::yield();
+  if ((n & 63) == 0) std::this_thread::yield();
+}
+
+Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
+  Impl& im = *p.impl_;
+  // seq_cst: pairs with the seq_cst loads in may_run() (see park_spare()).
+  unsigned nb = im.blocked.fetch_add(1, std::memory_order_seq_cst) + 1;
+  unsigned want = std::min(im.base + nb, im.capacity);  // workers needed to stand in for every blocked one
+  if (im.started.load(std::memory_order_acquire) < want) {
+    std::lock_guard<std::mutex> lock(im.spawn_mu);
+    unsigned have = im.started.load(std::memory_order_relaxed);
+    if (have < want && !im.stop.load(std::memory_order_relaxed)) {
+      auto w = std::make_unique<Worker>();
+      w->index = have;
+      w->rng = 0x9E3779B97F4A7C15ull * (have + 1);
+      Worker* wp = w.get();
+      im.workers[have] = std::move(w);
+      im.started.store(have + 1, std::memory_order_release);  // pairs with the acquire in steal_round()
+      Pool* pool = &p;
+      Impl* impl = &im;
+      wp->thread = std::thread([impl, wp, pool] {
+        tls_pool_object = pool;
+        impl->worker_main(*wp);
+      });
+    }
+  }
+  im.spare_epoch.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&im.spare_epoch, INT_MAX);
+}
+
+Pool::BlockedScope::~BlockedScope() {
+  // The spare standing in for us notices at its next task boundary and parks again.
+  pool_.impl_->blocked.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 unsigned Pool::parked_workers() const { return impl_->notifier.waiters(); }
+unsigned Pool::blocked_workers() const { return impl_->blocked.load(std::memory_order_relaxed); }
+unsigned Pool::spare_workers() const { return impl_->started.load(std::memory_order_relaxed) - impl_->base; }
 
 PoolStats Pool::stats() const {
   PoolStats s;
-  for (auto& w : impl_->workers) {
-    s.steals += w->steals.load(std::memory_order_relaxed);
-    s.parks += w->parks.load(std::memory_order_relaxed);
+  unsigned n = impl_->started.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < n; ++i) {
+    s.steals += impl_->workers[i]->steals.load(std::memory_order_relaxed);
+    s.parks += impl_->workers[i]->parks.load(std::memory_order_relaxed);
   }
   return s;
 }

@@ -1,7 +1,9 @@
-// The work-stealing pool: one Chase–Lev deque per worker (core/wsq.hpp), an injection
-// queue for work from outside (moodycamel::ConcurrentQueue), random-victim stealing, and
-// parking on an event count (core/notifier.hpp) after a short spin.
-// Protocols: core/sched/README.md.
+// The work-stealing pool: one Chase–Lev deque per worker (sched/wsq.hpp), an injection
+// queue for work from outside (moodycamel::ConcurrentQueue), random-victim stealing,
+// parking on an event count (sched/notifier.hpp) after a short spin, and waits that never
+// run foreign work on top of a suspended frame: a waiting worker helps only with tasks of
+// its own isolation region (sched/task.hpp), and when it must block, a spare worker takes
+// its place so the pool keeps its parallelism. Protocols: core/sched/README.md.
 #pragma once
 
 #include <atomic>
@@ -17,25 +19,32 @@ struct PoolStats {
   uint64_t parks = 0;   // times a worker went to sleep
 };
 
-// The calling thread's worker index in `pool` (0 .. size()-1), or -1 when it is not one
-// of pool's workers.
+// The calling thread's worker index in `pool` (0 .. size()-1 for the base workers, higher
+// for spare workers), or -1 when it is not one of pool's workers.
 class Pool;
 int worker_index(const Pool& pool);
 
 class Pool {
  public:
-  // Starts `num_workers` threads (0 = one per logical core).
-  explicit Pool(unsigned num_workers);
+  // At most this many spare workers stand in for workers blocked in waits at once. Past
+  // it, a blocked worker is not replaced (the state dump says so).
+  static constexpr unsigned kMaxSpareWorkers = 256;
+
+  // Starts `num_workers` threads (0 = one per logical core). `owner` is an opaque tag the
+  // pool's threads report through current_owner() (the engine that created the pool).
+  explicit Pool(unsigned num_workers, const void* owner = nullptr);
   // Joins the workers. Every task submitted before must have run; the owner drains first.
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
+  // The pool's parallelism: its base workers (spares only replace blocked ones).
   unsigned size() const;
 
-  // Schedules t to run exactly once on some worker. Callable from any thread. From a
-  // worker of this pool the task goes to that worker's own deque (LIFO for the owner,
-  // stealable by others); from elsewhere to the injection queue. Wakes a sleeper if needed.
+  // Schedules t to run exactly once on some worker. Callable from any thread. The task
+  // takes the submitting thread's region (unless it is a lane task: kLaneTag). From a
+  // worker of this pool it goes to that worker's own deque (LIFO for the owner, stealable
+  // by others); from elsewhere to the injection queue. Wakes a sleeper if needed.
   void submit(Task* t);
 
   // Re-queues a task that was running (a lane ending its batch) behind the work already
@@ -44,35 +53,79 @@ class Pool {
   // running task being re-queued creates no new parallelism). Off the pool: submit().
   void yield(Task* t);
 
-  // True when the calling thread is one of this pool's workers.
+  // True when the calling thread is one of this pool's workers (base or spare).
   bool on_worker() const;
+  // The pool whose worker the calling thread is, or null.
+  static Pool* current();
+  // The owner tag of the pool whose worker the calling thread is, or null.
+  static const void* current_owner();
 
-  // Runs queued tasks on the calling worker until done() returns true. Only valid
-  // on_worker(); used by fork–join so that a worker waiting on its children helps instead
-  // of blocking (nested fork–join never deadlocks, even with one worker).
-  template <class Done>
-  void help_until(Done&& done) {
-    while (!done()) {
-      if (!run_one()) relax();
+  // Runs at most one pending task of the caller's region on the calling worker; false if
+  // none was found (or the caller is not a worker of this pool).
+  bool run_one();
+
+  // Waits until done() returns true. On a worker of this pool: runs tasks of the caller's
+  // region meanwhile (never other work: see sched/task.hpp), and when none is left blocks
+  // in block() while a spare worker keeps the pool's parallelism. Elsewhere: block().
+  // block() must return only once done() is true (it sleeps on whatever makes it so).
+  template <class Done, class Block>
+  void wait(Done&& done, Block&& block) {
+    if (!on_worker()) {
+      if (!done()) block();
+      return;
+    }
+    for (unsigned idle = 0; !done();) {
+      if (run_one()) {
+        idle = 0;
+      } else if (++idle < kWaitSpins) {
+        relax(idle);
+      } else {
+        BlockedScope blocked(*this);
+        block();
+        return;
+      }
     }
   }
-
-  // Runs at most one pending task on the calling worker; false if none was found.
-  bool run_one();
 
   PoolStats stats() const;
 
   // Workers that are parking or parked right now (between prepare_wait and wake-up). A
   // snapshot, for tests and diagnostics.
   unsigned parked_workers() const;
+  // Workers blocked in wait() right now, and spare workers started so far (snapshots).
+  unsigned blocked_workers() const;
+  unsigned spare_workers() const;
 
  private:
   friend int worker_index(const Pool& pool);
-  // A brief pause between unsuccessful run_one() calls: a CPU pause, a yield after a while.
-  // Not a sleep: the thread is waiting for its own children, which are running elsewhere.
-  void relax();
+  // Rounds of helping/spinning in wait() before the worker blocks: tasks waited for are
+  // often short, and a block costs a spare worker's wake-up.
+  static constexpr unsigned kWaitSpins = 2048;
+  // A brief pause between unsuccessful run_one() calls: a CPU pause, and now and then a
+  // yield so that a preempted thread holding the awaited work can run.
+  void relax(unsigned n);
+  // A worker blocked in wait(): counted, and replaced by a spare while it is.
+  class BlockedScope {
+   public:
+    explicit BlockedScope(Pool& p);
+    ~BlockedScope();
+
+   private:
+    Pool& pool_;
+  };
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Waits until done() on the calling thread, with the rules of Pool::wait() for the pool
+// whose worker the thread is (a plain block() on any other thread).
+template <class Done, class Block>
+void wait(Done&& done, Block&& block) {
+  if (Pool* p = Pool::current()) {
+    p->wait(done, block);
+  } else if (!done()) {
+    block();
+  }
+}
 
 }  // namespace flowlane::sched

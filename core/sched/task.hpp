@@ -3,11 +3,47 @@
 // helpers keep theirs on the waiting frame).
 #pragma once
 
+#include <cstdint>
+
 namespace flowlane::sched {
+
+// Isolation regions (core/sched/README.md, "Waiting inside tasks"). Every task carries the
+// region of the code that submitted it; a worker that waits helps only with tasks of its
+// own region, so it never runs, on top of a suspended frame, work that could wait for that
+// frame.
+//   kRegionTop   fork–join work started outside every engine callback (and its children)
+//   kLaneTag     an engine lane's task: run only by a worker's top-level loop, never by a
+//                waiter
+//   >= kFirstRegion  a region opened by an engine callback (RegionScope), and its children
+inline constexpr uint64_t kRegionTop = 0;
+inline constexpr uint64_t kLaneTag = 1;
+inline constexpr uint64_t kFirstRegion = 2;
 
 struct Task {
   using RunFn = void (*)(Task* self);
   RunFn run = nullptr;
+  // The region the task belongs to: set by Pool::submit from the submitting thread's
+  // region, except for lane tasks, which are created with kLaneTag and keep it.
+  uint64_t tag = kRegionTop;
+};
+
+// The calling thread's region: kRegionTop outside every scope; inside a RegionScope opened
+// with kFresh, a region of its own, allocated on first use (cheap: no shared atomic).
+uint64_t current_region();
+
+// Opens a region for the lifetime of the scope and restores the previous one at its end.
+// kFresh: a new region (an engine callback, whose waits must not run other callbacks'
+// work); any other value: that region (a worker running a task of that region).
+class RegionScope {
+ public:
+  static constexpr uint64_t kFresh = ~uint64_t(0);
+  explicit RegionScope(uint64_t region);
+  ~RegionScope();
+  RegionScope(const RegionScope&) = delete;
+  RegionScope& operator=(const RegionScope&) = delete;
+
+ private:
+  uint64_t saved_;
 };
 
 }  // namespace flowlane::sched

@@ -186,7 +186,7 @@ fl_status_t TaskGraph::run(Pool& pool) {
   } else {
     for (uint32_t r : roots_) pool.submit(&tasks_[r]);
   }
-  rs.latch.wait(pool);
+  rs.latch.wait();
   run_ = nullptr;
 
   int64_t failed = rs.failed_node.load(std::memory_order_relaxed);

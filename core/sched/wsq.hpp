@@ -29,6 +29,9 @@ namespace flowlane::sched {
 
 enum class StealResult { Empty, Success, Retry };
 
+// For pop()/steal(): take an item whatever its tag.
+inline constexpr uint64_t kAnyTag = ~uint64_t(0);
+
 class WorkStealingQueue {
  public:
   explicit WorkStealingQueue(int64_t initial_capacity = 256) {
@@ -41,7 +44,8 @@ class WorkStealingQueue {
   WorkStealingQueue(const WorkStealingQueue&) = delete;
   WorkStealingQueue& operator=(const WorkStealingQueue&) = delete;
 
-  // Owner only.
+  // Owner only. The slot records item->tag, so that pop()/steal() can filter by tag
+  // without reading the task (which a thief may already have run and freed).
   void push(Task* item) {
     int64_t b = bottom_.load(std::memory_order_relaxed);  // only the owner writes bottom_
     Ring* r = ring_.load(std::memory_order_relaxed);       // only the owner writes ring_
@@ -53,16 +57,23 @@ class WorkStealingQueue {
       top_cache_ = top_.load(std::memory_order_acquire);
       if (b - top_cache_ > r->capacity - 1) r = grow(r, top_cache_, b);
     }
-    r->put(b, item);
+    r->put(b, item, item->tag);
     // Publishes the slot (and the task's fields, written before push): pairs with the
     // acquire load of bottom_ in steal().
     bottom_.store(b + 1, std::memory_order_release);
   }
 
-  // Owner only: the most recently pushed item, or nullptr.
-  Task* pop() {
+  // Owner only: the most recently pushed item, or nullptr. With a tag other than kAnyTag,
+  // only if that item carries the tag (the owner stops at a foreign item: it never digs
+  // under it).
+  Task* pop(uint64_t want = kAnyTag) {
     int64_t b = bottom_.load(std::memory_order_relaxed) - 1;
     Ring* r = ring_.load(std::memory_order_relaxed);
+    // Slot b holds the owner's newest item (only the owner writes slots), and thieves take
+    // the oldest, so the tag read here belongs to the item the pop below returns (or loses
+    // to a thief when it is the last). On an empty deque the tag is stale, and the pop
+    // below finds the deque empty anyway.
+    if (want != kAnyTag && r->tag(b) != want) return nullptr;
     bottom_.store(b, std::memory_order_relaxed);
     // Store-load barrier: the store of bottom_ above must be globally visible before top_
     // is read, else a thief (which reads top_ then bottom_ around its own fence) and this
@@ -84,8 +95,9 @@ class WorkStealingQueue {
     return item;
   }
 
-  // Any thread. On Success, *out is the oldest item.
-  StealResult steal(Task** out) {
+  // Any thread. On Success, *out is the oldest item. With a tag other than kAnyTag, Empty
+  // when the oldest item carries another tag (it is left for a thief that takes any).
+  StealResult steal(Task** out, uint64_t want = kAnyTag) {
     int64_t t = top_.load(std::memory_order_acquire);  // pairs with the CAS of a previous thief/pop
     // Store-load barrier pairing with the fence in pop(): either we see the owner's
     // decremented bottom_, or the owner sees our (later) CAS on top_.
@@ -96,6 +108,9 @@ class WorkStealingQueue {
     // slots are visible. The paper uses consume here.
     Ring* r = ring_.load(std::memory_order_acquire);
     Task* item = r->get(t);
+    // A stale tag (the slot reused after wrap-around) only makes us skip an item we could
+    // have taken, or take one whose CAS below then fails: the CAS decides, as for item.
+    if (want != kAnyTag && r->tag(t) != want) return StealResult::Empty;
     // Claims slot t. seq_cst: totally ordered with pop()'s CAS and fence.
     if (!top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed))
       return StealResult::Retry;
@@ -119,20 +134,26 @@ class WorkStealingQueue {
 
  private:
   struct Ring {
-    explicit Ring(int64_t cap) : capacity(cap), mask(cap - 1), slots(new std::atomic<Task*>[size_t(cap)]) {}
+    explicit Ring(int64_t cap)
+        : capacity(cap), mask(cap - 1), slots(new std::atomic<Task*>[size_t(cap)]), tags(new std::atomic<uint64_t>[size_t(cap)]) {}
     // Slots are atomics (relaxed) because a thief may read a slot the owner is
     // overwriting after wrap-around; the thief's CAS on top_ then fails and it discards
     // the value, but the access itself must not be a data race.
     Task* get(int64_t i) const { return slots[size_t(i & mask)].load(std::memory_order_relaxed); }
-    void put(int64_t i, Task* x) { slots[size_t(i & mask)].store(x, std::memory_order_relaxed); }
+    uint64_t tag(int64_t i) const { return tags[size_t(i & mask)].load(std::memory_order_relaxed); }
+    void put(int64_t i, Task* x, uint64_t tag) {
+      slots[size_t(i & mask)].store(x, std::memory_order_relaxed);
+      tags[size_t(i & mask)].store(tag, std::memory_order_relaxed);
+    }
     const int64_t capacity;
     const int64_t mask;
     std::unique_ptr<std::atomic<Task*>[]> slots;
+    std::unique_ptr<std::atomic<uint64_t>[]> tags;
   };
 
   [[gnu::cold, gnu::noinline]] Ring* grow(Ring* old, int64_t t, int64_t b) {
     auto bigger = std::make_unique<Ring>(old->capacity * 2);
-    for (int64_t i = t; i < b; ++i) bigger->put(i, old->get(i));
+    for (int64_t i = t; i < b; ++i) bigger->put(i, old->get(i), old->tag(i));
     Ring* r = bigger.get();
     rings_.push_back(std::move(bigger));  // the old ring stays alive: thieves may hold it
     // Publishes the copied slots: pairs with the acquire load of ring_ in steal().

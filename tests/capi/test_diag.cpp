@@ -11,10 +11,12 @@
 
 using namespace fldiag;
 
-// (a) A host instruction blocks in fl_object_wait until an object is written by a LATER
-// instruction on its own lane: that writer can never run. The dump names both and calls it
-// a cycle; destroying the engine cancels the wait (FL_ERR_CANCELLED) so everything drains.
-TEST(Watchdog, SelfDeadlockOnOneLaneIsNamedAsACycle) {
+// (a) A host instruction waits in fl_object_wait for an object written by a LATER
+// instruction on its own lane: that writer can never run before it returns.
+TEST(Watchdog, WaitForWorkQueuedBehindTheCallerIsRefusedNotAHang) {
+  // A callback waiting for an object whose writer is queued behind it on its own lane could
+  // never return (the writer starts only after the callback): refused at once, the engine
+  // stays usable, the writer runs, and the watchdog has nothing to report.
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
   d.num_workers = 2;
@@ -28,43 +30,28 @@ TEST(Watchdog, SelfDeadlockOnOneLaneIsNamedAsACycle) {
   std::atomic<bool> writer_ran{false};
   fl_instr_id a = submit(host_of(e, 1), [&](fl_instr_ctx_t*) {
     if (!writer_submitted.wait()) return FL_ERR_TIMEOUT;
-    fl_status_t st = fl_object_wait(x, FL_READ);  // waits for 'produce_x', queued behind us
+    fl_status_t st = fl_object_wait(x, FL_READ);  // 'produce_x' is queued behind us
     wait_message = fl_last_error_message();
     wait_status = st;
-    return st;
+    return FL_OK;
   }, {}, "wait_for_x");
   fl_instr_id w = submit(host_of(e, 1), [&](fl_instr_ctx_t*) { writer_ran = true; return FL_OK; },
                          {W(x)}, "produce_x");
   writer_submitted.open = true;
-
-  std::string dump = dc.wait_for(1);
-  ASSERT_FALSE(dump.empty()) << "the watchdog did not fire within 30 s";
-  std::printf("%s", dump.c_str());
-  EXPECT_TRUE(contains(dump, "watchdog: no instruction completed for"));
-  EXPECT_TRUE(contains(dump, "'wait_for_x' (#" + std::to_string(a) + ", lane 1, host) RUNNING")) << dump;
-  EXPECT_TRUE(contains(dump, "written by 'produce_x' (#" + std::to_string(w) + ", lane 1, host), pending")) << dump;
-  EXPECT_TRUE(contains(dump, "queued BEHIND this instruction on the same lane")) << dump;
-  EXPECT_TRUE(contains(dump, "DEADLOCK: cycle of waits lane 1 -> lane 1")) << dump;
-  char obj_hex[32];
-  std::snprintf(obj_hex, sizeof obj_hex, "0x%016llx", (unsigned long long)(uintptr_t)x);
-  EXPECT_TRUE(contains(dump, std::string("object ") + obj_hex)) << "the object is named by its handle value";
-
-  // The same text on demand (the reason line differs).
-  std::string now = dump_now(e);
-  EXPECT_TRUE(contains(now, "on demand (fl_engine_dump)"));
-  EXPECT_TRUE(contains(now, "DEADLOCK: cycle of waits lane 1 -> lane 1"));
-  EXPECT_EQ(dc.count(), 1u) << "the watchdog fires once per stall";
-
-  // Unstick: destroy cancels the wait on the cycle; the writer then runs.
+  ASSERT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(wait_status.load(), FL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(wait_message, "'produce_x' (#" + std::to_string(w) + ", lane 1, host) is queued behind the "
+                                     "calling instruction 'wait_for_x' (#" + std::to_string(a)))
+      << wait_message;
+  EXPECT_TRUE(writer_ran.load());
+  EXPECT_EQ(dc.count(), 0u);
   ASSERT_FL_OK(fl_object_release(x));
   ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_EQ(wait_status.load(), FL_ERR_CANCELLED);
-  EXPECT_TRUE(contains(wait_message, "cycle of waits")) << wait_message;
-  EXPECT_TRUE(writer_ran.load());
 }
 
-// (a') The same across two lanes: lane 1's callback waits for an object written on lane 2
-// by an instruction that itself waits for an instruction queued behind that callback.
+// (a') A real cycle across two lanes: lane 1's callback waits for an object written on lane 2
+// by an instruction that itself waits for an instruction queued behind that callback. The
+// dump names it; destroying the engine cancels the wait (FL_ERR_CANCELLED) so everything drains.
 TEST(Watchdog, TwoLaneWaitCycleIsNamed) {
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;

@@ -51,7 +51,7 @@ TEST_P(PoolThreads, EverySubmittedTaskRunsExactlyOnce) {
     t.latch = &latch;
     pool.submit(&t);
   }
-  latch.wait(pool);
+  latch.wait();
   EXPECT_EQ(counter.load(), n);
 }
 
@@ -73,7 +73,7 @@ TEST_P(PoolThreads, NoMissedWakeupWhenEveryWorkerIsParked) {
     t.counter = &counter;
     t.latch = &latch;
     pool.submit(&t);
-    latch.wait(pool);
+    latch.wait();
   }
   EXPECT_EQ(counter.load(), rounds);
   EXPECT_GT(pool.stats().parks, 0u);
@@ -96,7 +96,7 @@ TEST_P(PoolThreads, ConcurrentOutsideSubmittersAllServed) {
         t.latch = &latch;
         pool.submit(&t);
       }
-      latch.wait(pool);
+      latch.wait();
     });
   }
   for (auto& t : ts) t.join();
@@ -120,7 +120,7 @@ struct Fib : Task {
     child.done = &latch;
     pool.submit(&child);
     long b = compute(pool, n - 2);
-    latch.wait(pool);
+    latch.wait();
     return child.result + b;
   }
   static void go(Task* t) {
@@ -140,7 +140,7 @@ TEST_P(PoolThreads, NestedForkJoinCompletes) {
   root.n = n;
   root.done = &latch;
   pool.submit(&root);
-  latch.wait(pool);
+  latch.wait();
   long a = 0, b = 1;
   for (int i = 0; i < n; ++i) {
     long c = a + b;
@@ -172,7 +172,7 @@ TEST_P(PoolThreads, OnWorkerIsTrueOnlyOnThisPoolsWorkers) {
     p->latch.count_down();
   };
   pool.submit(&probe);
-  probe.latch.wait(pool);
+  probe.latch.wait();
   EXPECT_TRUE(probe.on);
   EXPECT_FALSE(probe.on_other);
   EXPECT_GE(probe.index, 0);
@@ -220,7 +220,7 @@ TEST(Pool, WorkIsStolenWhenOneWorkerSpawnsEverything) {
     while (std::chrono::steady_clock::now() < until && !s->latch->done()) std::this_thread::yield();
   };
   pool.submit(&spawner);
-  latch.wait(pool);
+  latch.wait();
   EXPECT_EQ(counter.load(), n);
   EXPECT_GT(pool.stats().steals, 0u);
 }
@@ -254,7 +254,7 @@ TEST(Latch, OutsideWaiterWakesWhenCountedDownFromWorkers) {
     a.latch = b.latch = latch.get();
     pool.submit(&a);
     pool.submit(&b);
-    latch->wait(pool);
+    latch->wait();
     ASSERT_EQ(counter.load(), 2);
     latch.reset();  // freed right after the wait: count_down must not touch it afterwards
   }
@@ -263,7 +263,7 @@ TEST(Latch, OutsideWaiterWakesWhenCountedDownFromWorkers) {
 TEST(Latch, ZeroCountWaitReturnsAtOnce) {
   Pool pool(1);
   Latch latch(0);
-  latch.wait(pool);
+  latch.wait();
   EXPECT_TRUE(latch.done());
 }
 
@@ -364,7 +364,7 @@ TEST_P(PoolThreads, ParallelForNestedInsideATaskAndInsideItself) {
     r->latch.count_down();
   };
   pool.submit(&root);
-  root.latch.wait(pool);
+  root.latch.wait();
   EXPECT_EQ(root.status, FL_OK);
   EXPECT_EQ(ctx.sum.load(), 40u * 100u);
 }

@@ -1,0 +1,72 @@
+// What engine callback the calling thread is inside, for the rules of calls made from
+// callbacks (core/engine/README.md, "Calls from callbacks"): a wait that would wait for the
+// caller's own instruction is refused, destroy from any engine-run context is refused,
+// submissions from engine-run contexts never block on the window, and every callback opens
+// its own isolation region, so that a waiting worker never runs another callback's work on
+// top of it (sched/task.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "sched/task.hpp"
+
+namespace flowlane::core {
+
+class Engine;
+struct Instr;
+
+enum class CallbackKind : uint8_t {
+  kFn,        // an instruction's function (or a device backend issuing it)
+  kCleanup,   // an instruction's cleanup
+  kRelease,   // an object's release callback
+  kLoop,      // fl_parallel_for, fl_taskgraph_run (the calling thread runs bodies or tasks)
+  kWatchdog,  // the watchdog's dump callback
+};
+
+// One engine callback running on this thread. Frames nest (a callback that calls
+// fl_parallel_for, a release run by the completion of an instruction).
+struct CallbackFrame {
+  Engine* engine;
+  // The instruction whose completion waits for this callback (its fn or cleanup, or the
+  // release callbacks its completion runs), or null.
+  Instr* instr;
+  CallbackKind kind;
+  CallbackFrame* parent;
+};
+
+// Pushes a frame for the lifetime of the scope and opens a fresh isolation region.
+class CallbackScope {
+ public:
+  CallbackScope(Engine* e, Instr* instr, CallbackKind kind);
+  ~CallbackScope();
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+ private:
+  CallbackFrame frame_;
+  sched::RegionScope region_;
+};
+
+// The innermost frame of the calling thread, or null.
+CallbackFrame* current_frame();
+
+// The instruction running on this thread whose completion the current callback holds up
+// (innermost frame with one), or null.
+Instr* current_instr();
+
+// The innermost such instruction of engine `e`, or null.
+Instr* pending_instr(const Engine* e);
+
+// True when the calling thread is one `e` runs: a worker of one of its pools, its device
+// backend's completion thread, or a thread inside one of its callbacks.
+bool in_engine_context(const Engine* e);
+
+// True when the calling thread runs engine work of any engine (a pool worker, a
+// completion thread, or inside a callback): its submissions are admitted over the window.
+bool in_any_engine_context();
+
+// Marks this thread as one that completes instructions of `e` outside its pools (a device
+// backend's poller).
+void set_completion_thread(Engine* e);
+
+}  // namespace flowlane::core
