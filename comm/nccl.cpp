@@ -343,10 +343,8 @@ core::Object* order_object(Engine* e) {
 // aborted, when the completion hook did not settle it first (a cleanup run on the thread
 // that completes the instruction right after: complete() publishes the outcome).
 void fail_instr(Instr* i, fl_status_t st, const std::string& detail) {
-  i->status = st;
-  i->error = "instruction " + i->describe() + " failed: " + detail;
-  i->origin = i->error;
-  i->outcome = core::InstrState::kFailed;
+  i->error = detail;
+  core::mark_failed(i, st);
 }
 
 fl_status_t settle_hook(Instr* i, std::string* detail);

@@ -92,7 +92,11 @@ void TraceObserver::push(const Event& ev) {
   std::lock_guard<SpinLock> lock(mu_);
   if (closed_) return;
   if (ring_.size() < kCapacity) {
-    ring_.push_back(ev);
+    try {
+      ring_.push_back(ev);
+    } catch (...) {  // out of memory: the event is dropped (hooks run on paths that must not throw)
+      ++dropped_;
+    }
   } else {
     ring_[next_] = ev;
     next_ = (next_ + 1) % kCapacity;

@@ -94,10 +94,8 @@ void Engine::drain_and_stop() {
     extra_pools_.clear();
   }
   pool_.reset();
-  std::lock_guard<std::mutex> lock(failures_mu_);
-  for (FailureRecord& f : failures_)
-    if (f.instr->unref()) recycle(f.instr);
-  failures_.clear();
+  std::lock_guard<std::mutex> lock(ledger_mu_);
+  while (ledger_head_ != nullptr) unlink_family(ledger_head_);  // failures never returned: dropped
 }
 
 // ---------------------------------------------------------------------------------------

@@ -60,10 +60,6 @@ struct SubmitArgs {
   const char* api = "fl_submit";    // the entry point, for messages
 };
 
-struct FailureRecord {
-  Instr* instr;  // holds a reference
-};
-
 class Engine {
  public:
   Engine(const fl_engine_desc_t& desc, const EngineServices& services);
@@ -151,7 +147,10 @@ class Engine {
   // Each returns FL_OK or a failure status, with the thread's message set.
   fl_status_t synchronize();
   fl_status_t synchronize(Stream* s);
+  // complete(), for a failed or skipped instruction: links it into the ledger.
   void record_failure(Instr* i);
+  // fl_object_wait observed the poison of root's family: it counts as returned.
+  void family_returned(Instr* root);
 
   fl_engine_stats_t stats() const;
   int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
@@ -182,7 +181,12 @@ class Engine {
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   void wait_stream(Stream* s, uint64_t target);  // helps on a worker, sleeps elsewhere
   void destroy_object(Object* o, Instr* completing);
-  fl_status_t collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto);
+  // Under ledger_mu_: unlinks the family of `root` and drops the ledger's references.
+  void unlink_family(Instr* root);
+  // The first unreturned family that `pick` accepts, returned (marked, unlinked) with its
+  // status and message; FL_OK when there is none.
+  template <class Pick>
+  fl_status_t take_failure(Pick&& pick);
   void drain_and_stop();
 
   EngineServices services_;
@@ -212,8 +216,10 @@ class Engine {
 
   std::atomic<uint64_t> next_id_{1};
 
-  std::mutex failures_mu_;
-  std::deque<FailureRecord> failures_;
+  // The failure ledger: families not yet returned, oldest first (Instr::ledger_prev/next).
+  std::mutex ledger_mu_;
+  Instr* ledger_head_ = nullptr;
+  Instr* ledger_tail_ = nullptr;
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> destroying_{false};
@@ -226,5 +232,9 @@ class Engine {
   mutable std::mutex extensions_mu_;
   std::vector<std::pair<const void*, std::unique_ptr<Extension>>> extensions_;
 };
+
+// Marks i failed with `st` (its detail in i->error, which becomes the full message naming
+// i): the outcome complete() will publish. For the executing thread only.
+void mark_failed(Instr* i, fl_status_t st);
 
 }  // namespace flowlane::core

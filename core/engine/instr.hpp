@@ -35,7 +35,10 @@ enum class InstrState : uint32_t {
 
 inline bool is_terminal(InstrState s) { return s >= InstrState::kDone; }
 
-struct Edge : MiAllocated {
+// One "succ waits for pred" link, in pred's successor (or issue) list. It lives in
+// succ->edges, which the submitter sized before publishing any, so its address is stable
+// until succ is recycled — after every predecessor released it.
+struct Edge {
   Instr* succ = nullptr;
   Edge* next = nullptr;
 };
@@ -105,14 +108,26 @@ struct Instr : MiAllocated {
   // a waiter that saw a terminal state early would return before cleanup and completion.
   InstrState outcome = InstrState::kDone;
   fl_status_t status = FL_OK;
-  std::string error;   // full message naming this instruction
-  std::string origin;  // message of the original failure this one stems from
-  std::atomic<bool> reported{false};  // returned once by a synchronize
+  std::string error;  // full message naming this instruction
 
-  // Inline edge storage for the first few predecessors (no allocation in the common case).
-  static constexpr int kInlineEdges = 4;
-  Edge inline_edges[kInlineEdges];
-  int inline_edges_used = 0;
+  // --- the failure ledger (sync.cpp; core/engine/README.md, "Errors") ---
+  // A failure and every instruction skipped because of it form one *family*, reported
+  // once. `root` is the family's failed instruction (itself for a failed one; for a
+  // skipped one, referenced until this record is recycled). The fields below are written
+  // under the engine's ledger mutex.
+  Instr* root = nullptr;
+  Instr* next_member = nullptr;  // root: the chain of its skipped members (each pinned while linked)
+  uint64_t skipped = 0;          // root: members skipped so far
+  bool returned = false;         // root: the family was returned by a wait (or is no longer listed)
+  bool listed = false;           // linked in its stream's list (and, a root, in the engine's)
+  Instr* ledger_prev = nullptr;  // root: the engine's list of unreturned families, oldest first
+  Instr* ledger_next = nullptr;
+  Instr* stream_prev = nullptr;  // member or root: its stream's list of failed/skipped ones
+  Instr* stream_next = nullptr;
+
+  // The edges this instruction waits through (see Edge). Keeps its capacity across reuse,
+  // so steady-state submission allocates nothing.
+  std::vector<Edge> edges;
 
   Instr() = default;
   Instr(const Instr&) = delete;
@@ -141,7 +156,7 @@ class InstrPool {
  public:
   static constexpr size_t kBatch = 128;
   static Instr* get();
-  static void put(Instr* i);
+  static void put(Instr* i) noexcept;
 };
 
 }  // namespace flowlane::core

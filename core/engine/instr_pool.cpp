@@ -9,6 +9,12 @@
 
 namespace flowlane::core {
 
+namespace {
+// A record that once needed more room than this gives it back when recycled, so that one
+// instruction with a huge reader list does not pin that memory in the pool forever.
+constexpr size_t kKeptCapacity = 1024;
+}  // namespace
+
 Instr* Engine::new_instr() {
   Instr* i = InstrPool::get();
   i->engine = this;
@@ -22,11 +28,15 @@ void Engine::recycle(Instr* i) {
   i->outcome = InstrState::kDone;
   i->succ_head.store(nullptr, std::memory_order_relaxed);
   i->issue_succ_head.store(nullptr, std::memory_order_relaxed);
-  i->inline_edges_used = 0;
+  i->edges.clear();
+  if (i->edges.capacity() > kKeptCapacity) std::vector<Edge>().swap(i->edges);
+  if (i->deps.capacity() > kKeptCapacity) std::vector<Instr::Dep>().swap(i->deps);
   i->error.clear();
-  i->origin.clear();
   i->status = FL_OK;
-  i->reported.store(false, std::memory_order_relaxed);
+  if (i->root != nullptr && i->root != i && i->root->unref()) recycle(i->root);  // a skipped one's family
+  i->root = nullptr;
+  i->skipped = 0;
+  i->returned = false;
   InstrPool::put(i);
 }
 
@@ -99,14 +109,26 @@ Instr* InstrPool::get() {
   return i;
 }
 
-void InstrPool::put(Instr* i) {
-  auto& c = cache().free;
-  c.push_back(i);
-  if (c.size() >= 2 * kBatch) {  // keep kBatch locally, give a batch away
-    std::vector<Instr*> batch(c.end() - kBatch, c.end());
-    c.resize(c.size() - kBatch);
-    std::lock_guard<std::mutex> lock(depot().mu);
-    depot().batches.push_back(std::move(batch));
+void InstrPool::put(Instr* i) noexcept {
+  // Never throws: recycling runs on paths that have published state (completion, the
+  // submit path's reader pruning). Out of memory, the record is freed instead of kept.
+  std::vector<Instr*>* c = nullptr;
+  try {
+    c = &cache().free;
+    c->push_back(i);
+  } catch (...) {
+    delete i;
+    return;
+  }
+  if (c->size() >= 2 * kBatch) {  // keep kBatch locally, give a batch away
+    try {
+      std::vector<Instr*> batch(c->end() - kBatch, c->end());
+      std::lock_guard<std::mutex> lock(depot().mu);
+      depot().batches.push_back(std::move(batch));
+      c->resize(c->size() - kBatch);
+    } catch (...) {
+      // Out of memory: the records stay in this thread's cache.
+    }
   }
 }
 

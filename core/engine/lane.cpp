@@ -167,19 +167,33 @@ Instr* poisoned_input(const Instr* i) {
 }
 
 void mark_skipped(Instr* i, const Instr* poisoned_by) {
+  Instr* root = poisoned_by->root;
+  root->ref();  // dropped when i is recycled
+  i->root = root;
   i->status = FL_ERR_DEPENDENCY_FAILED;
-  i->origin = poisoned_by->origin;
-  i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + i->origin;
   i->outcome = InstrState::kSkipped;  // published by complete()
+  try {
+    i->error = "instruction " + i->describe() + " skipped: an input was poisoned by " + root->error;
+  } catch (...) {  // out of memory: the status says it all
+    i->error.clear();
+  }
 }
 
+}  // namespace
+
 void mark_failed(Instr* i, fl_status_t st) {
+  i->root = i;
   i->status = st;
-  std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
-  i->error = "instruction " + i->describe() + " failed: " + detail;
-  i->origin = i->error;
   i->outcome = InstrState::kFailed;  // published by complete()
+  try {
+    std::string detail = i->error.empty() ? std::string(fl_status_name(st)) : i->error;
+    i->error = "instruction " + i->describe() + " failed: " + detail;
+  } catch (...) {  // out of memory: the status says it all
+    i->error.clear();
+  }
 }
+
+namespace {
 
 void run_cleanup(Instr* i) {
   if (i->cleanup != nullptr) {
@@ -287,9 +301,7 @@ void Engine::release_successors(Edge* e) {
   if (e == kSealed) return;
   while (e != nullptr) {
     Instr* succ = e->succ;
-    Edge* next = e->next;
-    bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
-    if (!inline_edge) delete e;
+    Edge* next = e->next;  // read first: once succ's unit is dropped, succ (and e) may be recycled
     // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
     if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
@@ -310,6 +322,10 @@ void Engine::complete(Instr* i) {
   lane->completed.fetch_add(1, std::memory_order_relaxed);
   if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_relaxed);
 
+  // Into the ledger before the result is published: a dependent skipped because of i (it
+  // runs once i's state is terminal) always finds i's family listed.
+  if (final_state != InstrState::kDone) record_failure(i);
+
   // Publish the result: release pairs with the acquire loads of waiters and of dependents'
   // poison checks. seq_cst, with the load of `sleepers`: a store–load pair with
   // sleep_until_terminal() (either the sleeper sees the state, or we see it counted and wake it).
@@ -326,7 +342,6 @@ void Engine::complete(Instr* i) {
   if (!i->stream->is_host_executed())
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
-  if (final_state != InstrState::kDone) record_failure(i);
   for (Operand& op : i->operands) release_object_ref(op.obj, i);  // release callbacks: i's completion waits
   i->operands.clear();
   // The window slot is freed before the stream's completion is published, so a caller

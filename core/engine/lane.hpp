@@ -41,6 +41,10 @@ struct Stream {
   alignas(kCacheLine) std::atomic<uint64_t> completed{0};
   // The device backend's state of a device stream (its queue, events); null for host ones.
   void* device_state = nullptr;
+  // Its failed and skipped instructions whose family is not returned yet, oldest first
+  // (Instr::stream_prev/next; under the engine's ledger mutex).
+  Instr* failed_head = nullptr;
+  Instr* failed_tail = nullptr;
 
   // Waiters (synchronize) register the completion count they need; completers wake them
   // only when the smallest registered target is reached, not on every completion.

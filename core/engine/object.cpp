@@ -146,7 +146,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
     if (ws == InstrState::kFailed || ws == InstrState::kSkipped) {
       st = writer->status;
       msg = writer->error;
-      writer->reported.store(true, std::memory_order_relaxed);
+      family_returned(writer->root);  // observed: a synchronize will not return it again
     }
   }
   for (Instr* w : waits)

@@ -1,6 +1,9 @@
 // Hooks for diagnostics (timeline traces). The engine calls them only while an observer
 // is installed: the cost when off is one relaxed load and a branch per hook point.
 //
+// Hooks must not throw: they run on paths that have published state (an observer that
+// runs out of memory drops the event).
+//
 // Threading: hooks run on whichever thread does the work (submitters, workers) and may
 // run concurrently; an observer synchronises itself. An observer, once installed, is
 // owned by the engine and lives until the engine is destroyed (uninstalling only stops

@@ -1,14 +1,27 @@
 // Submission: the in-flight window, the per-object dependency rules and queueing on the
-// lane. Rules (written down in core/engine/README.md, "Dependency rules"): per object, the
-// last writer and the readers since it.
+// lane. Rules (core/engine/README.md, "Dependency rules"): per object, the last writer and
+// the readers since it.
 //   read  -> waits for the last writer (RAW);
 //   write -> waits for the last writer (WAW) and every reader since it (WAR), then the
 //            reader list restarts from this write.
 // Edges between instructions that run in order on the same lane are not recorded: lane
-// order already implies them (the lane's submit lock makes queue order and recording
-// order agree). No global lock: the submitting thread records edges under the lane's and
-// each object's spin lock, and completion releases successors with atomic counters.
+// order already implies them (the lane's submit lock makes queue order and recording order
+// agree).
+//
+// Serializable submissions (core/engine/README.md, "Recording"): an instruction's operands
+// are recorded atomically with respect to every other submission that shares any of its
+// objects. The submitter takes the lane's lock, then every operand object's lock in one
+// global order (ascending address: operands are sorted when merged), and only then records
+// and takes its id; so two submissions sharing objects are ordered the same way on all of
+// them, dependencies only point to earlier ids, and no cycle can come from the engine.
+//
+// Allocation never happens while anything is published but not finished: under the locks,
+// a first pass reserves room for every dependency, edge and reader-list entry the commit
+// will add (a bad_alloc there unwinds through RAII locks with nothing published); the
+// commit pass then cannot throw.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "engine/engine.hpp"
@@ -20,51 +33,60 @@ namespace {
 // True when `before` is certain to have completed by the time `after` starts, without an
 // edge: `before` runs synchronously on the lane (a host-executed stream: it completes
 // before the lane moves on) and `after` was queued on the same lane later. A device
-// instruction completes only on the GPU, so it never orders its lane's successors.
+// instruction completes only on the device, so it never orders its lane's successors.
 bool ordered_by_lane(const Instr* before, const Instr* after) {
   return before->stream->lane == after->stream->lane && before->stream->is_host_executed();
 }
 
 bool is_device(const Instr* x) { return !x->stream->is_host_executed(); }
 
-// Publishes the edge pred → succ in the list `head` (pred's completion or launch list).
-// Returns false when the list was already sealed (pred completed or launched meanwhile):
-// then succ does not wait.
+// Checked in debug and sanitizer builds: a dependency points to an instruction recorded
+// earlier (a smaller id), which is what makes the wait-for graph acyclic.
+inline void check_order(const Instr* pred, const Instr* succ) {
+#if !defined(NDEBUG) || (defined(FL_UNDER_SANITIZER) && FL_UNDER_SANITIZER)
+  if (pred->id >= succ->id) {
+    std::fprintf(stderr, "flowlane: internal error: %s depends on %s, recorded later\n", succ->describe().c_str(),
+                 pred->describe().c_str());
+    std::abort();
+  }
+#else
+  (void)pred, (void)succ;
+#endif
+}
+
+// Publishes the edge pred → succ in the list `head` (pred's completion or issue list).
+// Returns false when the list was already sealed (pred completed or was issued
+// meanwhile): then succ does not wait. The edge lives in succ->edges, whose room the
+// prepare pass reserved (so no allocation here, and the edge's address is stable).
 bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
-  Edge* e = succ->inline_edges_used < Instr::kInlineEdges ? &succ->inline_edges[succ->inline_edges_used++]
-                                                         : new Edge();
-  e->succ = succ;
+  Edge& e = succ->edges.emplace_back();
+  e.succ = succ;
   // Count the edge before publishing it: the submitter's own unit keeps pending > 0
   // whatever order the completer's decrement and this increment take.
   succ->pending.fetch_add(1, std::memory_order_relaxed);
   Edge* head = head_ref.load(std::memory_order_acquire);
   for (;;) {
-    if (head == kSealed) {  // pred completed (or launched) meanwhile: no wait needed
+    if (head == kSealed) {  // pred completed (or was issued) meanwhile: no wait needed
       succ->pending.fetch_sub(1, std::memory_order_relaxed);
-      bool inline_edge = e >= succ->inline_edges && e < succ->inline_edges + Instr::kInlineEdges;
-      if (inline_edge)
-        --succ->inline_edges_used;
-      else
-        delete e;
+      succ->edges.pop_back();
       return false;
     }
-    e->next = head;
+    e.next = head;
     // release publishes the edge to the completer's acq_rel exchange in complete() (or to
     // mark_issued()'s, for an issue edge).
-    if (head_ref.compare_exchange_weak(head, e, std::memory_order_release, std::memory_order_acquire)) return true;
+    if (head_ref.compare_exchange_weak(head, &e, std::memory_order_release, std::memory_order_acquire)) return true;
   }
 }
 
 void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
-  // A read after a write of the same instruction's deps needs only one entry per pred.
-  for (Instr::Dep& d : succ->deps) {
-    if (d.pred == pred) {
-      d.flags |= flags;
-      return;
-    }
+  // The same predecessor met again through the next object needs no second entry; a
+  // repeat further back costs one entry more, which is harmless.
+  if (!succ->deps.empty() && succ->deps.back().pred == pred) {
+    succ->deps.back().flags |= flags;
+    return;
   }
   pred->ref();
-  succ->deps.push_back(Instr::Dep{pred, obj, flags});
+  succ->deps.push_back(Instr::Dep{pred, obj, flags});  // within the reserved capacity
 }
 
 // Asynchronous → asynchronous (device.hpp): on the same device stream, stream order
@@ -88,6 +110,7 @@ void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool 
 // (reads) and diagnostics, and makes `succ` wait for `pred` unless lane order already
 // implies it or pred has already completed.
 void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+  check_order(pred, succ);
   if (is_device(pred) && is_device(succ)) {
     add_device_dep(engine, pred, succ, obj, reads);
     return;
@@ -104,7 +127,7 @@ void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) 
 }
 
 // Drops completed readers once the list has grown, so that an object read forever and
-// never written keeps a bounded reader list.
+// never written keeps a bounded reader list. Allocates nothing.
 void prune_readers(Object* o, Engine* engine) {
   auto& r = o->readers;
   if (r.size() < 32 || (r.size() & (r.size() - 1)) != 0) return;  // at 32, 64, 128, ...
@@ -116,11 +139,45 @@ void prune_readers(Object* o, Engine* engine) {
   r.erase(keep, r.end());
 }
 
-// Records one operand of i: its edges from the object's last writer and readers, then i as
-// the new last writer or a new reader. Under the object's lock.
+// Every operand object's lock, taken in the operands' (ascending address) order and
+// released by the destructor, so an exception anywhere unlocks them all.
+class ObjectLocks {
+ public:
+  explicit ObjectLocks(const std::vector<Operand>& ops) : ops_(ops) {
+    for (const Operand& op : ops_) {
+      op.obj->lock.lock();
+      ++held_;
+    }
+  }
+  ~ObjectLocks() {
+    for (size_t k = 0; k < held_; ++k) ops_[k].obj->lock.unlock();
+  }
+  ObjectLocks(const ObjectLocks&) = delete;
+  ObjectLocks& operator=(const ObjectLocks&) = delete;
+
+ private:
+  const std::vector<Operand>& ops_;
+  size_t held_ = 0;
+};
+
+// The prepare pass, under every operand's lock: reserves what the commit pass will add,
+// so that the commit allocates nothing. May throw std::bad_alloc (nothing is published).
+void reserve_room(Instr* i) {
+  size_t preds = 0;
+  for (const Operand& op : i->operands) {
+    Object* o = op.obj;
+    preds += (o->last_writer != nullptr ? 1 : 0) + ((op.access & FL_WRITE) ? o->readers.size() : 0);
+    if ((op.access & FL_WRITE) == 0 && o->readers.size() == o->readers.capacity())
+      o->readers.reserve(o->readers.size() * 2 + 4);
+  }
+  i->deps.reserve(preds);
+  i->edges.reserve(preds);
+}
+
+// The commit pass for one operand of i: its edges from the object's last writer and
+// readers, then i as the new last writer or a new reader. Under the object's lock.
 void record(Engine* engine, Instr* i, const Operand& op) {
   Object* o = op.obj;
-  std::lock_guard<SpinLock> lock(o->lock);
   Instr* w = o->last_writer;
   if (w != nullptr) add_dep(engine, w, i, o, (op.access & FL_READ) != 0);  // RAW, or WAW for a write-only access
   if (op.access & FL_WRITE) {
@@ -134,7 +191,7 @@ void record(Engine* engine, Instr* i, const Operand& op) {
     if (w != nullptr && w->unref()) engine->recycle(w);
   } else {
     i->ref();
-    o->readers.push_back(i);
+    o->readers.push_back(i);  // within the reserved capacity
     prune_readers(o, engine);
   }
 }
@@ -144,26 +201,31 @@ void record(Engine* engine, Instr* i, const Operand& op) {
 fl_instr_id Engine::enqueue(Instr* i) {
   Stream* s = i->stream;
   Lane& lane = *s->lane;
-  for (const Operand& op : i->operands) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
-  i->refs.store(1, std::memory_order_relaxed);      // the in-flight reference, dropped at completion
-  i->pending.store(2, std::memory_order_relaxed);   // the submitter's unit + the lane's unit
+  i->refs.store(1, std::memory_order_relaxed);     // the in-flight reference, dropped at completion
+  i->pending.store(2, std::memory_order_relaxed);  // the submitter's unit + the lane's unit
   i->state.store(uint32_t(InstrState::kPending), std::memory_order_relaxed);
-
-  lane.submit_lock.lock();
-  if (shutdown_.load(std::memory_order_acquire)) {  // pairs with the release store in drain_and_stop()
-    lane.submit_lock.unlock();
-    for (const Operand& op : i->operands) release_object_ref(op.obj);
-    fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
+  fl_instr_id id;
+  {
+    std::lock_guard<SpinLock> lane_lock(lane.submit_lock);
+    // acquire pairs with the release store in drain_and_stop().
+    if (shutdown_.load(std::memory_order_acquire))
+      fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
+    {
+      ObjectLocks locks(i->operands);
+      reserve_room(i);  // the last point that may throw: nothing is published yet
+      for (const Operand& op : i->operands) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
+      // The id is taken with every operand locked: a submission sharing an object with this
+      // one took it before us or will take it after, consistently on every shared object.
+      i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+      for (const Operand& op : i->operands) record(this, i, op);
+    }
+    i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
+    s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
+    lane.submitted.fetch_add(1, std::memory_order_relaxed);
+    id = i->id;
+    lane.push(i);
+    if (Observer* ob = observer()) ob->on_submit(*i);
   }
-  i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
-  s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
-  for (const Operand& op : i->operands) record(this, i, op);
-  lane.submitted.fetch_add(1, std::memory_order_relaxed);
-  fl_instr_id id = i->id;
-  lane.push(i);
-  if (Observer* ob = observer()) ob->on_submit(*i);
-  lane.submit_lock.unlock();
 
   // Drop the submitter's unit. If that was the last one, the lane already reached i and is
   // blocked on it (it stays owned), so resume it; otherwise make sure the lane runs.

@@ -1,6 +1,5 @@
 // Waiting for streams and the engine (fl_stream_synchronize, fl_engine_synchronize) and the
 // failure ledger that decides which failure a wait returns (core/engine/README.md, "Errors").
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -34,44 +33,110 @@ void Stream::wait_completed(uint64_t target) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Waits and failures
+// The failure ledger (core/engine/README.md, "Errors").
+//
+// A failed instruction is the root of a family; every instruction skipped because an
+// input it reads was poisoned by that failure (directly or through other skipped ones)
+// joins the root's family. A family is returned once, by the first wait that covers one of
+// its members (or observes its poison through fl_object_wait), with the root's message and
+// the number of instructions skipped because of it. Families not yet returned are listed
+// oldest first, engine-wide (roots) and per stream (every member), so a synchronize finds
+// the one to return at the head of a list: O(1) per call, whatever the number of failures
+// or dependents. Returning a family unlinks its members (each was linked once), and a
+// returned family holds no ledger memory: a loop of failures that are each observed keeps
+// the ledger empty.
 
-void Engine::record_failure(Instr* i) {
-  i->ref();
-  std::lock_guard<std::mutex> lock(failures_mu_);
-  failures_.push_back(FailureRecord{i});
+namespace {
+
+void stream_link(Stream* s, Instr* i) {
+  i->stream_prev = s->failed_tail;
+  i->stream_next = nullptr;
+  (s->failed_tail ? s->failed_tail->stream_next : s->failed_head) = i;
+  s->failed_tail = i;
 }
 
-fl_status_t Engine::collect_failure(const std::vector<std::pair<Stream*, uint64_t>>& upto) {
-  Instr* first = nullptr;
-  std::vector<Instr*> drop;
-  {
-    std::lock_guard<std::mutex> lock(failures_mu_);
-    for (auto it = failures_.begin(); it != failures_.end();) {
-      Instr* f = it->instr;
-      if (f->reported.load(std::memory_order_relaxed)) {  // returned already: forget it
-        drop.push_back(f);
-        it = failures_.erase(it);
-        continue;
-      }
-      bool covered = std::any_of(upto.begin(), upto.end(), [f](const auto& p) {
-        return p.first == f->stream && f->seq <= p.second;
-      });
-      if (covered && (first == nullptr || f->id < first->id)) first = f;
-      ++it;
-    }
-    if (first != nullptr) first->reported.store(true, std::memory_order_relaxed);
+void stream_unlink(Stream* s, Instr* i) {
+  (i->stream_prev ? i->stream_prev->stream_next : s->failed_head) = i->stream_next;
+  (i->stream_next ? i->stream_next->stream_prev : s->failed_tail) = i->stream_prev;
+  i->stream_prev = i->stream_next = nullptr;
+}
+
+// " (3 instructions that depended on it were skipped)"
+std::string skipped_note(uint64_t n) {
+  if (n == 0) return "";
+  return " (" + std::to_string(n) + (n == 1 ? " instruction that depended on it was" : " instructions that depended on it were") +
+         " skipped)";
+}
+
+}  // namespace
+
+void Engine::record_failure(Instr* i) {
+  std::lock_guard<std::mutex> lock(ledger_mu_);
+  Instr* root = i->root;
+  if (root->returned) {  // its family was returned already (its poison was observed)
+    if (root != i) ++root->skipped;
+    return;
   }
+  i->ref();  // pinned while listed
+  i->listed = true;
+  stream_link(i->stream, i);
+  if (root == i) {
+    i->ledger_prev = ledger_tail_;
+    i->ledger_next = nullptr;
+    (ledger_tail_ ? ledger_tail_->ledger_next : ledger_head_) = i;
+    ledger_tail_ = i;
+  } else {
+    ++root->skipped;
+    i->next_member = root->next_member;
+    root->next_member = i;
+  }
+}
+
+void Engine::unlink_family(Instr* root) {
+  root->returned = true;
+  std::vector<Instr*> unpin;  // recycled after the lists are consistent again
+  if (root->listed) {
+    (root->ledger_prev ? root->ledger_prev->ledger_next : ledger_head_) = root->ledger_next;
+    (root->ledger_next ? root->ledger_next->ledger_prev : ledger_tail_) = root->ledger_prev;
+    root->ledger_prev = root->ledger_next = nullptr;
+  }
+  for (Instr* m = root->next_member; m != nullptr;) {
+    Instr* next = m->next_member;
+    stream_unlink(m->stream, m);
+    m->listed = false;
+    m->next_member = nullptr;
+    if (m->unref()) recycle(m);  // a member holds a reference on root: root outlives this loop
+    m = next;
+  }
+  root->next_member = nullptr;
+  if (root->listed) {
+    stream_unlink(root->stream, root);
+    root->listed = false;
+    if (root->unref()) recycle(root);
+  }
+}
+
+void Engine::family_returned(Instr* root) {
+  std::lock_guard<std::mutex> lock(ledger_mu_);
+  if (!root->returned) unlink_family(root);
+}
+
+template <class Pick>
+fl_status_t Engine::take_failure(Pick&& pick) {
   fl_status_t st = FL_OK;
   std::string msg;
-  if (first != nullptr) {
-    st = first->status;
-    msg = first->error;
+  {
+    std::lock_guard<std::mutex> lock(ledger_mu_);
+    Instr* member = pick();
+    if (member == nullptr) return FL_OK;
+    Instr* root = member->root;
+    // The message and status are copied under the lock: the family's records may be
+    // recycled the moment it is unlinked.
+    st = member->status;
+    msg = member->error + skipped_note(root->skipped);
+    unlink_family(root);
   }
-  for (Instr* f : drop)
-    if (f->unref()) recycle(f);
-  if (st != FL_OK) return report(st, msg);
-  return FL_OK;
+  return report(st, msg);
 }
 
 void Engine::wait_stream(Stream* s, uint64_t target) {
@@ -84,6 +149,8 @@ fl_status_t Engine::synchronize() {
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside a callback of instruction " +
                                       self->describe() + " (its function, cleanup, or a release its completion runs)"
                                       ": it would wait for that instruction itself");
+  // Failures of instructions recorded before the call (ids are taken in recording order).
+  const fl_instr_id before = next_id_.load(std::memory_order_acquire);
   std::vector<std::pair<Stream*, uint64_t>> upto;
   for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
   Observer* ob = observer();
@@ -94,7 +161,11 @@ fl_status_t Engine::synchronize() {
     wait_stream(st, t);
   }
   if (ob) ob->on_wait(false, "fl_engine_synchronize");
-  return collect_failure(upto);
+  return take_failure([this, before]() -> Instr* {
+    for (Instr* r = ledger_head_; r != nullptr; r = r->ledger_next)  // oldest first; usually the head
+      if (r->id < before) return r;
+    return nullptr;
+  });
 }
 
 fl_status_t Engine::synchronize(Stream* s) {
@@ -112,7 +183,11 @@ fl_status_t Engine::synchronize(Stream* s) {
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
   wait_stream(s, target);
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
-  return collect_failure({{s, target}});
+  // The stream's oldest listed member (its list is in completion = submission order).
+  return take_failure([s, target]() -> Instr* {
+    Instr* m = s->failed_head;
+    return m != nullptr && m->seq <= target ? m : nullptr;
+  });
 }
 
 }  // namespace flowlane::core
