@@ -16,7 +16,7 @@ from ctypes import byref, c_int32, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from . import _ffi
+from . import _capi, _ffi
 from ._ffi import lib
 from ._managed import Managed, _tls, callback_depth
 from .errors import (
@@ -36,22 +36,22 @@ from .errors import (
 class Access(enum.IntFlag):
     """How an instruction (or a wait) accesses an object."""
 
-    READ = _ffi.FL_READ
-    WRITE = _ffi.FL_WRITE
-    READ_WRITE = _ffi.FL_READ_WRITE
+    READ = _capi.FL_READ
+    WRITE = _capi.FL_WRITE
+    READ_WRITE = _capi.FL_READ_WRITE
 
 
 class StreamKind(enum.IntEnum):
-    HOST = _ffi.FL_STREAM_HOST
-    COMPUTE = _ffi.FL_STREAM_COMPUTE
-    H2D = _ffi.FL_STREAM_H2D
-    D2H = _ffi.FL_STREAM_D2H
-    COLLECTIVE = _ffi.FL_STREAM_COLLECTIVE
+    HOST = _capi.FL_STREAM_HOST
+    COMPUTE = _capi.FL_STREAM_COMPUTE
+    H2D = _capi.FL_STREAM_H2D
+    D2H = _capi.FL_STREAM_D2H
+    COLLECTIVE = _capi.FL_STREAM_COLLECTIVE
 
 
 class DeviceType(enum.IntEnum):
-    CPU = _ffi.FL_DEVICE_CPU
-    CUDA = _ffi.FL_DEVICE_CUDA
+    CPU = _capi.FL_DEVICE_CPU
+    CUDA = _capi.FL_DEVICE_CUDA
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ class Device:
     def cuda(index: int = 0) -> "Device":
         return Device(DeviceType.CUDA, _int("index", index, -(2**31), 2**31 - 1))
 
-    def _c(self) -> _ffi.fl_device:
-        return _ffi.fl_device(int(self.type), int(self.index))
+    def _c(self) -> _capi.fl_device:
+        return _capi.fl_device(int(self.type), int(self.index))
 
     def __str__(self) -> str:
         return "cpu" if self.type == DeviceType.CPU else "cuda:%d" % self.index
@@ -193,7 +193,7 @@ def _unpin_thread_states(pinned: list) -> None:
         _pyapi.PyThreadState_Delete(ts)
 
 
-@_ffi.fl_release_fn
+@_capi.fl_release_fn
 def _release_trampoline(key):
     # Runs on any thread, exactly once per registration; drops the engine's reference.
     try:
@@ -292,31 +292,31 @@ class _Instr:
                 for o, v in zip(writes, result):
                     if v is not KEEP:
                         o._value = v
-            return _ffi.FL_OK
+            return _capi.FL_OK
         except BaseException as exc:  # noqa: B902 - a callback must not unwind into C
             self.engine._remember_failure(info.id, exc)
             try:
                 lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
             except BaseException:
                 pass
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             info._ctx = None
             _tls.instr = prev
             _tls.depth -= 1
 
 
-@_ffi.fl_host_fn
+@_capi.fl_host_fn
 def _host_trampoline(ctx, key):
     try:
         payload = _keep.get(key)
         if payload is None:
             lib.fl_instr_set_error(ctx, b"flowlane python binding: instruction payload missing")
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(payload.engine)
         return payload.run(ctx)
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
 
 
 # --------------------------------------------------------------------------------------
@@ -357,7 +357,7 @@ class Engine(Managed):
     def __init__(self, workers: Optional[int] = None, lanes: Optional[int] = None,
                  inflight_limit: Optional[int] = None, watchdog_ms: Optional[int] = None):
         super().__init__()
-        desc = _ffi.init(_ffi.fl_engine_desc)
+        desc = _ffi.init(_capi.fl_engine_desc)
         desc.num_workers = 0 if workers is None else _int("workers", workers, 0, _U64_MAX)
         desc.max_lanes = 0 if lanes is None else _int("lanes", lanes, 0, _U64_MAX)
         desc.inflight_limit = 0 if inflight_limit is None else _int("inflight_limit", inflight_limit, 0, _U64_MAX)
@@ -393,7 +393,7 @@ class Engine(Managed):
             # The handle stays valid while destroy drains, so callbacks that still run can
             # use the engine: submitting then raises Shutdown (from C), not ClosedError.
             st = lib.fl_engine_destroy(h)
-            if st != _ffi.FL_OK:
+            if st != _capi.FL_OK:
                 check(st, "fl_engine_destroy")
             self._handle = None
             self._watchdogs.clear()
@@ -410,7 +410,7 @@ class Engine(Managed):
             pinned = self._pinned
 
             def destroy():
-                if lib.fl_engine_destroy(h) == _ffi.FL_OK:
+                if lib.fl_engine_destroy(h) == _capi.FL_OK:
                     _unpin_thread_states(pinned)
 
             threading.Thread(target=destroy, name="flowlane-engine-destroy").start()
@@ -449,7 +449,7 @@ class Engine(Managed):
         lane_id = _int("lane", id, 0, _U32_MAX)
         if lane_id >= self.lanes:
             # Ask C for the exact error text.
-            check(lib.fl_stream_get(h, lane_id, CPU._c(), _ffi.FL_STREAM_HOST, byref(_ffi.stream_p())),
+            check(lib.fl_stream_get(h, lane_id, CPU._c(), _capi.FL_STREAM_HOST, byref(_ffi.stream_p())),
                   "fl_stream_get")
         return Lane(self, lane_id, owned=False)
 
@@ -529,11 +529,11 @@ class Engine(Managed):
         among them not yet reported by another wait (each failure is reported once).
         Blocking releases the GIL. Not allowed inside a callback (InvalidArgument)."""
         st = lib.fl_engine_synchronize(self._ptr())
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             self._raise(st, "fl_engine_synchronize")
 
     def stats(self) -> EngineStats:
-        s = _ffi.init(_ffi.fl_engine_stats)
+        s = _ffi.init(_capi.fl_engine_stats)
         check(lib.fl_engine_stats(self._ptr(), byref(s)), "fl_engine_stats")
         return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks)
 
@@ -595,7 +595,7 @@ class Engine(Managed):
         """Turns the hang watchdog on (timeout_ms > 0) or off (0). With ``callback``, the
         dump is handed to ``callback(text)`` on a library thread; else it goes to ``path``
         (or stderr)."""
-        d = _ffi.init(_ffi.fl_watchdog_desc)
+        d = _ffi.init(_capi.fl_watchdog_desc)
         d.timeout_ms = _int("timeout_ms", timeout_ms, 0, _U64_MAX)
         keep = None
         if callback is not None:
@@ -608,7 +608,7 @@ class Engine(Managed):
                 except BaseException:
                     traceback.print_exc()
 
-            keep = _ffi.fl_dump_fn(_cb)
+            keep = _capi.fl_dump_fn(_cb)
             d.callback = keep
         if path is not None:
             d.path = _ffi.encode_name(str(path) if hasattr(path, "__fspath__") else path)
@@ -770,8 +770,8 @@ class Stream:
     def info(self):
         """(lane, Device, StreamKind) as the library reports them."""
         lane = c_uint32()
-        dev = _ffi.fl_device()
-        kind = c_int32()
+        dev = _capi.fl_device()
+        kind = _capi.fl_stream_kind_t()
         check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "fl_stream_info")
         return int(lane.value), Device(DeviceType(dev.type), dev.index), StreamKind(kind.value)
 
@@ -803,19 +803,19 @@ class Stream:
         n = len(reads) + len(writes)
         ops = None
         if n:
-            ops = (_ffi.fl_operand * n)()
+            ops = (_capi.fl_operand * n)()
             i = 0
             for o in reads:
                 ops[i].object = o._ptr()
-                ops[i].access = _ffi.FL_READ
+                ops[i].access = _capi.FL_READ
                 i += 1
             for o in writes:
                 ops[i].object = o._ptr()
-                ops[i].access = _ffi.FL_WRITE
+                ops[i].access = _capi.FL_WRITE
                 i += 1
         payload = _Instr(self.engine, fn, reads, writes, name if name is not None else getattr(fn, "__qualname__", None))
         key = _register(payload)
-        instr = _ffi.init(_ffi.fl_host_instr)
+        instr = _ffi.init(_capi.fl_host_instr)
         instr.fn = _host_trampoline
         instr.user_data = key
         instr.cleanup = _release_trampoline
@@ -823,10 +823,10 @@ class Stream:
             instr.operands = ops
             instr.num_operands = n
         instr.name = cname
-        instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+        instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
         out = c_uint64()
         st = lib.fl_submit_host(h, byref(instr), byref(out))
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             # Neither fn nor cleanup will ever run: the payload is ours again.
             err = error_for(st, None, "fl_submit_host")
             _keep.pop(key, None)
@@ -837,7 +837,7 @@ class Stream:
         """Waits for everything submitted to this stream before the call; raises the
         first failure among them not yet reported (releases the GIL while waiting)."""
         st = lib.fl_stream_synchronize(self._ptr())
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             self.engine._raise(st, "fl_stream_synchronize")
 
     # GPU entry points live in gpu.py; bound here so streams grow with the API.
@@ -868,7 +868,7 @@ class Stream:
                block: bool = True) -> int:
         from .gpu import submit_memcpy
 
-        return submit_memcpy(self, _ffi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
+        return submit_memcpy(self, _capi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
                              name=name, block=block)
 
 
@@ -931,7 +931,7 @@ class Object(Managed):
         key = _register(self._box)
         out = _ffi.object_p()
         st = lib.fl_object_create(h, key, _release_trampoline, byref(out))
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             err = error_for(st, None, "fl_object_create")
             _keep.pop(key, None)
             raise err
@@ -961,7 +961,7 @@ class Object(Managed):
         every earlier write, WRITE/READ_WRITE also for every earlier read. Returns the
         value. Raises InstructionFailed/DependencyFailed if the value is poisoned."""
         st = lib.fl_object_wait(self._ptr(), _access(access))
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             self.engine._raise(st, "fl_object_wait")
         return self._box.value
 

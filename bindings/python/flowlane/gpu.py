@@ -16,7 +16,7 @@ import enum
 from ctypes import byref, c_int32, c_uint64, c_void_p
 from typing import Optional, Sequence
 
-from . import _ffi
+from . import _capi, _ffi
 from ._core import (
     Engine,
     Stream,
@@ -49,44 +49,44 @@ __all__ = [
 
 
 class MemcpyKind(enum.IntEnum):
-    H2D = _ffi.FL_MEMCPY_H2D
-    D2H = _ffi.FL_MEMCPY_D2H
-    D2D = _ffi.FL_MEMCPY_D2D
-    MEMSET = _ffi.FL_MEMSET
+    H2D = _capi.FL_MEMCPY_H2D
+    D2H = _capi.FL_MEMCPY_D2H
+    D2D = _capi.FL_MEMCPY_D2D
+    MEMSET = _capi.FL_MEMSET
 
 
 class CommBackend(enum.IntEnum):
-    NCCL = _ffi.FL_COMM_NCCL
-    HOST_FAKE = _ffi.FL_COMM_HOST_FAKE
+    NCCL = _capi.FL_COMM_NCCL
+    HOST_FAKE = _capi.FL_COMM_HOST_FAKE
 
 
 class CollOp(enum.IntEnum):
-    ALL_REDUCE = _ffi.FL_COLL_ALL_REDUCE
-    ALL_GATHER = _ffi.FL_COLL_ALL_GATHER
-    REDUCE_SCATTER = _ffi.FL_COLL_REDUCE_SCATTER
-    BROADCAST = _ffi.FL_COLL_BROADCAST
-    SEND = _ffi.FL_COLL_SEND
-    RECV = _ffi.FL_COLL_RECV
+    ALL_REDUCE = _capi.FL_COLL_ALL_REDUCE
+    ALL_GATHER = _capi.FL_COLL_ALL_GATHER
+    REDUCE_SCATTER = _capi.FL_COLL_REDUCE_SCATTER
+    BROADCAST = _capi.FL_COLL_BROADCAST
+    SEND = _capi.FL_COLL_SEND
+    RECV = _capi.FL_COLL_RECV
 
 
 class DType(enum.IntEnum):
-    INT8 = _ffi.FL_DTYPE_INT8
-    UINT8 = _ffi.FL_DTYPE_UINT8
-    INT32 = _ffi.FL_DTYPE_INT32
-    UINT32 = _ffi.FL_DTYPE_UINT32
-    INT64 = _ffi.FL_DTYPE_INT64
-    UINT64 = _ffi.FL_DTYPE_UINT64
-    FLOAT16 = _ffi.FL_DTYPE_FLOAT16
-    FLOAT32 = _ffi.FL_DTYPE_FLOAT32
-    FLOAT64 = _ffi.FL_DTYPE_FLOAT64
-    BFLOAT16 = _ffi.FL_DTYPE_BFLOAT16
+    INT8 = _capi.FL_DTYPE_INT8
+    UINT8 = _capi.FL_DTYPE_UINT8
+    INT32 = _capi.FL_DTYPE_INT32
+    UINT32 = _capi.FL_DTYPE_UINT32
+    INT64 = _capi.FL_DTYPE_INT64
+    UINT64 = _capi.FL_DTYPE_UINT64
+    FLOAT16 = _capi.FL_DTYPE_FLOAT16
+    FLOAT32 = _capi.FL_DTYPE_FLOAT32
+    FLOAT64 = _capi.FL_DTYPE_FLOAT64
+    BFLOAT16 = _capi.FL_DTYPE_BFLOAT16
 
 
 class RedOp(enum.IntEnum):
-    SUM = _ffi.FL_REDOP_SUM
-    PROD = _ffi.FL_REDOP_PROD
-    MAX = _ffi.FL_REDOP_MAX
-    MIN = _ffi.FL_REDOP_MIN
+    SUM = _capi.FL_REDOP_SUM
+    PROD = _capi.FL_REDOP_PROD
+    MAX = _capi.FL_REDOP_MAX
+    MIN = _capi.FL_REDOP_MIN
 
 
 def cuda_device_count() -> int:
@@ -117,21 +117,21 @@ def _operands(stream: Stream, reads, writes):
     n = len(reads) + len(writes)
     if not n:
         return None, 0
-    ops = (_ffi.fl_operand * n)()
+    ops = (_capi.fl_operand * n)()
     for i, o in enumerate(reads):
-        ops[i].object, ops[i].access = o._ptr(), _ffi.FL_READ
+        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
     for j, o in enumerate(writes):
-        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _ffi.FL_WRITE
+        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
     return ops, n
 
 
-def _dim3(what, v) -> _ffi.fl_dim3:
+def _dim3(what, v) -> _capi.fl_dim3:
     if isinstance(v, int):
         v = (v,)
     v = tuple(v) + (1,) * (3 - len(tuple(v)))
     if len(v) != 3:
         raise ValueError("%s must have at most 3 components" % what)
-    return _ffi.fl_dim3(*[_int(what, c, 0, 2**32 - 1) for c in v])
+    return _capi.fl_dim3(*[_int(what, c, 0, 2**32 - 1) for c in v])
 
 
 def submit_kernel(stream: Stream, func: int, *, grid=(1, 1, 1), block=(1, 1, 1), args: Sequence = (),
@@ -139,7 +139,7 @@ def submit_kernel(stream: Stream, func: int, *, grid=(1, 1, 1), block=(1, 1, 1),
     """Launches a ``__global__`` function (its host-side handle as an int address) with
     ``args``: ctypes instances (``c_float(1.0)``, ``c_void_p(ptr)``), copied at submit."""
     h = stream._ptr()
-    instr = _ffi.init(_ffi.fl_kernel_instr)
+    instr = _ffi.init(_capi.fl_kernel_instr)
     instr.func = _int("func", func, 0, 2**64 - 1)
     instr.grid = _dim3("grid", grid)
     instr.block = _dim3("block", block)
@@ -159,7 +159,7 @@ def submit_kernel(stream: Stream, func: int, *, grid=(1, 1, 1), block=(1, 1, 1),
     if n:
         instr.operands, instr.num_operands = ops, n
     instr.name = _ffi.encode_name(name)
-    instr.flags = _ffi.FL_SUBMIT_NONBLOCKING if nonblocking else 0
+    instr.flags = _capi.FL_SUBMIT_NONBLOCKING if nonblocking else 0
     out = c_uint64()
     check(lib.fl_submit_kernel(h, byref(instr), byref(out)), "fl_submit_kernel")
     return int(out.value)
@@ -175,24 +175,24 @@ class _DeviceInstr:
         self.name = name
 
 
-@_ffi.fl_device_fn
+@_capi.fl_device_fn
 def _device_trampoline(ctx, cuda_stream, key):
     try:
         payload = _keep.get(key)
         if payload is None:
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(payload.engine)
         _tls.depth = getattr(_tls, "depth", 0) + 1
         try:
             payload.fn(cuda_stream or 0)
-            return _ffi.FL_OK
+            return _capi.FL_OK
         except BaseException as exc:
             lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             _tls.depth -= 1
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
 
 
 def submit_device(stream: Stream, fn, reads=(), writes=(), name=None, *, block: bool = True) -> int:
@@ -203,17 +203,17 @@ def submit_device(stream: Stream, fn, reads=(), writes=(), name=None, *, block: 
         raise TypeError("fn must be callable, not %s" % type(fn).__name__)
     ops, n = _operands(stream, reads, writes)
     key = _register(_DeviceInstr(stream, fn, name))
-    instr = _ffi.init(_ffi.fl_device_instr)
+    instr = _ffi.init(_capi.fl_device_instr)
     instr.fn = _device_trampoline
     instr.user_data = key
     instr.cleanup = _release_trampoline
     if n:
         instr.operands, instr.num_operands = ops, n
     instr.name = _ffi.encode_name(name)
-    instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+    instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
     out = c_uint64()
     st = lib.fl_submit_device(h, byref(instr), byref(out))
-    if st != _ffi.FL_OK:
+    if st != _capi.FL_OK:
         err = error_for(st, None, "fl_submit_device")
         _keep.pop(key, None)
         raise err
@@ -223,7 +223,7 @@ def submit_device(stream: Stream, fn, reads=(), writes=(), name=None, *, block: 
 def submit_memcpy(stream: Stream, kind, dst: int, src: int, nbytes: int, value: int = 0, *, reads=(), writes=(),
                   name=None, block: bool = True) -> int:
     h = stream._ptr()
-    instr = _ffi.init(_ffi.fl_memcpy_instr)
+    instr = _ffi.init(_capi.fl_memcpy_instr)
     instr.kind = _int("kind", kind, 0, 2**32 - 1)
     instr.value = _int("value", value, 0, 255)
     instr.dst = _int("dst", dst, 0, 2**64 - 1)
@@ -233,7 +233,7 @@ def submit_memcpy(stream: Stream, kind, dst: int, src: int, nbytes: int, value: 
     if n:
         instr.operands, instr.num_operands = ops, n
     instr.name = _ffi.encode_name(name)
-    instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+    instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
     out = c_uint64()
     check(lib.fl_submit_memcpy(h, byref(instr), byref(out)), "fl_submit_memcpy")
     return int(out.value)
@@ -278,7 +278,7 @@ class CommUniqueId:
     __slots__ = ("_c",)
 
     def __init__(self, raw: Optional[bytes] = None):
-        self._c = _ffi.fl_comm_unique_id()
+        self._c = _capi.fl_comm_unique_id()
         if raw is not None:
             if not isinstance(raw, (bytes, bytearray)) or len(raw) != 128:
                 raise ValueError("a unique id is 128 bytes")
@@ -320,13 +320,13 @@ class Comm(Managed):
         if not isinstance(unique_id, CommUniqueId):
             raise TypeError("unique_id must be a flowlane.CommUniqueId")
         backend = CommBackend.NCCL if backend is None else backend
-        d = _ffi.init(_ffi.fl_comm_desc)
+        d = _ffi.init(_capi.fl_comm_desc)
         d.nranks = _int("nranks", nranks, 0, 2**64 - 1)
         d.rank = _int("rank", rank, 0, 2**64 - 1)
         d.device = _int("device", device, 0, 2**64 - 1)
         d.lane = _int("lane", lane, 0, 2**64 - 1)
         d.backend = _int("backend", backend, 0, 2**64 - 1)
-        d.flags = _ffi.FL_COMM_UNORDERED if unordered else 0
+        d.flags = _capi.FL_COMM_UNORDERED if unordered else 0
         out = _ffi.comm_p()
         check(lib.fl_comm_create(engine._ptr(), byref(d), byref(unique_id._c), byref(out)), "fl_comm_create")
         self.engine, self.lane, self.device, self.backend = engine, lane, device, backend
@@ -352,7 +352,7 @@ class Comm(Managed):
         """Issues ``parts`` as one group on the comm's COLLECTIVE stream."""
         s = stream if stream is not None else self.stream()
         parts = list(parts)
-        arr = (_ffi.fl_coll_part * max(len(parts), 1))()
+        arr = (_capi.fl_coll_part * max(len(parts), 1))()
         for i, p in enumerate(parts):
             if not isinstance(p, CollPart):
                 raise TypeError("parts must be flowlane.CollPart, not %s" % type(p).__name__)
@@ -363,13 +363,13 @@ class Comm(Managed):
             arr[i].sendbuf = _int("sendbuf", p.sendbuf, 0, 2**64 - 1)
             arr[i].recvbuf = _int("recvbuf", p.recvbuf, 0, 2**64 - 1)
             arr[i].count = _int("count", p.count, 0, 2**64 - 1)
-        instr = _ffi.init(_ffi.fl_collective_instr)
+        instr = _ffi.init(_capi.fl_collective_instr)
         instr.parts, instr.num_parts = arr, len(parts)
         ops, n = _operands(s, reads, writes)
         if n:
             instr.operands, instr.num_operands = ops, n
         instr.name = _ffi.encode_name(name)
-        instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+        instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
         out = c_uint64()
         check(lib.fl_submit_collective(s._ptr(), self._ptr(), byref(instr), byref(out)), "fl_submit_collective")
         return int(out.value)

@@ -6,7 +6,7 @@ import threading
 from ctypes import byref, c_uint64
 from typing import Callable, List, Optional
 
-from . import _ffi
+from . import _capi, _ffi
 from ._core import Engine, _describe_exception, _int, _keep, _pin_thread_state, _register
 from ._ffi import lib
 from ._managed import Managed, _tls
@@ -58,24 +58,24 @@ class _Body:
         self.engine = engine
 
 
-@_ffi.fl_range_fn
+@_capi.fl_range_fn
 def _range_trampoline(lo, hi, key):
     try:
         body = _keep.get(key)
         if body is None:
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(body.engine)
         _enter()
         try:
             body.fn(lo, hi)
         except BaseException as exc:
             body.failure.record(exc)
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             _leave()
-        return _ffi.FL_OK
+        return _capi.FL_OK
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
 
 
 def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, int], None]] = None,
@@ -114,7 +114,7 @@ def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, 
         st = lib.fl_parallel_for(h, b, e, g, _range_trampoline, key)
     finally:
         _keep.pop(key, None)
-    if st != _ffi.FL_OK:
+    if st != _capi.FL_OK:
         failure.raise_for(st, "fl_parallel_for", "body raised ")
 
 
@@ -131,24 +131,24 @@ class _Node:
         self.engine = engine
 
 
-@_ffi.fl_task_fn
+@_capi.fl_task_fn
 def _task_trampoline(key):
     try:
         node = _keep.get(key)
         if node is None:
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(node.engine)
         _enter()
         try:
             node.fn()
         except BaseException as exc:
             node.graph_failure.record(exc)
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             _leave()
-        return _ffi.FL_OK
+        return _capi.FL_OK
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
 
 
 class Task:
@@ -236,7 +236,7 @@ class TaskGraph(Managed):
         key = _register(_Node(fn, self._failure, label, self.engine))
         out = c_uint64()
         st = lib.fl_taskgraph_add(h, _task_trampoline, key, _ffi.encode_name(label), byref(out))
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             err = error_for(st, None, "fl_taskgraph_add")
             _keep.pop(key, None)
             raise err
@@ -260,7 +260,7 @@ class TaskGraph(Managed):
         h = self._ptr()
         n = _int("threads", threads, -(2**63), 2**63 - 1)
         st = lib.fl_taskgraph_run(h, n)
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             self._failure.raise_for(st, "fl_taskgraph_run", "")
         self._failure.exc = None
 

@@ -9,7 +9,7 @@ import weakref
 
 from _support import Gate, flowlane
 
-from flowlane import _core, _ffi
+from flowlane import _capi, _core, _ffi
 
 
 def payloads():
@@ -181,7 +181,7 @@ class Lanes(unittest.TestCase):
             with self.assertRaises(flowlane.Exhausted) as cm:
                 e.lane()
             self.assertIn("held", str(cm.exception))
-            self.assertEqual(cm.exception.status, _ffi.FL_ERR_EXHAUSTED)
+            self.assertEqual(cm.exception.status, _capi.FL_ERR_EXHAUSTED)
             held.close()
             held.close()  # idempotent
             with self.assertRaises(flowlane.OutOfRange) as cm:

@@ -56,13 +56,13 @@ impl Device {
 
     pub(crate) fn raw(self) -> sys::fl_device_t {
         match self {
-            Device::Cpu => sys::fl_device_t { type_: sys::FL_DEVICE_CPU, index: 0 },
-            Device::Cuda(i) => sys::fl_device_t { type_: sys::FL_DEVICE_CUDA, index: i },
+            Device::Cpu => sys::fl_device_t { type_: sys::FL_DEVICE_CPU as i32, index: 0 },
+            Device::Cuda(i) => sys::fl_device_t { type_: sys::FL_DEVICE_CUDA as i32, index: i },
         }
     }
 
     fn from_raw(d: sys::fl_device_t) -> Device {
-        if d.type_ == sys::FL_DEVICE_CUDA {
+        if d.type_ == sys::FL_DEVICE_CUDA as i32 {
             Device::Cuda(d.index)
         } else {
             Device::Cpu

@@ -108,7 +108,7 @@ impl<'e> Instr<'e> {
 
     /// Return `WouldBlock` instead of waiting when the in-flight window is full.
     pub fn nonblocking(mut self) -> Self {
-        self.flags |= sys::FL_SUBMIT_NONBLOCKING;
+        self.flags |= sys::FL_SUBMIT_NONBLOCKING as u64;
         self
     }
 
