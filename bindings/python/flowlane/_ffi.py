@@ -181,7 +181,7 @@ missing_symbols = _declare(lib)
 def last_error_message() -> str:
     """fl_last_error_message() of the calling thread."""
     msg = lib.fl_last_error_message()
-    return msg.decode("utf-8", "replace") if msg else ""
+    return str(msg.decode("utf-8", "replace")) if msg else ""
 
 
 def status_name(status: int) -> str:

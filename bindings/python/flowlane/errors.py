@@ -235,11 +235,11 @@ def _status_classes() -> Dict[int, Type[FlowlaneError]]:
     for name, value, _text in _capi.STATUSES:
         if value == _capi.FL_OK:
             continue
-        cls = declared.get(name)
-        if cls is None:  # appended to the header after this file was written
-            cls = type(_camel(name), (FlowlaneError,), {"c_name": name, "__module__": __name__})
-            globals()[cls.__name__] = cls
-        classes[value] = cls
+        found = declared.get(name)
+        if found is None:  # appended to the header after this file was written
+            found = type(_camel(name), (FlowlaneError,), {"c_name": name, "__module__": __name__})
+            globals()[found.__name__] = found
+        classes[value] = found
     return classes
 
 
