@@ -60,7 +60,8 @@ def main() -> int:
     print("flowlane self-check")
     print("  package:  %s (flowlane %s, Python %s)" % (os.path.dirname(flowlane.__file__), flowlane.__version__,
                                                        sys.version.split()[0]))
-    print("  library:  %s (version %d.%d.%d)" % ((flowlane.library_path,) + tuple(flowlane.library_version)))
+    major, minor, patch = flowlane.library_version
+    print("  library:  %s (version %d.%d.%d)" % (flowlane.library_path, major, minor, patch))
     failed = 0
     for name, check in _checks():
         try:
