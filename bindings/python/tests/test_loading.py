@@ -43,5 +43,38 @@ class Loading(unittest.TestCase):
             self.assertIn("major version 0", r.stderr)
 
 
+    @unittest.skipUnless(shutil.which("c++"), "needs a C++ compiler")
+    def test_a_cxx_library_loaded_after_flowlane_keeps_one_allocator(self):
+        # libflowlane links libmimalloc (which exports operator new/delete); loaded first,
+        # it must not leave libstdc++ and later C++ libraries with different allocators
+        # (this crashed `import flowlane; import torch`).
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "cxx.cpp")
+            lib = os.path.join(d, "libcxx.so")
+            with open(src, "w") as f:
+                f.write(textwrap.dedent("""
+                    #include <string>
+                    #include <vector>
+                    extern "C" int cxx_strings(int n) {
+                      std::vector<std::string> v;
+                      for (int i = 0; i < n; ++i) v.push_back(std::string(100, 'a' + i % 26) + std::to_string(i));
+                      std::string s;
+                      for (auto& x : v) s += x;
+                      return static_cast<int>(s.size());
+                    }
+                """))
+            subprocess.run(["c++", "-O2", "-shared", "-fPIC", "-o", lib, src], check=True)
+            code = ("import ctypes, flowlane\n"
+                    "with flowlane.Engine(workers=2) as e:\n"
+                    "    o = e.object('x' * 1000)\n"
+                    "    e.submit(lambda v: v * 2, reads=[o], writes=[o], name='n' * 300)\n"
+                    "    o.wait()\n"
+                    "print(ctypes.CDLL(%r).cxx_strings(1000))\n" % lib)
+            env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, "exit %d: %s" % (r.returncode, r.stderr))
+            self.assertEqual(r.stdout.strip(), "102890")
+
+
 if __name__ == "__main__":
     unittest.main()
