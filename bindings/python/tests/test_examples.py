@@ -33,6 +33,16 @@ class Examples(unittest.TestCase):
         self.assertIn("%s: ok" % name, r.stdout)
         self.assertNotIn("never retrieved", r.stderr)
 
+    def test_readme_first_program_is_the_c_example(self):
+        # examples/first_program/main.c is built and run by ctest (example.first_program).
+        import re
+
+        with open(os.path.join(REPO, "README.md")) as f:
+            block = re.search(r"## A first program.*?```c\n(.*?)```", f.read(), re.S)
+        self.assertIsNotNone(block)
+        with open(os.path.join(REPO, "examples", "first_program", "main.c")) as f:
+            self.assertEqual(f.read(), block.group(1), "README's first program and examples/first_program differ")
+
     def test_quickstart(self):
         self.run_example(os.path.join(REPO, "examples", "python", "quickstart.py"))
 
