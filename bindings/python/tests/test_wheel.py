@@ -131,9 +131,10 @@ class InstalledWheel(unittest.TestCase):
                         ignore=shutil.ignore_patterns("libflowlane.so*", "__pycache__"))
         site = [os.path.join(d) for d, sub, _ in os.walk(bare) if "flowlane" in sub and d.endswith("site-packages")]
         self.assertEqual(len(site), 1, site)
-        import ctypes.util
-        if ctypes.util.find_library("flowlane"):
-            self.skipTest("a system-wide libflowlane is installed, so the bare package finds it")
+        probe = self.run_in_venv("-c", "import ctypes.util; print(ctypes.util.find_library('flowlane'))")
+        if probe.stdout.strip() != "None":
+            self.skipTest("a system-wide libflowlane is installed (%s), so the bare package finds it"
+                          % probe.stdout.strip())
         r = self.run_in_venv("-c", "import flowlane", env=dict(_clean_env(self.tmp), PYTHONPATH=site[0]))
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("does not bundle the library", r.stderr)
