@@ -10,8 +10,13 @@ set -euo pipefail
 required=(cmake g++ make pkg-config binutils libgtest-dev libgmock-dev libbenchmark-dev
           libconcurrentqueue-dev libmimalloc-dev python3)
 # Benchmark peers and binding toolchains: installed when the distribution has them;
-# the build and the tests work without them (their parts are skipped).
-optional=(libtbb-dev libstarpu-dev python3-pytest cargo)
+# the build and the tests work without them (their parts are skipped). The binding
+# generator's check (scripts/gen-bindings.sh --check: python3-pycparser, bindgen,
+# rustfmt), mypy and rust-clippy are what CI's bindings-check stage needs; python3-venv,
+# -build, -wheel, -setuptools the wheel test; python3-numpy the NumPy example and tests.
+optional=(libtbb-dev libstarpu-dev python3-pytest cargo
+          python3-pycparser bindgen rustfmt mypy rust-clippy
+          python3-venv python3-build python3-wheel python3-setuptools python3-numpy)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "setup.sh: this is not a Debian/Ubuntu system (no dpkg/apt-get)." >&2

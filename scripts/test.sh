@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds flowlane and runs every test, from a fresh Debian machine: installs missing
 # packages, builds everything (Release, in build/: library, tests, examples, benchmarks),
-# runs ctest, then the Python binding tests (when bindings/python/tests exists) and the
-# Rust crate tests (when bindings/rust/Cargo.toml exists). Every suite runs even if an
-# earlier one failed; the exit status is non-zero if any failed.
+# runs ctest (C examples included), then the Python binding tests (when
+# bindings/python/tests exists: examples/python, the wheel in a fresh venv), and the Rust
+# crate tests, examples/rust and a downstream crate built through pkg-config (when
+# bindings/rust/Cargo.toml exists). Every suite runs even if an earlier one failed; the
+# exit status is non-zero if any failed.
 #   FLOWLANE_TEST_JOBS   parallel ctest jobs (default 2)
 #   FLOWLANE_CTEST_ARGS  extra ctest arguments (e.g. "-L abi")
 set -euo pipefail
@@ -55,6 +57,17 @@ if [[ -f bindings/rust/Cargo.toml ]]; then
     failed+=(rust)
   elif ! (cd bindings/rust && cargo test --offline); then
     failed+=(rust)
+  fi
+  if command -v cargo >/dev/null 2>&1; then
+    # The Rust examples (examples/rust/*.rs, declared in bindings/rust/flowlane/Cargo.toml).
+    for ex in examples/rust/*.rs; do
+      ex="$(basename "$ex" .rs)"
+      say "rust example $ex"
+      (cd bindings/rust && cargo run --offline -q --example "$ex") || failed+=("rust-example-$ex")
+    done
+    # A crate outside the repository that finds the installed library through pkg-config only.
+    say "rust downstream crate (scripts/rust-downstream-test.sh)"
+    "$FLOWLANE_ROOT/scripts/rust-downstream-test.sh" "$BUILD_DIR" || failed+=(rust-downstream)
   fi
   # CUDA builds: the GPU wrappers once more, against the fake CUDA runtime (tests/gpu/fake),
   # which must be loaded ahead of libcudart. Built first without it.

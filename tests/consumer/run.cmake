@@ -1,7 +1,10 @@
 # ctest abi.consumer: install the build into a fresh prefix, then build and run a
 # downstream program against that prefix twice — through the CMake package
 # (find_package(flowlane 0.1 REQUIRED) + flowlane::flowlane) and through pkg-config —
-# the two ways users consume an installed library. Run with cmake -P; variables:
+# the two ways users consume an installed library. Both programs are run with
+# LD_LIBRARY_PATH unset: what the user's build line produces must start as it is (the
+# pkg-config one through the rpath that the installed flowlane.pc adds for a prefix the
+# loader does not search). Run with cmake -P; variables:
 #   BUILD_DIR      the flowlane build tree to install
 #   CONSUMER_DIR   tests/consumer (the downstream project)
 #   WORK_DIR       scratch directory (wiped first)
@@ -91,7 +94,7 @@ endif()
 step("build consumer" "${CMAKE_COMMAND}" --build "${cbuild}" --config "${CONFIG}")
 file(GLOB_RECURSE exe LIST_DIRECTORIES false "${cbuild}/flowlane_consumer" "${cbuild}/*/flowlane_consumer")
 list(GET exe 0 exe)
-step("run consumer (CMake package)" "${exe}")
+step("run consumer (CMake package)" "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH "${exe}")
 message(STATUS "CMake package: ${step_output}")
 
 # A version the package does not satisfy (SameMajorVersion) must be refused.
@@ -126,8 +129,13 @@ message(STATUS "pkg-config --cflags --libs flowlane: ${pc_flags}")
 separate_arguments(pc_args UNIX_COMMAND "${pc_flags}")
 step("pkg-config --variable=libdir" "${PKG_CONFIG}" --variable=libdir flowlane)
 string(STRIP "${step_output}" pc_libdir)
+if(NOT pc_flags MATCHES "-Wl,-rpath,${pc_libdir}( |$)")
+  message(FATAL_ERROR "flowlane.pc installed in ${prefix} (not a loader directory) should add "
+                      "-Wl,-rpath,${pc_libdir} to Libs; pkg-config --libs says: ${pc_flags}")
+endif()
+# Exactly the README's line: the compiler, the source, and what pkg-config says.
 step("compile consumer with pkg-config flags"
      "${C_COMPILER}" -std=c99 -Wall -Wextra -pedantic -Werror ${extra_flags} "${CONSUMER_DIR}/main.c"
-     ${pc_args} "-Wl,-rpath,${pc_libdir}" -o "${WORK_DIR}/flowlane_consumer_pc")
-step("run consumer (pkg-config)" "${WORK_DIR}/flowlane_consumer_pc")
+     ${pc_args} -o "${WORK_DIR}/flowlane_consumer_pc")
+step("run consumer (pkg-config)" "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH "${WORK_DIR}/flowlane_consumer_pc")
 message(STATUS "pkg-config: ${step_output}")

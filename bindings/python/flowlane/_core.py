@@ -7,51 +7,75 @@ import collections
 import ctypes
 import enum
 import itertools
+import logging
 import os
 import re
 import threading
 import traceback
 import weakref
-from ctypes import byref, c_int32, c_uint32, c_uint64, c_void_p
+from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    Iterable,
+    List,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
 
-from . import _ffi
+from . import _capi, _ffi
 from ._ffi import lib
 from ._managed import Managed, _tls, callback_depth
-from .errors import (
-    ClosedError,
-    DependencyFailed,
-    FlowlaneError,
-    InstructionFailed,
-    InvalidArgument,
-    check,
-    error_for,
-)
+from .errors import ClosedError, FlowlaneError, InstructionFailed, InvalidArgument, check, error_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .gpu import Comm, CommBackend, CommUniqueId, MemcpyKind
+    from .graph import TaskGraph
+
+T = TypeVar("T")
+
+#: The logger that reports failures nobody retrieved ("flowlane"), as asyncio reports
+#: exceptions of tasks that nobody awaited.
+logger = logging.getLogger("flowlane")
 
 # --------------------------------------------------------------------------------------
 # Small public types
 
 
 class Access(enum.IntFlag):
-    """How an instruction (or a wait) accesses an object."""
+    """How an instruction (or a wait) accesses an object: READ, WRITE or READ_WRITE."""
 
-    READ = _ffi.FL_READ
-    WRITE = _ffi.FL_WRITE
-    READ_WRITE = _ffi.FL_READ_WRITE
+    READ = _capi.FL_READ
+    WRITE = _capi.FL_WRITE
+    READ_WRITE = _capi.FL_READ_WRITE
 
 
 class StreamKind(enum.IntEnum):
-    HOST = _ffi.FL_STREAM_HOST
-    COMPUTE = _ffi.FL_STREAM_COMPUTE
-    H2D = _ffi.FL_STREAM_H2D
-    D2H = _ffi.FL_STREAM_D2H
-    COLLECTIVE = _ffi.FL_STREAM_COLLECTIVE
+    """The kind of a stream: HOST (Python callables), or a CUDA stream (COMPUTE, H2D, D2H,
+    COLLECTIVE)."""
+
+    HOST = _capi.FL_STREAM_HOST
+    COMPUTE = _capi.FL_STREAM_COMPUTE
+    H2D = _capi.FL_STREAM_H2D
+    D2H = _capi.FL_STREAM_D2H
+    COLLECTIVE = _capi.FL_STREAM_COLLECTIVE
 
 
 class DeviceType(enum.IntEnum):
-    CPU = _ffi.FL_DEVICE_CPU
-    CUDA = _ffi.FL_DEVICE_CUDA
+    """CPU or CUDA."""
+
+    CPU = _capi.FL_DEVICE_CPU
+    CUDA = _capi.FL_DEVICE_CUDA
 
 
 @dataclass(frozen=True)
@@ -63,25 +87,30 @@ class Device:
 
     @staticmethod
     def cpu() -> "Device":
+        """The host."""
         return CPU
 
     @staticmethod
     def cuda(index: int = 0) -> "Device":
+        """CUDA device ``index``."""
         return Device(DeviceType.CUDA, _int("index", index, -(2**31), 2**31 - 1))
 
-    def _c(self) -> _ffi.fl_device:
-        return _ffi.fl_device(int(self.type), int(self.index))
+    def _c(self) -> Any:
+        return _capi.fl_device(int(self.type), int(self.index))
 
     def __str__(self) -> str:
         return "cpu" if self.type == DeviceType.CPU else "cuda:%d" % self.index
 
 
+#: The host device.
 CPU = Device()
 
 
 @dataclass(frozen=True)
 class EngineStats:
-    """Counters of fl_engine_stats (a snapshot)."""
+    """Counters of fl_engine_stats (a snapshot): instructions submitted, completed and
+    failed, in flight now, submissions that waited for the window, work-stealing steals and
+    worker parks."""
 
     submitted: int
     completed: int
@@ -96,9 +125,9 @@ class _Keep:
     """A marker a callable returns (alone, or in its tuple) to leave a written object's
     value unchanged, e.g. after mutating it in place."""
 
-    _instance = None
+    _instance: Optional["_Keep"] = None
 
-    def __new__(cls):
+    def __new__(cls) -> "_Keep":
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -106,28 +135,32 @@ class _Keep:
     def __repr__(self) -> str:
         return "flowlane.KEEP"
 
-    def __reduce__(self):
+    def __reduce__(self) -> str:
         return "KEEP"
 
 
+#: Returned by a callable (alone or in its tuple) to leave a written object's value as it
+#: is, e.g. after mutating it in place.
 KEEP = _Keep()
 
 _U32_MAX = 2**32 - 1
 _U64_MAX = 2**64 - 1
 
+AccessLike = Union[Access, int, str]
 
-def _int(what: str, value, lo: int, hi: int) -> int:
+
+def _int(what: str, value: Any, lo: int, hi: int) -> int:
     """An integer argument, refusing bools, floats and strings with a clear TypeError and
     out-of-range values with a ValueError (ctypes would silently wrap them)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
-    v = value.__index__()
+    v = int(value.__index__())
     if v < lo or v > hi:
         raise ValueError("%s must be in [%d, %d], got %d" % (what, lo, hi, v))
     return v
 
 
-def _access(value) -> int:
+def _access(value: AccessLike) -> int:
     if isinstance(value, str):
         m = {"r": 1, "read": 1, "w": 2, "write": 2, "rw": 3, "read_write": 3, "readwrite": 3}
         try:
@@ -142,11 +175,11 @@ def _access(value) -> int:
 # A callback looks its payload up by key; the cleanup/release callback pops it, exactly
 # once. Keys are never reused, so a stray duplicate callback would find nothing.
 
-_keep: dict = {}
+_keep: Dict[int, Any] = {}
 _next_key = itertools.count(1).__next__
 
 
-def _register(payload) -> int:
+def _register(payload: Any) -> int:
     key = _next_key()
     _keep[key] = payload
     return key
@@ -168,13 +201,13 @@ try:
     _pyapi.PyThreadState_Clear.argtypes = [c_void_p]
     _pyapi.PyThreadState_Delete.restype = None
     _pyapi.PyThreadState_Delete.argtypes = [c_void_p]
-    _python_threads = threading._active  # ident -> Thread, for threads Python started
+    _python_threads = threading._active  # type: ignore[attr-defined]  # ident -> Thread
     _CAN_PIN = True
 except (AttributeError, TypeError):  # another implementation: stay correct, just slower
     _CAN_PIN = False
 
 
-def _pin_thread_state(engine) -> None:
+def _pin_thread_state(engine: Optional["Engine"]) -> None:
     """Called inside a callback (GIL held): pins this worker's thread state, once."""
     if not _CAN_PIN or getattr(_tls, "pinned", False) or engine is None:
         return
@@ -185,7 +218,7 @@ def _pin_thread_state(engine) -> None:
     engine._pinned.append(_pyapi.PyThreadState_Get())
 
 
-def _unpin_thread_states(pinned: list) -> None:
+def _unpin_thread_states(pinned: List[int]) -> None:
     """After fl_engine_destroy joined the workers: frees their pinned thread states."""
     while pinned:
         ts = pinned.pop()
@@ -193,8 +226,7 @@ def _unpin_thread_states(pinned: list) -> None:
         _pyapi.PyThreadState_Delete(ts)
 
 
-@_ffi.fl_release_fn
-def _release_trampoline(key):
+def _release(key: int) -> None:
     # Runs on any thread, exactly once per registration; drops the engine's reference.
     try:
         payload = _keep.pop(key, None)
@@ -212,16 +244,40 @@ def _release_trampoline(key):
         pass
 
 
+_release_trampoline = _capi.fl_release_fn(_release)
+
 _PACKAGE_DIR = os.path.dirname(__file__)
+
+
+def _user_traceback(exc: BaseException) -> Optional[TracebackType]:
+    """exc's traceback without the bindings' own trampoline frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next
+    return tb
 
 
 def _describe_exception(exc: BaseException) -> str:
     """Type, message and traceback, without the bindings' own trampoline frames."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    text = "".join(traceback.format_exception(type(exc), exc, _user_traceback(exc)))
     return "Python %s: %s\n%s" % (type(exc).__qualname__, exc, text.rstrip())
+
+
+def _without_traceback(message: str) -> str:
+    """An instruction failure's text without the Python traceback that _describe_exception
+    put there (the exception re-raised next to it carries its own)."""
+    return re.sub(r"\nTraceback \(most recent call last\):\n.*", "", message, flags=re.S)
+
+
+def raise_failure(err: FlowlaneError, original: Optional[BaseException], tb: Optional[TracebackType]) -> NoReturn:
+    """Raises ``original`` (the exception of a Python callable) chained from ``err`` (the
+    flowlane error with the instruction's context), as concurrent.futures re-raises a
+    worker's exception; raises ``err`` itself when there is no Python exception."""
+    if original is None or not isinstance(err, InstructionFailed):
+        raise err
+    err.original = original
+    err.message = _without_traceback(err.message)
+    raise original.with_traceback(tb) from err
 
 
 # --------------------------------------------------------------------------------------
@@ -236,14 +292,18 @@ class InstrContext:
 
     __slots__ = ("engine", "lane", "id", "name", "_ctx")
 
-    def __init__(self, engine: "Engine", ctx, name: Optional[str]):
+    def __init__(self, engine: "Engine", ctx: Any, name: Optional[str]):
+        #: The engine running the instruction.
         self.engine = engine
         self._ctx = ctx
+        #: The lane the instruction runs on.
         self.lane = int(lib.fl_instr_lane(ctx))
+        #: The instruction's id (as returned by submit).
         self.id = int(lib.fl_instr_get_id(ctx))
+        #: The instruction's name.
         self.name = name
 
-    def stream(self, kind=None, device=None) -> "Stream":
+    def stream(self, kind: Union[StreamKind, int, str, None] = None, device: Optional[Device] = None) -> "Stream":
         """A stream on this instruction's lane (host by default), to submit follow-up work
         (which never blocks on the window from inside a callback)."""
         return self.engine.stream(self.lane, device=device, kind=kind)
@@ -262,14 +322,15 @@ class _Instr:
 
     __slots__ = ("engine", "fn", "reads", "writes", "name")
 
-    def __init__(self, engine, fn, reads, writes, name):
+    def __init__(self, engine: "Engine", fn: Callable[..., Any], reads: List["Object[Any]"],
+                 writes: List["Object[Any]"], name: Optional[str]):
         self.engine = engine
         self.fn = fn
         self.reads = reads
         self.writes = writes
         self.name = name
 
-    def run(self, ctx) -> int:
+    def run(self, ctx: Any) -> int:
         info = InstrContext(self.engine, ctx, self.name)
         prev = getattr(_tls, "instr", None)
         _tls.instr = info
@@ -292,31 +353,41 @@ class _Instr:
                 for o, v in zip(writes, result):
                     if v is not KEEP:
                         o._value = v
-            return _ffi.FL_OK
+            return _capi.FL_OK
         except BaseException as exc:  # noqa: B902 - a callback must not unwind into C
-            self.engine._remember_failure(info.id, exc)
-            try:
-                lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
-            except BaseException:
-                pass
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            fail_instruction(self.engine, ctx, info.id, self.name, exc)
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             info._ctx = None
             _tls.instr = prev
             _tls.depth -= 1
 
 
-@_ffi.fl_host_fn
-def _host_trampoline(ctx, key):
+def fail_instruction(engine: "Engine", ctx: Any, instr_id: int, name: Optional[str], exc: BaseException) -> None:
+    """Inside a callback: remembers exc for the wait that will observe the failure (and for
+    close(), which reports it if none does) and gives the library its description (the
+    error text every language sees)."""
+    engine._remember_failure(instr_id, exc, "instruction %r (#%d, lane %d)"
+                             % (name, instr_id, int(lib.fl_instr_lane(ctx))))
+    try:
+        lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
+    except BaseException:
+        pass
+
+
+def _host(ctx: Any, key: int) -> int:
     try:
         payload = _keep.get(key)
         if payload is None:
             lib.fl_instr_set_error(ctx, b"flowlane python binding: instruction payload missing")
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(payload.engine)
-        return payload.run(ctx)
+        return int(payload.run(ctx))
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
+
+
+_host_trampoline = _capi.fl_host_fn(_host)
 
 
 # --------------------------------------------------------------------------------------
@@ -328,7 +399,7 @@ _ID_RE = re.compile(r"\(#(\d+),")
 
 
 @atexit.register
-def _close_all_engines():
+def _close_all_engines() -> None:
     # Drain and destroy engines still open at exit, while the interpreter can still run
     # the callbacks and release functions that destroy calls.
     for e in list(_live_engines):
@@ -338,13 +409,32 @@ def _close_all_engines():
             pass
 
 
+_Failure = Tuple[BaseException, Optional[TracebackType]]
+_UNRETRIEVED_KEPT = 1000
+
+
+def _report_unretrieved(unretrieved: "collections.OrderedDict[int, Tuple[str, BaseException, Optional[TracebackType]]]",
+                        overflow: int, where: str) -> None:
+    """After fl_engine_destroy: logs one ERROR record on the "flowlane" logger, with the
+    exception and its traceback, per Python callable that failed and whose failure no
+    wait, synchronize() or value observed, as asyncio logs "Task exception was never
+    retrieved" (by default Python prints it to stderr)."""
+    for _id, (what, exc, tb) in unretrieved.items():
+        logger.error("%s: a failure was never retrieved (no wait, synchronize() or value observed it): %s raised "
+                     "%s: %s", where, what, type(exc).__qualname__, exc, exc_info=(type(exc), exc, tb))
+    if overflow:
+        logger.error("%s: %d more failures were never retrieved", where, overflow)
+    unretrieved.clear()
+
+
 class Engine(Managed):
     """An execution engine: worker threads, lanes, streams and the in-flight window.
 
-    ``Engine(workers=None, lanes=None, inflight_limit=None)``: None (or 0) means the
-    library default (one worker per logical core, 8 lanes, a 4096-instruction window).
-    Use as a context manager; close() drains all submitted work, runs every pending
-    cleanup and release, and joins the workers.
+    ``Engine(workers=None, lanes=None, inflight_limit=None, watchdog_ms=None)``: None (or
+    0) means the library default (one worker per logical core, 8 lanes, a 4096-instruction
+    window, no watchdog). Use as a context manager; close() drains all submitted work, runs
+    every pending cleanup and release, and joins the workers. Failures of Python callables
+    that no wait observed are logged then (logger "flowlane", level ERROR).
 
     Thread-safety: every method may be called from any thread, concurrently; close()
     must not race with other calls on the same engine, and cannot be called from inside
@@ -357,34 +447,38 @@ class Engine(Managed):
     def __init__(self, workers: Optional[int] = None, lanes: Optional[int] = None,
                  inflight_limit: Optional[int] = None, watchdog_ms: Optional[int] = None):
         super().__init__()
-        desc = _ffi.init(_ffi.fl_engine_desc)
+        desc = _ffi.init(_capi.fl_engine_desc)
         desc.num_workers = 0 if workers is None else _int("workers", workers, 0, _U64_MAX)
         desc.max_lanes = 0 if lanes is None else _int("lanes", lanes, 0, _U64_MAX)
         desc.inflight_limit = 0 if inflight_limit is None else _int("inflight_limit", inflight_limit, 0, _U64_MAX)
         desc.watchdog_ms = 0 if watchdog_ms is None else _int("watchdog_ms", watchdog_ms, 0, _U64_MAX)
         out = _ffi.engine_p()
-        check(lib.fl_engine_create(byref(desc), byref(out)), "fl_engine_create")
+        check(lib.fl_engine_create(byref(desc), byref(out)), "Engine")
         self._tls = threading.local()
-        self._failures = collections.OrderedDict()
+        self._failures: "collections.OrderedDict[int, _Failure]" = collections.OrderedDict()
+        self._unretrieved: "collections.OrderedDict[int, Tuple[str, BaseException, Optional[TracebackType]]]" = \
+            collections.OrderedDict()
+        self._unretrieved_overflow = 0
         self._failures_lock = threading.Lock()
-        self._watchdogs = []
+        self._watchdogs: List[Any] = []
         self._close_lock = threading.Lock()
-        self._pinned = []
+        self._pinned: List[int] = []
         self._handle = out
         _live_engines.add(self)
 
     # -- lifetime -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drains every submitted instruction (errors are dropped: call synchronize()
-        first to see them), runs pending cleanups and releases, joins the workers.
-        Every stream, object, lane and graph of the engine is unusable afterwards."""
+        """Drains every submitted instruction, runs pending cleanups and releases, joins the
+        workers. Failures of Python callables that no wait, synchronize() or value observed
+        are logged then (logger "flowlane", level ERROR, with the exception and traceback).
+        Every stream, object, lane and graph of the engine is unusable afterwards.
+        Idempotent."""
         if self._handle is None:
             return
         if callback_depth() > 0:
-            raise InvalidArgument("Engine.close() called from inside a flowlane callback: it would wait "
-                                  "for itself; close the engine from the thread that owns it",
-                                  function="fl_engine_destroy")
+            raise InvalidArgument("called from inside a flowlane callback: it would wait for itself; "
+                                  "close the engine from the thread that owns it", function="Engine.close")
         with self._close_lock:
             h = self._handle
             if h is None:
@@ -393,11 +487,13 @@ class Engine(Managed):
             # The handle stays valid while destroy drains, so callbacks that still run can
             # use the engine: submitting then raises Shutdown (from C), not ClosedError.
             st = lib.fl_engine_destroy(h)
-            if st != _ffi.FL_OK:
-                check(st, "fl_engine_destroy")
+            if st != _capi.FL_OK:
+                check(st, "Engine.close")
             self._handle = None
             self._watchdogs.clear()
             _unpin_thread_states(self._pinned)
+            with self._failures_lock:
+                _report_unretrieved(self._unretrieved, self._unretrieved_overflow, "Engine.close")
 
     def _finalize(self) -> None:
         if self._handle is None:
@@ -407,11 +503,12 @@ class Engine(Managed):
             # callback itself. Hand the drain to a helper thread.
             h, self._handle = self._handle, None
             _live_engines.discard(self)
-            pinned = self._pinned
+            pinned, unretrieved, overflow = self._pinned, self._unretrieved, self._unretrieved_overflow
 
-            def destroy():
-                if lib.fl_engine_destroy(h) == _ffi.FL_OK:
+            def destroy() -> None:
+                if lib.fl_engine_destroy(h) == _capi.FL_OK:
                     _unpin_thread_states(pinned)
+                _report_unretrieved(unretrieved, overflow, "Engine (garbage-collected)")
 
             threading.Thread(target=destroy, name="flowlane-engine-destroy").start()
             return
@@ -444,13 +541,13 @@ class Engine(Managed):
         h = self._ptr()
         if id is None:
             out = c_uint32()
-            check(lib.fl_lane_acquire(h, byref(out)), "fl_lane_acquire")
+            check(lib.fl_lane_acquire(h, byref(out)), "Engine.lane")
             return Lane(self, int(out.value), owned=True)
         lane_id = _int("lane", id, 0, _U32_MAX)
         if lane_id >= self.lanes:
             # Ask C for the exact error text.
-            check(lib.fl_stream_get(h, lane_id, CPU._c(), _ffi.FL_STREAM_HOST, byref(_ffi.stream_p())),
-                  "fl_stream_get")
+            check(lib.fl_stream_get(h, lane_id, CPU._c(), _capi.FL_STREAM_HOST, byref(_ffi.stream_p())),
+                  "Engine.lane")
         return Lane(self, lane_id, owned=False)
 
     @property
@@ -459,7 +556,7 @@ class Engine(Managed):
         the running instruction's lane (inside a callback of this engine), else 0."""
         stack = getattr(self._tls, "lanes", None)
         if stack:
-            return stack[-1]
+            return int(stack[-1])
         info = current_instruction()
         if info is not None and info.engine is self:
             return info.lane
@@ -478,8 +575,8 @@ class Engine(Managed):
         elif stack and lane in stack:
             stack.remove(lane)
 
-    def stream(self, lane: Optional[int] = None, *, device: Optional[Device] = None,
-               kind=None) -> "Stream":
+    def stream(self, lane: Union[int, "Lane", None] = None, *, device: Optional[Device] = None,
+               kind: Union[StreamKind, int, str, None] = None) -> "Stream":
         """The stream (lane, device, kind); lane defaults to the current lane, device to
         the CPU, kind to HOST (or COMPUTE for a CUDA device). Streams are interned: the
         same triple is the same stream."""
@@ -500,68 +597,87 @@ class Engine(Managed):
                 kind = StreamKind[kind.upper()]
             except KeyError:
                 raise ValueError("unknown stream kind %r" % kind) from None
-        kind_v = _int("kind", kind, -(2**31), 2**31 - 1)
+        kind_v = _int("kind", kind, 0, _U32_MAX)
         out = _ffi.stream_p()
-        check(lib.fl_stream_get(h, lane_id, device._c(), kind_v, byref(out)), "fl_stream_get")
+        check(lib.fl_stream_get(h, lane_id, device._c(), kind_v, byref(out)), "Engine.stream")
         return Stream(self, out, lane_id, device, kind_v)
 
     # -- objects ---------------------------------------------------------------------
 
-    def object(self, value: Any = None) -> "Object":
+    @overload
+    def object(self) -> "Object[Any]": ...
+
+    @overload
+    def object(self, value: T) -> "Object[T]": ...
+
+    def object(self, value: Any = None) -> "Object[Any]":
         """A dependence object holding ``value`` (None for a phony used only for
-        ordering). The engine keeps the value alive until it releases the object."""
+        ordering). The engine keeps the value alive until it releases the object. The
+        value's type is the object's type parameter: ``engine.object(1.0)`` is an
+        ``Object[float]``, whose ``wait()`` returns a float."""
         return Object(self, value)
 
-    def phony(self) -> "Object":
+    def phony(self) -> "Object[None]":
         """An object with no value, used only to order instructions (fork/join)."""
         return Object(self, None)
 
     # -- submission ------------------------------------------------------------------
 
-    def submit(self, fn: Callable, reads: Iterable["Object"] = (), writes: Iterable["Object"] = (),
-               name: Optional[str] = None, *, lane: Optional[int] = None, block: bool = True) -> int:
+    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
+               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
+               lane: Optional[int] = None, block: bool = True) -> int:
         """Submits ``fn`` on the host stream of ``lane`` (default: the current lane);
         see :meth:`Stream.submit`."""
-        return self.stream(lane).submit(fn, reads=reads, writes=writes, name=name, block=block)
+        return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit")
 
     def synchronize(self) -> None:
         """Waits for every instruction submitted before the call; raises the first failure
-        among them not yet reported by another wait (each failure is reported once).
-        Blocking releases the GIL. Not allowed inside a callback (InvalidArgument)."""
+        among them not yet reported by another wait (each failure is reported once): the
+        callable's own exception, chained from the flowlane error. Blocking releases the
+        GIL. Not allowed inside a callback (InvalidArgument)."""
         st = lib.fl_engine_synchronize(self._ptr())
-        if st != _ffi.FL_OK:
-            self._raise(st, "fl_engine_synchronize")
+        if st != _capi.FL_OK:
+            self._raise(st, "Engine.synchronize")
 
     def stats(self) -> EngineStats:
-        s = _ffi.init(_ffi.fl_engine_stats)
-        check(lib.fl_engine_stats(self._ptr(), byref(s)), "fl_engine_stats")
+        """A snapshot of the engine's counters."""
+        s = _ffi.init(_capi.fl_engine_stats)
+        check(lib.fl_engine_stats(self._ptr(), byref(s)), "Engine.stats")
         return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks)
 
     # -- failures: the Python exception behind a failed instruction ------------------
 
-    def _remember_failure(self, instr_id: int, exc: BaseException) -> None:
+    def _remember_failure(self, instr_id: int, exc: BaseException, what: str) -> None:
+        tb = _user_traceback(exc)
         with self._failures_lock:
-            self._failures[instr_id] = exc
+            self._failures[instr_id] = (exc, tb)
             while len(self._failures) > _FAILURES_KEPT:
                 self._failures.popitem(last=False)
+            if len(self._unretrieved) < _UNRETRIEVED_KEPT:
+                self._unretrieved[instr_id] = (what, exc, tb)
+            else:
+                self._unretrieved_overflow += 1
 
-    def _original(self, message: str) -> Optional[BaseException]:
+    def _retrieved(self, message: str) -> None:
+        """A failure (and the origin it names) reached the program: not reported at close."""
+        with self._failures_lock:
+            for i in _ID_RE.findall(message):
+                self._unretrieved.pop(int(i), None)
+
+    def _original(self, message: str) -> Tuple[Optional[BaseException], Optional[TracebackType]]:
         ids = [int(m) for m in _ID_RE.findall(message)]
         with self._failures_lock:
             for i in reversed(ids):  # the origin is named last in a "skipped: ... by ..." chain
-                exc = self._failures.get(i)
-                if exc is not None:
-                    return exc
-        return None
+                found = self._failures.get(i)
+                if found is not None:
+                    return found
+        return None, None
 
-    def _raise(self, status: int, function: str):
+    def _raise(self, status: int, function: str) -> NoReturn:
         err = error_for(status, None, function)
-        if isinstance(err, InstructionFailed):
-            orig = self._original(err.message)
-            if orig is not None:
-                err.original = orig
-                raise err from orig
-        raise err
+        self._retrieved(err.message)
+        orig, tb = self._original(err.message) if isinstance(err, InstructionFailed) else (None, None)
+        raise_failure(err, orig, tb)
 
     # -- diagnostics -----------------------------------------------------------------
 
@@ -569,68 +685,75 @@ class Engine(Managed):
         """The engine's state dump (streams, oldest pending instructions, window)."""
         h = self._ptr()
         need = c_uint64()
-        check(lib.fl_engine_dump(h, None, 0, byref(need)), "fl_engine_dump")
+        check(lib.fl_engine_dump(h, None, 0, byref(need)), "Engine.dump")
+        buf = ctypes.create_string_buffer(1)
         for _ in range(4):  # the state may grow between the calls
             size = max(int(need.value), 1)
             buf = ctypes.create_string_buffer(size)
-            check(lib.fl_engine_dump(h, buf, size, byref(need)), "fl_engine_dump")
+            check(lib.fl_engine_dump(h, buf, size, byref(need)), "Engine.dump")
             if int(need.value) <= size:
-                return buf.value.decode("utf-8", "replace")
+                break
         return buf.value.decode("utf-8", "replace")
 
-    def trace_start(self, path) -> None:
+    def trace_start(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Starts writing a trace (Chrome trace JSON) to ``path``."""
-        check(lib.fl_trace_start(self._ptr(), _ffi.encode_name(str(path) if hasattr(path, "__fspath__") else path)),
-              "fl_trace_start")
+        check(lib.fl_trace_start(self._ptr(), _ffi.encode_name(os.fspath(path))), "Engine.trace_start")
 
     def trace_stop(self) -> None:
-        check(lib.fl_trace_stop(self._ptr()), "fl_trace_stop")
+        """Stops the trace and finishes its file."""
+        check(lib.fl_trace_stop(self._ptr()), "Engine.trace_stop")
 
-    def tracing(self, path):
+    def tracing(self, path: Union[str, "os.PathLike[str]"]) -> "_Tracing":
         """``with engine.tracing("trace.json"): ...`` traces the block."""
         return _Tracing(self, path)
 
     def set_watchdog(self, timeout_ms: int, callback: Optional[Callable[[str], None]] = None,
-                     path=None) -> None:
+                     path: Union[str, "os.PathLike[str]", None] = None) -> None:
         """Turns the hang watchdog on (timeout_ms > 0) or off (0). With ``callback``, the
         dump is handed to ``callback(text)`` on a library thread; else it goes to ``path``
         (or stderr)."""
-        d = _ffi.init(_ffi.fl_watchdog_desc)
+        d = _ffi.init(_capi.fl_watchdog_desc)
         d.timeout_ms = _int("timeout_ms", timeout_ms, 0, _U64_MAX)
         keep = None
         if callback is not None:
             if not callable(callback):
-                raise TypeError("callback must be callable")
+                raise TypeError("Engine.set_watchdog: callback must be callable")
+            user_cb = callback
 
-            def _cb(text, _ud, _callback=callback):
+            def _cb(text: Optional[bytes], _ud: Any) -> None:
                 try:
-                    _callback(text.decode("utf-8", "replace") if text else "")
+                    user_cb(text.decode("utf-8", "replace") if text else "")
                 except BaseException:
                     traceback.print_exc()
 
-            keep = _ffi.fl_dump_fn(_cb)
+            keep = _capi.fl_dump_fn(_cb)
             d.callback = keep
         if path is not None:
-            d.path = _ffi.encode_name(str(path) if hasattr(path, "__fspath__") else path)
-        check(lib.fl_engine_set_watchdog(self._ptr(), byref(d)), "fl_engine_set_watchdog")
+            d.path = _ffi.encode_name(os.fspath(path))
+        check(lib.fl_engine_set_watchdog(self._ptr(), byref(d)), "Engine.set_watchdog")
         if keep is not None:
             # The library may call an earlier callback until the engine is destroyed.
             self._watchdogs.append(keep)
 
     # -- parallel work (defined in graph.py, bound here for discoverability) ---------
 
-    def parallel_for(self, begin, end=None, body=None, *, grain: int = 0) -> None:
+    def parallel_for(self, begin: Union[int, range], end: Union[int, Callable[[int, int], Any], None] = None,
+                     body: Optional[Callable[[int, int], Any]] = None, *, grain: int = 0) -> None:
+        """Calls ``body(lo, hi)`` on disjoint chunks of ``[begin, end)`` in parallel; see
+        :func:`flowlane.parallel_for`."""
         from .graph import parallel_for
 
-        return parallel_for(self, begin, end, body, grain=grain)
+        parallel_for(self, begin, end, body, grain=grain)
 
-    def taskgraph(self) -> "TaskGraph":  # noqa: F821
+    def taskgraph(self) -> "TaskGraph":
+        """A new, empty :class:`TaskGraph` on this engine."""
         from .graph import TaskGraph
 
         return TaskGraph(self)
 
-    def comm(self, nranks: int, rank: int, unique_id, *, lane: int = 0, device: int = 0,
-             backend=None, unordered: bool = False) -> "Comm":  # noqa: F821
+    def comm(self, nranks: int, rank: int, unique_id: "CommUniqueId", *, lane: int = 0, device: int = 0,
+             backend: Union["CommBackend", int, None] = None, unordered: bool = False) -> "Comm":
+        """A communicator rank on this engine; see :class:`flowlane.Comm`."""
         from .gpu import Comm
 
         return Comm(self, nranks, rank, unique_id, lane=lane, device=device, backend=backend,
@@ -638,15 +761,15 @@ class Engine(Managed):
 
 
 class _Tracing:
-    def __init__(self, engine, path):
+    def __init__(self, engine: Engine, path: Union[str, "os.PathLike[str]"]):
         self.engine = engine
         self.path = path
 
-    def __enter__(self):
+    def __enter__(self) -> Engine:
         self.engine.trace_start(self.path)
         return self.engine
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.engine.trace_stop()
 
 
@@ -664,8 +787,11 @@ class Lane:
     __slots__ = ("engine", "id", "owned", "_released", "__weakref__")
 
     def __init__(self, engine: Engine, lane_id: int, owned: bool):
+        #: The engine.
         self.engine = engine
+        #: The lane id.
         self.id = lane_id
+        #: True when this Lane acquired the id (and releases it).
         self.owned = owned
         self._released = False
 
@@ -678,19 +804,20 @@ class Lane:
     def __repr__(self) -> str:
         return "<flowlane.Lane %d%s>" % (self.id, " (released)" if self._released else "")
 
-    def stream(self, *, device: Optional[Device] = None, kind=None) -> "Stream":
+    def stream(self, *, device: Optional[Device] = None, kind: Union[StreamKind, int, str, None] = None) -> "Stream":
         """This lane's stream (host by default)."""
         if self._released:
-            raise ClosedError("lane %d was released" % self.id)
+            raise ClosedError("lane %d was released" % self.id, function="Lane.stream")
         return self.engine.stream(self.id, device=device, kind=kind)
 
-    def submit(self, fn: Callable, reads=(), writes=(), name: Optional[str] = None, *, block: bool = True) -> int:
+    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
+               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
         """Submits on this lane's host stream; see :meth:`Stream.submit`."""
-        return self.stream().submit(fn, reads=reads, writes=writes, name=name, block=block)
+        return self.stream()._submit(fn, reads, writes, name, block, "Lane.submit")
 
     def synchronize(self) -> None:
         """Waits for this lane's host stream."""
-        self.stream().synchronize()
+        self.stream()._synchronize("Lane.synchronize")
 
     def close(self) -> None:
         """Releases an acquired lane (work already submitted on it still runs). Named
@@ -699,23 +826,24 @@ class Lane:
             return
         self._released = True
         if self.owned and self.engine._handle is not None:
-            check(lib.fl_lane_release(self.engine._handle, self.id), "fl_lane_release")
+            check(lib.fl_lane_release(self.engine._handle, self.id), "Lane.close")
 
     @property
     def closed(self) -> bool:
+        """True after close()."""
         return self._released
 
     def __enter__(self) -> "Lane":
         if self._released:
-            raise ClosedError("lane %d was released" % self.id)
+            raise ClosedError("lane %d was released" % self.id, function="Lane.__enter__")
         self.engine._push_lane(self.id)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.engine._pop_lane(self.id)
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if self._released or not self.owned or _ffi.is_finalizing():
             return
         try:
@@ -738,26 +866,32 @@ class Stream:
 
     __slots__ = ("engine", "_handle", "lane", "device", "kind")
 
-    def __init__(self, engine: Engine, handle, lane: int, device: Device, kind: int):
+    def __init__(self, engine: Engine, handle: Any, lane: int, device: Device, kind: int):
+        #: The engine.
         self.engine = engine
         self._handle = handle
+        #: The lane id.
         self.lane = lane
+        #: The device.
         self.device = device
+        #: The kind (a StreamKind, or an int the bindings do not know).
+        self.kind: Union[StreamKind, int]
         try:
             self.kind = StreamKind(kind)
         except ValueError:
             self.kind = kind
 
-    def _ptr(self):
+    def _ptr(self) -> Any:
         if self.engine._handle is None:
             raise ClosedError("the engine of this stream is closed")
         return self._handle
 
     @property
     def closed(self) -> bool:
+        """True once the engine is closed."""
         return self.engine._handle is None
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream) and _ffi.address(self._handle) == _ffi.address(other._handle)
 
     def __hash__(self) -> int:
@@ -767,16 +901,16 @@ class Stream:
         kind = self.kind.name if isinstance(self.kind, StreamKind) else self.kind
         return "<flowlane.Stream lane=%d device=%s kind=%s>" % (self.lane, self.device, kind)
 
-    def info(self):
+    def info(self) -> Tuple[int, Device, StreamKind]:
         """(lane, Device, StreamKind) as the library reports them."""
         lane = c_uint32()
-        dev = _ffi.fl_device()
-        kind = c_int32()
-        check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "fl_stream_info")
+        dev = _capi.fl_device()
+        kind = _capi.fl_stream_kind_t()
+        check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "Stream.info")
         return int(lane.value), Device(DeviceType(dev.type), dev.index), StreamKind(kind.value)
 
-    def submit(self, fn: Callable, reads: Iterable["Object"] = (), writes: Iterable["Object"] = (),
-               name: Optional[str] = None, *, block: bool = True) -> int:
+    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
+               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
         """Submits ``fn`` as a host instruction and returns its id (asynchronous).
 
         ``fn(*values)`` is called on a worker thread with the values of ``reads``, in
@@ -788,34 +922,27 @@ class Stream:
 
         If ``fn`` raises, the instruction fails: its written objects are poisoned, the
         instructions that read them are skipped, and the wait that observes it raises
-        :class:`InstructionFailed` / :class:`DependencyFailed` chained to the original
-        exception (whose type, message and traceback are also in the error text).
+        ``fn``'s own exception, chained from an :class:`InstructionFailed` (or
+        :class:`DependencyFailed`, for a skipped dependent) that names the instruction.
 
         ``block=False`` raises :class:`WouldBlock` instead of waiting when the engine's
         in-flight window is full. Submissions from inside a callback never block.
         """
+        return self._submit(fn, reads, writes, name, block, "Stream.submit")
+
+    def _submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
+                name: Optional[str], block: bool, where: str) -> int:
         h = self._ptr()
         if not callable(fn):
-            raise TypeError("fn must be callable, not %s" % type(fn).__name__)
-        reads = _objects("reads", reads, self.engine)
-        writes = _objects("writes", writes, self.engine)
-        cname = _ffi.encode_name(name if name is not None else getattr(fn, "__qualname__", None))
-        n = len(reads) + len(writes)
-        ops = None
-        if n:
-            ops = (_ffi.fl_operand * n)()
-            i = 0
-            for o in reads:
-                ops[i].object = o._ptr()
-                ops[i].access = _ffi.FL_READ
-                i += 1
-            for o in writes:
-                ops[i].object = o._ptr()
-                ops[i].access = _ffi.FL_WRITE
-                i += 1
-        payload = _Instr(self.engine, fn, reads, writes, name if name is not None else getattr(fn, "__qualname__", None))
+            raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
+        r = _objects("reads", reads, self.engine, where)
+        w = _objects("writes", writes, self.engine, where)
+        label = name if name is not None else getattr(fn, "__qualname__", None)
+        cname = _ffi.encode_name(label)
+        ops, n = _operands(r, w)
+        payload = _Instr(self.engine, fn, r, w, label)
         key = _register(payload)
-        instr = _ffi.init(_ffi.fl_host_instr)
+        instr = _ffi.init(_capi.fl_host_instr)
         instr.fn = _host_trampoline
         instr.user_data = key
         instr.cleanup = _release_trampoline
@@ -823,12 +950,12 @@ class Stream:
             instr.operands = ops
             instr.num_operands = n
         instr.name = cname
-        instr.flags = 0 if block else _ffi.FL_SUBMIT_NONBLOCKING
+        instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
         out = c_uint64()
         st = lib.fl_submit_host(h, byref(instr), byref(out))
-        if st != _ffi.FL_OK:
+        if st != _capi.FL_OK:
             # Neither fn nor cleanup will ever run: the payload is ours again.
-            err = error_for(st, None, "fl_submit_host")
+            err = error_for(st, None, where)
             _keep.pop(key, None)
             raise err
         return int(out.value)
@@ -836,55 +963,84 @@ class Stream:
     def synchronize(self) -> None:
         """Waits for everything submitted to this stream before the call; raises the
         first failure among them not yet reported (releases the GIL while waiting)."""
+        self._synchronize("Stream.synchronize")
+
+    def _synchronize(self, where: str) -> None:
         st = lib.fl_stream_synchronize(self._ptr())
-        if st != _ffi.FL_OK:
-            self.engine._raise(st, "fl_stream_synchronize")
+        if st != _capi.FL_OK:
+            self.engine._raise(st, where)
 
     # GPU entry points live in gpu.py; bound here so streams grow with the API.
     def set_priority(self, priority: int) -> int:
+        """Sets a CUDA stream's priority before its first instruction; returns the applied
+        (clamped) value."""
         from .gpu import stream_set_priority
 
         return stream_set_priority(self, priority)
 
-    def submit_kernel(self, func, *, grid=(1, 1, 1), block=(1, 1, 1), args=(), shared_mem: int = 0,
-                      reads=(), writes=(), name=None, nonblocking: bool = False) -> int:
+    def submit_kernel(self, func: int, *, grid: Union[int, Sequence[int]] = (1, 1, 1),
+                      block: Union[int, Sequence[int]] = (1, 1, 1), args: Sequence[Any] = (), shared_mem: int = 0,
+                      reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
+                      name: Optional[str] = None, nonblocking: bool = False) -> int:
+        """Launches a ``__global__`` function; see :func:`flowlane.gpu.submit_kernel`."""
         from .gpu import submit_kernel
 
         return submit_kernel(self, func, grid=grid, block=block, args=args, shared_mem=shared_mem,
                              reads=reads, writes=writes, name=name, nonblocking=nonblocking)
 
-    def submit_device(self, fn, reads=(), writes=(), name=None, *, block: bool = True) -> int:
+    def submit_device(self, fn: Callable[[int], Any], reads: Iterable["Object[Any]"] = (),
+                      writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
+        """Submits ``fn(cuda_stream)``; see :func:`flowlane.gpu.submit_device`."""
         from .gpu import submit_device
 
         return submit_device(self, fn, reads=reads, writes=writes, name=name, block=block)
 
-    def memcpy(self, dst: int, src: int, nbytes: int, kind, *, reads=(), writes=(), name=None,
-               block: bool = True) -> int:
+    def memcpy(self, dst: int, src: int, nbytes: int, kind: Union["MemcpyKind", int], *,
+               reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
+               name: Optional[str] = None, block: bool = True) -> int:
+        """Copies ``nbytes`` from ``src`` to ``dst`` (addresses as ints) on this CUDA stream."""
         from .gpu import submit_memcpy
 
-        return submit_memcpy(self, kind, dst, src, nbytes, 0, reads=reads, writes=writes, name=name, block=block)
+        return submit_memcpy(self, kind, dst, src, nbytes, 0, reads=reads, writes=writes, name=name, block=block,
+                             where="Stream.memcpy")
 
-    def memset(self, dst: int, value: int, nbytes: int, *, reads=(), writes=(), name=None,
-               block: bool = True) -> int:
+    def memset(self, dst: int, value: int, nbytes: int, *, reads: Iterable["Object[Any]"] = (),
+               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, block: bool = True) -> int:
+        """Sets ``nbytes`` at ``dst`` to the byte ``value`` on this CUDA stream."""
         from .gpu import submit_memcpy
 
-        return submit_memcpy(self, _ffi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
-                             name=name, block=block)
+        return submit_memcpy(self, _capi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
+                             name=name, block=block, where="Stream.memset")
 
 
-def _objects(what: str, items, engine: Engine) -> list:
+def _objects(what: str, items: Any, engine: Engine, where: str) -> List["Object[Any]"]:
     if isinstance(items, Object):
         items = (items,)
     try:
         seq = list(items)
     except TypeError:
-        raise TypeError("%s must be a list of flowlane.Object, not %s" % (what, type(items).__name__)) from None
+        raise TypeError("%s: %s must be a list of flowlane.Object, not %s"
+                        % (where, what, type(items).__name__)) from None
     for o in seq:
         if not isinstance(o, Object):
-            raise TypeError("%s must contain flowlane.Object instances, got %s" % (what, type(o).__name__))
+            raise TypeError("%s: %s must contain flowlane.Object instances, got %s"
+                            % (where, what, type(o).__name__))
         if o.engine is not engine:
-            raise ValueError("%s: %r belongs to another engine" % (what, o))
+            raise ValueError("%s: %s: %r belongs to another engine" % (where, what, o))
     return seq
+
+
+def _operands(reads: Sequence["Object[Any]"], writes: Sequence["Object[Any]"]) -> Tuple[Any, int]:
+    """A ctypes array of fl_operand_t for reads then writes (None, 0 when empty)."""
+    n = len(reads) + len(writes)
+    if not n:
+        return None, 0
+    ops = (_capi.fl_operand * n)()
+    for i, o in enumerate(reads):
+        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
+    for j, o in enumerate(writes):
+        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
+    return ops, n
 
 
 # --------------------------------------------------------------------------------------
@@ -896,13 +1052,13 @@ class _Box:
 
     __slots__ = ("value", "engine")
 
-    def __init__(self, value, engine):
+    def __init__(self, value: Any, engine: Engine):
         self.value = value
         self.engine = engine
 
 
-class Object(Managed):
-    """A dependence object carrying a Python value.
+class Object(Managed, Generic[T]):
+    """A dependence object carrying a Python value of type ``T``.
 
     Instructions read and write it (``reads=[obj]``, ``writes=[obj]``); the engine
     orders them (reads after the last write, writes after every earlier access).
@@ -921,64 +1077,75 @@ class Object(Managed):
     __slots__ = ("engine", "_box", "_key")
     _kind = "object"
 
-    def __init__(self, engine: Engine, value: Any = None):
+    def __init__(self, engine: Engine, value: T = None):  # type: ignore[assignment]
         super().__init__()
         if not isinstance(engine, Engine):
             raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         h = engine._ptr()
+        #: The engine.
         self.engine = engine
         self._box = _Box(value, engine)
         key = _register(self._box)
         out = _ffi.object_p()
         st = lib.fl_object_create(h, key, _release_trampoline, byref(out))
-        if st != _ffi.FL_OK:
-            err = error_for(st, None, "fl_object_create")
+        if st != _capi.FL_OK:
+            err = error_for(st, None, "Engine.object")
             _keep.pop(key, None)
             raise err
         self._key = key
         self._handle = out
 
     @property
-    def _value(self):
-        return self._box.value
+    def _value(self) -> T:
+        return self._box.value  # type: ignore[no-any-return]
 
     @_value.setter
-    def _value(self, v):
+    def _value(self, v: T) -> None:
         self._box.value = v
 
-    def _ptr(self):
+    def _ptr(self) -> Any:
         if self.engine._handle is None:
             raise ClosedError("the engine of this object is closed")
         return super()._ptr()
 
-    def _close_handle(self, handle) -> None:
+    def _close_handle(self, handle: Any) -> None:
         if self.engine._handle is None:
             return  # the engine's destroy already released everything
-        check(lib.fl_object_release(handle), "fl_object_release")
+        check(lib.fl_object_release(handle), "Object.close")
 
-    def wait(self, access=Access.READ):
+    def wait(self, access: AccessLike = Access.READ) -> T:
         """Blocks (releasing the GIL) until the object may be accessed: READ waits for
         every earlier write, WRITE/READ_WRITE also for every earlier read. Returns the
-        value. Raises InstructionFailed/DependencyFailed if the value is poisoned."""
+        value. If the value is poisoned, raises the failing callable's own exception,
+        chained from an InstructionFailed/DependencyFailed naming the instruction."""
+        return self._wait(access, "Object.wait")
+
+    def _wait(self, access: AccessLike, where: str) -> T:
         st = lib.fl_object_wait(self._ptr(), _access(access))
-        if st != _ffi.FL_OK:
-            self.engine._raise(st, "fl_object_wait")
-        return self._box.value
+        if st != _capi.FL_OK:
+            self.engine._raise(st, where)
+        return self._box.value  # type: ignore[no-any-return]
 
     @property
-    def value(self):
+    def value(self) -> T:
         """The value: waits for earlier writers first (not inside a callback). After the
-        engine is closed, the final value."""
+        engine is closed, the final value. Assigning waits for every earlier access."""
         if self.engine._handle is None or callback_depth() > 0:
-            return self._box.value
-        return self.wait(Access.READ)
+            return self._box.value  # type: ignore[no-any-return]
+        return self._wait(Access.READ, "Object.value")
 
     @value.setter
-    def value(self, v) -> None:
+    def value(self, v: T) -> None:
         if self.engine._handle is not None and callback_depth() == 0:
-            self.wait(Access.WRITE)
+            self._wait(Access.WRITE, "Object.value")
         self._box.value = v
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return "<flowlane.Object %s #%d>" % (state, self._key)
+
+
+__all__ = [
+    "Access", "CPU", "Device", "DeviceType", "Engine", "EngineStats", "InstrContext", "KEEP", "Lane", "Object",
+    "Stream", "StreamKind", "current_instruction", "logger",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any, TypeVar
 
 from . import _ffi
 from .errors import ClosedError
@@ -11,9 +12,12 @@ from .errors import ClosedError
 # (instruction, task, parallel_for body), and which instruction.
 _tls = threading.local()
 
+M = TypeVar("M", bound="Managed")
+
 
 def callback_depth() -> int:
-    return getattr(_tls, "depth", 0)
+    """How many flowlane callbacks this thread is inside (0 outside any)."""
+    return int(getattr(_tls, "depth", 0))
 
 
 class Managed:
@@ -29,20 +33,21 @@ class Managed:
     __slots__ = ("_handle", "__weakref__")
     _kind = "handle"
 
-    def __init__(self):
-        self._handle = None
+    def __init__(self) -> None:
+        self._handle: Any = None
 
     @property
     def closed(self) -> bool:
+        """True after close()."""
         return self._handle is None
 
-    def _ptr(self):
+    def _ptr(self) -> Any:
         h = self._handle
         if h is None:
             raise ClosedError("this %s is closed" % self._kind, function=None)
         return h
 
-    def _close_handle(self, handle) -> None:  # pragma: no cover - abstract
+    def _close_handle(self, handle: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def close(self) -> None:
@@ -53,14 +58,14 @@ class Managed:
         self._handle = None
         self._close_handle(h)
 
-    def __enter__(self):
+    def __enter__(self: M) -> M:
         self._ptr()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if _ffi.is_finalizing():
             return
         try:

@@ -1,8 +1,18 @@
-"""The exception hierarchy: one FlowlaneError subclass per fl_status_t value."""
+"""The exception hierarchy: one FlowlaneError subclass per status of the header's
+FL_STATUS_MAP (taken from the generated status table, :data:`flowlane._capi.STATUSES`).
+
+Each class below names its status (``c_name``); its value and description come from the
+table, never restated here. A status appended to the header that has no class here yet
+still gets its own class (named after it, e.g. ``FL_ERR_NEW_THING`` -> ``NewThing``), so a
+newer header never makes an error fall back to :class:`UnknownStatus`.
+"""
 
 from __future__ import annotations
 
-from . import _ffi
+import re
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+
+from . import _capi, _ffi
 
 __all__ = [
     "FlowlaneError",
@@ -24,9 +34,16 @@ __all__ = [
     "InternalError",
     "UnknownStatus",
     "ClosedError",
+    "STATUS_CLASSES",
     "error_for",
     "check",
 ]
+
+#: name -> (value, description), from the header's FL_STATUS_MAP.
+_TABLE: Dict[str, Tuple[int, str]] = {name: (value, text) for name, value, text in _capi.STATUSES}
+
+# "fl_stream_get: lane 9 is out of range" -> ("fl_stream_get", "lane 9 is out of range")
+_C_PREFIX = re.compile(r"^(fl_[a-z0-9_]+): ")
 
 
 class FlowlaneError(Exception):
@@ -35,43 +52,65 @@ class FlowlaneError(Exception):
     Attributes:
         status: the fl_status_t value (int).
         status_name: its C name, e.g. "FL_ERR_OUT_OF_RANGE".
-        message: fl_last_error_message() of the failed call (what went wrong, in words).
-        function: the C function that failed (or None).
+        message: what went wrong, in words (fl_last_error_message() of the failed call,
+            without the C function's name).
+        function: the Python call that failed, e.g. "Engine.stream" (or None).
+        c_function: the C function that reported it, e.g. "fl_stream_get" (or None).
     """
 
-    status = -1
+    #: The fl_status_t value of this class (set from the status table).
+    status: int = -1
+    #: The status's name in the header (set on each subclass).
+    c_name: ClassVar[str] = ""
 
-    def __init__(self, message: str = "", status: int | None = None, function: str | None = None):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("c_name")
+        if name:
+            if name not in _TABLE:
+                raise RuntimeError("flowlane.errors: %s names %s, which the header's FL_STATUS_MAP does not have"
+                                   % (cls.__name__, name))
+            value, text = _TABLE[name]
+            cls.status = value
+            cls.__doc__ = "%s: %s.%s" % (name, text, ("\n\n" + cls.__doc__) if cls.__doc__ else "")
+
+    def __init__(self, message: str = "", status: Optional[int] = None, function: Optional[str] = None,
+                 c_function: Optional[str] = None):
         if status is not None:
             self.status = status
+        m = _C_PREFIX.match(message)
+        if m:
+            c_function = c_function or m.group(1)
+            message = message[m.end():]
         self.message = message
         self.function = function
+        self.c_function = c_function
         super().__init__(message)
 
     @property
     def status_name(self) -> str:
+        """The status's C name, e.g. "FL_ERR_OUT_OF_RANGE"."""
         return _ffi.status_name(self.status)
 
     def __str__(self) -> str:
         text = self.message or _ffi.status_string(self.status)
-        # The library's messages usually name the function already.
-        where = "%s: " % self.function if self.function and not text.startswith(self.function) else ""
+        where = "%s: " % self.function if self.function else ""
         return "%s%s [%s]" % (where, text, self.status_name)
 
-    def __reduce__(self):
-        return (type(self), (self.message, self.status, self.function))
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.message, self.status, self.function, self.c_function))
 
 
 class InvalidArgument(FlowlaneError, ValueError):
-    """FL_ERR_INVALID_ARGUMENT: NULL pointer, bad flag, bad size, cycle, wait on itself."""
+    """Also a ValueError: NULL pointer, bad flag, bad size, cycle, a wait on itself."""
 
-    status = _ffi.FL_ERR_INVALID_ARGUMENT
+    c_name = "FL_ERR_INVALID_ARGUMENT"
 
 
 class InvalidHandle(FlowlaneError):
-    """FL_ERR_INVALID_HANDLE: stale, released or foreign handle."""
+    """A handle that was released, destroyed or belongs to something else."""
 
-    status = _ffi.FL_ERR_INVALID_HANDLE
+    c_name = "FL_ERR_INVALID_HANDLE"
 
 
 class ClosedError(InvalidHandle):
@@ -79,122 +118,146 @@ class ClosedError(InvalidHandle):
 
 
 class OutOfRange(FlowlaneError, IndexError):
-    """FL_ERR_OUT_OF_RANGE: lane, device index or count out of range."""
+    """Also an IndexError: lane, device index or count out of range."""
 
-    status = _ffi.FL_ERR_OUT_OF_RANGE
+    c_name = "FL_ERR_OUT_OF_RANGE"
 
 
 class NoMemory(FlowlaneError, MemoryError):
-    """FL_ERR_NO_MEMORY."""
+    """Also a MemoryError."""
 
-    status = _ffi.FL_ERR_NO_MEMORY
+    c_name = "FL_ERR_NO_MEMORY"
 
 
 class WouldBlock(FlowlaneError):
-    """FL_ERR_WOULD_BLOCK: the in-flight window is full and block=False was given."""
+    """The in-flight window is full and block=False was given."""
 
-    status = _ffi.FL_ERR_WOULD_BLOCK
+    c_name = "FL_ERR_WOULD_BLOCK"
 
 
 class Exhausted(FlowlaneError):
-    """FL_ERR_EXHAUSTED: every lane is held."""
+    """Every lane is held: release one (``with engine.lane():`` does)."""
 
-    status = _ffi.FL_ERR_EXHAUSTED
+    c_name = "FL_ERR_EXHAUSTED"
 
 
 class Shutdown(FlowlaneError):
-    """FL_ERR_SHUTDOWN: the engine is being destroyed."""
+    """The engine is being closed."""
 
-    status = _ffi.FL_ERR_SHUTDOWN
+    c_name = "FL_ERR_SHUTDOWN"
 
 
 class InstructionFailed(FlowlaneError):
-    """FL_ERR_INSTRUCTION_FAILED: an instruction reported failure.
+    """An instruction reported failure.
 
-    When the failing instruction was a Python callable, ``original`` is the exception it
-    raised (also set as ``__cause__``); the message holds its type, text and traceback.
+    When the failing instruction was a Python callable, the wait that observes the failure
+    raises the callable's own exception (``except FileNotFoundError`` catches it), chained
+    from this error, which carries the instruction's context (its name, id and lane in the
+    message); ``original`` then refers to that exception. This class itself is raised for
+    failures with no Python exception behind them (a C instruction, a GPU error).
     """
 
-    status = _ffi.FL_ERR_INSTRUCTION_FAILED
-    original: BaseException | None = None
+    c_name = "FL_ERR_INSTRUCTION_FAILED"
+    #: The Python exception of the failing callable, when there was one.
+    original: Optional[BaseException] = None
 
 
 class DependencyFailed(InstructionFailed):
-    """FL_ERR_DEPENDENCY_FAILED: skipped because something it read was poisoned.
+    """Skipped because something it read was poisoned by a failed instruction.
 
-    A subclass of InstructionFailed, so ``except InstructionFailed`` catches both;
-    ``original`` is the exception of the instruction that poisoned the input, if known.
+    A subclass of InstructionFailed; ``original`` is the exception of the instruction that
+    poisoned the input, if it was a Python callable.
     """
 
-    status = _ffi.FL_ERR_DEPENDENCY_FAILED
+    c_name = "FL_ERR_DEPENDENCY_FAILED"
 
 
 class Cancelled(FlowlaneError):
-    status = _ffi.FL_ERR_CANCELLED
+    """The operation was cancelled (e.g. a collective aborted by the engine's close())."""
+
+    c_name = "FL_ERR_CANCELLED"
 
 
 class Timeout(FlowlaneError, TimeoutError):
-    status = _ffi.FL_ERR_TIMEOUT
+    """Also a TimeoutError."""
+
+    c_name = "FL_ERR_TIMEOUT"
 
 
 class Unsupported(FlowlaneError, NotImplementedError):
-    """FL_ERR_UNSUPPORTED: not supported by this build (e.g. a GPU call without CUDA)."""
+    """Also a NotImplementedError: e.g. a GPU call in a CPU-only build of the library."""
 
-    status = _ffi.FL_ERR_UNSUPPORTED
+    c_name = "FL_ERR_UNSUPPORTED"
 
 
 class NoDevice(FlowlaneError):
-    status = _ffi.FL_ERR_NO_DEVICE
+    """The device does not exist on this machine."""
+
+    c_name = "FL_ERR_NO_DEVICE"
 
 
 class CudaError(FlowlaneError):
-    status = _ffi.FL_ERR_CUDA
+    """The CUDA runtime reported an error (the message has its text)."""
+
+    c_name = "FL_ERR_CUDA"
 
 
 class NcclError(FlowlaneError):
-    status = _ffi.FL_ERR_NCCL
+    """NCCL reported an error (the message has its text)."""
+
+    c_name = "FL_ERR_NCCL"
 
 
 class InternalError(FlowlaneError):
-    status = _ffi.FL_ERR_INTERNAL
+    """A bug in flowlane or in these bindings: please report it with the message."""
+
+    c_name = "FL_ERR_INTERNAL"
 
 
 class UnknownStatus(FlowlaneError):
-    """A status value this version of the bindings does not know (a newer library)."""
+    """A status value that the header these bindings were generated from does not have
+    (a newer library)."""
 
 
-_BY_STATUS = {
-    cls.status: cls
-    for cls in (
-        InvalidArgument,
-        InvalidHandle,
-        OutOfRange,
-        NoMemory,
-        WouldBlock,
-        Exhausted,
-        Shutdown,
-        InstructionFailed,
-        DependencyFailed,
-        Cancelled,
-        Timeout,
-        Unsupported,
-        NoDevice,
-        CudaError,
-        NcclError,
-        InternalError,
-    )
-}
+def _camel(name: str) -> str:
+    return "".join(p.capitalize() for p in re.sub(r"^FL_(ERR_)?", "", name).split("_") if p)
 
 
-def error_for(status: int, message: str | None = None, function: str | None = None) -> FlowlaneError:
-    """The exception for a failed status (message defaults to fl_last_error_message())."""
+def _status_classes() -> Dict[int, Type[FlowlaneError]]:
+    declared: Dict[str, Type[FlowlaneError]] = {}
+    todo = list(FlowlaneError.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__dict__.get("c_name"):
+            declared[cls.__dict__["c_name"]] = cls
+    classes: Dict[int, Type[FlowlaneError]] = {}
+    for name, value, _text in _capi.STATUSES:
+        if value == _capi.FL_OK:
+            continue
+        found = declared.get(name)
+        if found is None:  # appended to the header after this file was written
+            found = type(_camel(name), (FlowlaneError,), {"c_name": name, "__module__": __name__})
+            globals()[found.__name__] = found
+        classes[value] = found
+    return classes
+
+
+#: fl_status_t value -> exception class, one per failure status of FL_STATUS_MAP.
+STATUS_CLASSES: Dict[int, Type[FlowlaneError]] = _status_classes()
+
+
+def error_for(status: int, message: Optional[str] = None, function: Optional[str] = None) -> FlowlaneError:
+    """The exception for a failed status (message defaults to fl_last_error_message());
+    ``function`` names the Python call that failed."""
     if message is None:
         message = _ffi.last_error_message()
-    cls = _BY_STATUS.get(status, UnknownStatus)
+    cls = STATUS_CLASSES.get(status, UnknownStatus)
     return cls(message, status, function)
 
 
-def check(status: int, function: str | None = None) -> None:
-    """Raises the FlowlaneError subclass for a non-OK status."""
-    if status != _ffi.FL_OK:
+def check(status: int, function: Optional[str] = None) -> None:
+    """Raises the FlowlaneError subclass for a non-OK status; ``function`` names the
+    Python call that failed (e.g. "Engine.stream")."""
+    if status != _capi.FL_OK:
         raise error_for(status, None, function)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 from ctypes import byref, c_uint64
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
-from . import _ffi
-from ._core import Engine, _describe_exception, _int, _keep, _pin_thread_state, _register
-from ._ffi import lib
+from . import _capi, _ffi
+from ._core import Engine, _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, \
+    raise_failure
+from ._ffi import encode_name, lib
 from ._managed import Managed, _tls
-from .errors import ClosedError, InstructionFailed, check, error_for
+from .errors import ClosedError, check, error_for
 
 __all__ = ["parallel_for", "TaskGraph", "Task"]
 
@@ -20,9 +21,9 @@ class _Failure:
 
     __slots__ = ("lock", "exc")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.exc = None
+        self.exc: Optional[BaseException] = None
 
     def record(self, exc: BaseException) -> None:
         with self.lock:
@@ -30,67 +31,67 @@ class _Failure:
                 self.exc = exc
 
     def raise_for(self, status: int, function: str, prefix: str) -> None:
+        """Raises the recorded exception chained from the flowlane error (or the error)."""
         exc = self.exc
         self.exc = None
         err = error_for(status, None, function)
         if exc is not None:
             err.message = "%s\n%s%s" % (err.message, prefix, _describe_exception(exc))
-            if isinstance(err, InstructionFailed):
-                err.original = exc
-            raise err from exc
-        raise err
+        raise_failure(err, exc, _user_traceback(exc) if exc is not None else None)
 
 
-def _enter():
+def _enter() -> None:
     _tls.depth = getattr(_tls, "depth", 0) + 1
 
 
-def _leave():
+def _leave() -> None:
     _tls.depth -= 1
 
 
 class _Body:
     __slots__ = ("fn", "failure", "engine")
 
-    def __init__(self, fn, failure, engine):
+    def __init__(self, fn: Callable[[int, int], Any], failure: _Failure, engine: Engine):
         self.fn = fn
         self.failure = failure
         self.engine = engine
 
 
-@_ffi.fl_range_fn
-def _range_trampoline(lo, hi, key):
+def _range(lo: int, hi: int, key: int) -> int:
     try:
         body = _keep.get(key)
         if body is None:
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(body.engine)
         _enter()
         try:
             body.fn(lo, hi)
         except BaseException as exc:
             body.failure.record(exc)
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             _leave()
-        return _ffi.FL_OK
+        return _capi.FL_OK
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
 
 
-def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, int], None]] = None,
-                 *, grain: int = 0) -> None:
+_range_trampoline = _capi.fl_range_fn(_range)
+
+
+def parallel_for(engine: Engine, begin: Union[int, range], end: Union[int, Callable[[int, int], Any], None] = None,
+                 body: Optional[Callable[[int, int], Any]] = None, *, grain: int = 0) -> None:
     """Calls ``body(lo, hi)`` on disjoint chunks ``[lo, hi)`` covering ``[begin, end)``,
     each at most ``grain`` long (0: chosen by the engine), in parallel on the engine's
     workers; the calling thread helps. Also ``parallel_for(engine, range(n), body)``.
 
     Python bodies hold the GIL while they run Python code, so the speed-up comes from
     bodies that release it (NumPy, I/O, C extensions). Blocks until done. If a body
-    raises, chunks not yet started are skipped and :class:`InstructionFailed` is raised,
-    chained to the (first) original exception.
+    raises, chunks not yet started are skipped and the (first) body's own exception is
+    raised, chained from an :class:`InstructionFailed`.
     """
     if not isinstance(engine, Engine):
-        raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
+        raise TypeError("parallel_for: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
     if isinstance(begin, range):
         if body is None and callable(end):
             body, end = end, None
@@ -98,12 +99,12 @@ def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, 
             raise TypeError("parallel_for(range, body): end must not be given with a range")
         if begin.step != 1:
             raise ValueError("parallel_for needs a range with step 1")
-        begin, end = begin.start, begin.stop
-        end = max(begin, end)
-    if end is None or body is None:
+        rng = begin
+        begin, end = rng.start, max(rng.start, rng.stop)
+    if end is None or body is None or callable(end):
         raise TypeError("parallel_for(begin, end, body) or parallel_for(range, body)")
     if not callable(body):
-        raise TypeError("body must be callable, not %s" % type(body).__name__)
+        raise TypeError("parallel_for: body must be callable, not %s" % type(body).__name__)
     b = _int("begin", begin, 0, 2**64 - 1)
     e = _int("end", end, 0, 2**64 - 1)
     g = _int("grain", grain, 0, 2**64 - 1)
@@ -114,8 +115,8 @@ def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, 
         st = lib.fl_parallel_for(h, b, e, g, _range_trampoline, key)
     finally:
         _keep.pop(key, None)
-    if st != _ffi.FL_OK:
-        failure.raise_for(st, "fl_parallel_for", "body raised ")
+    if st != _capi.FL_OK:
+        failure.raise_for(st, "parallel_for", "body raised ")
 
 
 # --------------------------------------------------------------------------------------
@@ -124,31 +125,33 @@ def parallel_for(engine: Engine, begin, end=None, body: Optional[Callable[[int, 
 class _Node:
     __slots__ = ("fn", "graph_failure", "name", "engine")
 
-    def __init__(self, fn, failure, name, engine):
+    def __init__(self, fn: Callable[[], Any], failure: _Failure, name: Optional[str], engine: Engine):
         self.fn = fn
         self.graph_failure = failure
         self.name = name
         self.engine = engine
 
 
-@_ffi.fl_task_fn
-def _task_trampoline(key):
+def _task(key: int) -> int:
     try:
         node = _keep.get(key)
         if node is None:
-            return _ffi.FL_ERR_INTERNAL
+            return _capi.FL_ERR_INTERNAL
         _pin_thread_state(node.engine)
         _enter()
         try:
             node.fn()
         except BaseException as exc:
             node.graph_failure.record(exc)
-            return _ffi.FL_ERR_INSTRUCTION_FAILED
+            return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             _leave()
-        return _ffi.FL_OK
+        return _capi.FL_OK
     except BaseException:
-        return _ffi.FL_ERR_INTERNAL
+        return _capi.FL_ERR_INTERNAL
+
+
+_task_trampoline = _capi.fl_task_fn(_task)
 
 
 class Task:
@@ -157,8 +160,11 @@ class Task:
     __slots__ = ("graph", "id", "name")
 
     def __init__(self, graph: "TaskGraph", node_id: int, name: Optional[str]):
+        #: The graph.
         self.graph = graph
+        #: The node id (dense from 0).
         self.id = node_id
+        #: The name given to add() (or the callable's qualified name).
         self.name = name
 
     def precede(self, *others: "Task") -> "Task":
@@ -192,7 +198,7 @@ class TaskGraph(Managed):
             g.run(threads=-1)
 
     run() may be called many times. A task that raises stops the tasks not yet started
-    and run() raises :class:`InstructionFailed` chained to that exception.
+    and run() raises that task's own exception, chained from an :class:`InstructionFailed`.
 
     Thread-safety: build and run a graph from one thread at a time (running one graph
     from two threads at once raises InvalidArgument); the callables run on workers.
@@ -204,40 +210,42 @@ class TaskGraph(Managed):
     def __init__(self, engine: Engine):
         super().__init__()
         if not isinstance(engine, Engine):
-            raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
+            raise TypeError("TaskGraph: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         out = _ffi.taskgraph_p()
-        check(lib.fl_taskgraph_create(engine._ptr(), byref(out)), "fl_taskgraph_create")
+        check(lib.fl_taskgraph_create(engine._ptr(), byref(out)), "Engine.taskgraph")
+        #: The engine.
         self.engine = engine
         self._keys: List[int] = []
         self._failure = _Failure()
+        #: The nodes, in the order they were added.
         self.tasks: List[Task] = []
         self._handle = out
 
-    def _ptr(self):
+    def _ptr(self) -> Any:
         if self.engine._handle is None:
             raise ClosedError("the engine of this task graph is closed")
         return super()._ptr()
 
-    def _close_handle(self, handle) -> None:
+    def _close_handle(self, handle: Any) -> None:
         try:
             if self.engine._handle is not None:
-                check(lib.fl_taskgraph_destroy(handle), "fl_taskgraph_destroy")
+                check(lib.fl_taskgraph_destroy(handle), "TaskGraph.close")
         finally:
             for k in self._keys:
                 _keep.pop(k, None)
             self._keys = []
 
-    def add(self, fn: Callable[[], None], name: Optional[str] = None) -> Task:
+    def add(self, fn: Callable[[], Any], name: Optional[str] = None) -> Task:
         """Adds a node running ``fn()``; returns its :class:`Task`."""
         h = self._ptr()
         if not callable(fn):
-            raise TypeError("fn must be callable, not %s" % type(fn).__name__)
+            raise TypeError("TaskGraph.add: fn must be callable, not %s" % type(fn).__name__)
         label = name if name is not None else getattr(fn, "__qualname__", None)
         key = _register(_Node(fn, self._failure, label, self.engine))
         out = c_uint64()
-        st = lib.fl_taskgraph_add(h, _task_trampoline, key, _ffi.encode_name(label), byref(out))
-        if st != _ffi.FL_OK:
-            err = error_for(st, None, "fl_taskgraph_add")
+        st = lib.fl_taskgraph_add(h, _task_trampoline, key, encode_name(label), byref(out))
+        if st != _capi.FL_OK:
+            err = error_for(st, None, "TaskGraph.add")
             _keep.pop(key, None)
             raise err
         self._keys.append(key)
@@ -249,10 +257,10 @@ class TaskGraph(Managed):
         """``after`` starts only once ``before`` has finished."""
         for t in (before, after):
             if not isinstance(t, Task):
-                raise TypeError("precede() takes flowlane.Task nodes, not %s" % type(t).__name__)
+                raise TypeError("TaskGraph.precede takes flowlane.Task nodes, not %s" % type(t).__name__)
             if t.graph is not self:
-                raise ValueError("%r belongs to another task graph" % (t,))
-        check(lib.fl_taskgraph_precede(self._ptr(), before.id, after.id), "fl_taskgraph_precede")
+                raise ValueError("TaskGraph.precede: %r belongs to another task graph" % (t,))
+        check(lib.fl_taskgraph_precede(self._ptr(), before.id, after.id), "TaskGraph.precede")
 
     def run(self, threads: int = -1) -> None:
         """Runs every node once, respecting edges, and blocks until done (releasing the
@@ -260,8 +268,8 @@ class TaskGraph(Managed):
         h = self._ptr()
         n = _int("threads", threads, -(2**63), 2**63 - 1)
         st = lib.fl_taskgraph_run(h, n)
-        if st != _ffi.FL_OK:
-            self._failure.raise_for(st, "fl_taskgraph_run", "")
+        if st != _capi.FL_OK:
+            self._failure.raise_for(st, "TaskGraph.run", "")
         self._failure.exc = None
 
     def __len__(self) -> int:

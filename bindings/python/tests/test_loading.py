@@ -19,6 +19,16 @@ def _run(env_lib):
                           timeout=60)
 
 
+def _shared_library(directory, compiler, source_name, lib_name, source):
+    """Compiles ``source`` into ``directory/lib_name`` (a shared library); returns its path."""
+    src = os.path.join(directory, source_name)
+    lib = os.path.join(directory, lib_name)
+    with open(src, "w") as f:
+        f.write(textwrap.dedent(source))
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", lib, src], check=True)
+    return lib
+
+
 class Loading(unittest.TestCase):
     def test_missing_library_is_a_clear_import_error(self):
         r = _run("/nonexistent/libflowlane.so.0")
@@ -29,18 +39,42 @@ class Loading(unittest.TestCase):
     @unittest.skipUnless(shutil.which("cc"), "needs a C compiler")
     def test_wrong_major_version_is_refused(self):
         with tempfile.TemporaryDirectory() as d:
-            src = os.path.join(d, "fake.c")
-            lib = os.path.join(d, "libflowlane.so.0")
-            with open(src, "w") as f:
-                f.write(textwrap.dedent("""
-                    unsigned fl_version_hex(void) { return (7u << 16) | (2u << 8) | 1u; }
-                """))
-            subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, src], check=True)
+            lib = _shared_library(d, "cc", "fake.c", "libflowlane.so.0", """
+                unsigned fl_version_hex(void) { return (7u << 16) | (2u << 8) | 1u; }
+            """)
             r = _run(lib)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("LibraryVersionMismatch", r.stderr)
             self.assertIn("7.2.1", r.stderr)
             self.assertIn("major version 0", r.stderr)
+
+    @unittest.skipUnless(shutil.which("c++"), "needs a C++ compiler")
+    def test_a_cxx_library_loaded_after_flowlane_keeps_one_allocator(self):
+        # libflowlane links libmimalloc (which exports operator new/delete); loaded first,
+        # it must not leave libstdc++ and later C++ libraries with different allocators
+        # (this crashed `import flowlane; import torch`).
+        with tempfile.TemporaryDirectory() as d:
+            lib = _shared_library(d, "c++", "cxx.cpp", "libcxx.so", """
+                #include <string>
+                #include <vector>
+                extern "C" int cxx_strings(int n) {
+                  std::vector<std::string> v;
+                  for (int i = 0; i < n; ++i) v.push_back(std::string(100, 'a' + i % 26) + std::to_string(i));
+                  std::string s;
+                  for (auto& x : v) s += x;
+                  return static_cast<int>(s.size());
+                }
+            """)
+            code = ("import ctypes, flowlane\n"
+                    "with flowlane.Engine(workers=2) as e:\n"
+                    "    o = e.object('x' * 1000)\n"
+                    "    e.submit(lambda v: v * 2, reads=[o], writes=[o], name='n' * 300)\n"
+                    "    o.wait()\n"
+                    "print(ctypes.CDLL(%r).cxx_strings(1000))\n" % lib)
+            env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, "exit %d: %s" % (r.returncode, r.stderr))
+            self.assertEqual(r.stdout.strip(), "102890")
 
 
 if __name__ == "__main__":

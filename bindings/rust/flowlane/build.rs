@@ -1,10 +1,27 @@
-//! Adds an rpath to libflowlane's directory (found by flowlane-sys, handed over as
-//! DEP_FLOWLANE_LIB_DIR) to this package's tests and examples, so they run without
-//! LD_LIBRARY_PATH. Programs depending on `flowlane` set LD_LIBRARY_PATH, install the
-//! library, or add the same rpath in their own build script.
+//! Hands the rpath of libflowlane (found by flowlane-sys, passed as DEP_FLOWLANE_*) to this
+//! package's tests and examples, so they run without LD_LIBRARY_PATH, and re-exports it to
+//! the crates that depend on `flowlane` (this package's `links = "flowlane_rs"`): their
+//! build scripts read DEP_FLOWLANE_RS_RPATH (the linker flags, empty when the loader finds
+//! the library by itself) and DEP_FLOWLANE_RS_LIB_DIR. Cargo applies link arguments of a
+//! build script to its own package only, so a binary that depends on `flowlane` adds the
+//! rpath in its own build.rs:
+//!
+//! ```ignore
+//! fn main() {
+//!     for flag in std::env::var("DEP_FLOWLANE_RS_RPATH").unwrap_or_default().split_whitespace() {
+//!         println!("cargo:rustc-link-arg={}", flag);
+//!     }
+//! }
+//! ```
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_FLOWLANE_LIB_DIR");
+    println!("cargo:rerun-if-env-changed=DEP_FLOWLANE_RPATH");
+    let rpath = std::env::var("DEP_FLOWLANE_RPATH").unwrap_or_default();
+    for flag in rpath.split_whitespace() {
+        println!("cargo:rustc-link-arg={}", flag);
+    }
+    println!("cargo:rpath={}", rpath);
     if let Ok(dir) = std::env::var("DEP_FLOWLANE_LIB_DIR") {
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir);
+        println!("cargo:lib_dir={}", dir);
     }
 }

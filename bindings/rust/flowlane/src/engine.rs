@@ -2,12 +2,11 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
-use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
+use std::hash::{Hash, Hasher};
 use std::os::raw::{c_char, c_void};
 use std::path::Path;
 use std::ptr::{self, NonNull};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use flowlane_sys as sys;
 
@@ -43,26 +42,30 @@ pub(crate) fn in_callback() -> bool {
 /// A device: [`Device::CPU`] or `Device::cuda(i)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
+    /// The host (`FL_DEVICE_CPU`, index 0).
     Cpu,
+    /// CUDA device `i` (`FL_DEVICE_CUDA`).
     Cuda(i32),
 }
 
 impl Device {
+    /// The host.
     pub const CPU: Device = Device::Cpu;
 
+    /// CUDA device `index`.
     pub fn cuda(index: i32) -> Device {
         Device::Cuda(index)
     }
 
     pub(crate) fn raw(self) -> sys::fl_device_t {
         match self {
-            Device::Cpu => sys::fl_device_t { type_: sys::FL_DEVICE_CPU, index: 0 },
-            Device::Cuda(i) => sys::fl_device_t { type_: sys::FL_DEVICE_CUDA, index: i },
+            Device::Cpu => sys::fl_device_t { type_: sys::FL_DEVICE_CPU as i32, index: 0 },
+            Device::Cuda(i) => sys::fl_device_t { type_: sys::FL_DEVICE_CUDA as i32, index: i },
         }
     }
 
     fn from_raw(d: sys::fl_device_t) -> Device {
-        if d.type_ == sys::FL_DEVICE_CUDA {
+        if d.type_ == sys::FL_DEVICE_CUDA as i32 {
             Device::Cuda(d.index)
         } else {
             Device::Cpu
@@ -73,10 +76,15 @@ impl Device {
 /// The kind of a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StreamKind {
+    /// Host instructions (closures) on the engine's workers.
     Host,
+    /// A CUDA stream for kernels and device functions.
     Compute,
+    /// A CUDA stream for host-to-device copies.
     H2D,
+    /// A CUDA stream for device-to-host copies.
     D2H,
+    /// The stream of a communicator's collectives (CUDA, or the host for host-fake comms).
     Collective,
 }
 
@@ -105,12 +113,19 @@ impl StreamKind {
 /// Counters of `fl_engine_stats` (a snapshot).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Instructions submitted.
     pub submitted: u64,
+    /// Instructions completed (successfully, failed or skipped).
     pub completed: u64,
+    /// Instructions that failed or were skipped.
     pub failed: u64,
+    /// Instructions submitted but not completed.
     pub in_flight: u64,
+    /// Submissions that waited for the in-flight window.
     pub window_stalls: u64,
+    /// Work-stealing steals between workers.
     pub steals: u64,
+    /// Times a worker went to sleep.
     pub parks: u64,
 }
 
@@ -147,45 +162,36 @@ impl EngineBuilder {
         self.desc.watchdog_ms = ms;
         self
     }
+    /// Creates the engine (starts its workers).
     pub fn build(self) -> Result<Engine> {
         let mut out: *mut sys::fl_engine_t = ptr::null_mut();
         // SAFETY: desc is a valid, initialised descriptor; out is a valid out pointer.
         check(unsafe { sys::fl_engine_create(&self.desc, &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_engine_create returned NULL"))?;
-        Ok(Engine { raw, watchdogs: Mutex::new(Vec::new()) })
+        Ok(Engine { inner: EngineRef::Owned(Arc::new(EngineInner { raw, watchdogs: Mutex::new(Vec::new()) })) })
     }
 }
 
 type DumpCallback = Box<dyn Fn(&str) + Send + Sync + 'static>;
 
-/// An execution engine: worker threads, lanes, streams and the in-flight window.
-///
-/// Dropping it drains all submitted work (errors are dropped: call
-/// [`synchronize`](Engine::synchronize) first to see them), runs every pending cleanup and
-/// release, and joins the workers.
-///
-/// **Thread-safety:** `Send + Sync`. Every method may be called from any thread
-/// concurrently (the C API synchronises submission, waits, lanes and streams). Streams,
-/// objects, lanes and graphs borrow the engine, so it cannot be dropped while they live.
-/// If the last `Arc<Engine>` is dropped inside a flowlane callback, the drain is handed
-/// to a helper thread (a worker cannot destroy its own engine).
-pub struct Engine {
+/// What an owning [`Engine`] shares among its clones: destroyed with the last of them.
+struct EngineInner {
     raw: NonNull<sys::fl_engine_t>,
     watchdogs: Mutex<Vec<Box<DumpCallback>>>,
 }
 
 // SAFETY: the C API allows every fl_engine_* call from any thread, concurrently, except
-// fl_engine_destroy, which needs `self` by value (Drop) and so cannot race with `&self` uses.
-unsafe impl Send for Engine {}
-// SAFETY: see Send: all `&self` methods are thread-safe calls into the C API.
-unsafe impl Sync for Engine {}
+// fl_engine_destroy, which runs in Drop, when no other reference to the inner value exists.
+unsafe impl Send for EngineInner {}
+// SAFETY: see Send: every call made through `&EngineInner` is a thread-safe C call.
+unsafe impl Sync for EngineInner {}
 
 struct SendPtr(*mut sys::fl_engine_t);
 // SAFETY: the pointer is only handed to fl_engine_destroy on the helper thread, and nothing
 // else uses the engine afterwards.
 unsafe impl Send for SendPtr {}
 
-impl Drop for Engine {
+impl Drop for EngineInner {
     fn drop(&mut self) {
         let raw = self.raw.as_ptr();
         let watchdogs = std::mem::take(&mut *self.watchdogs.lock().unwrap_or_else(|e| e.into_inner()));
@@ -202,12 +208,78 @@ impl Drop for Engine {
             }
             return;
         }
-        // SAFETY: raw is a live engine owned by self; no borrow of it survives (lifetimes).
+        // SAFETY: raw is a live engine and this is the last reference to it.
         let st = unsafe { sys::fl_engine_destroy(raw) };
         debug_assert_eq!(st, sys::FL_OK, "fl_engine_destroy failed");
         drop(watchdogs); // after destroy: no dump callback can run any more
     }
 }
+
+#[derive(Clone)]
+enum EngineRef {
+    /// A handle that keeps the engine alive (it is destroyed with the last one).
+    Owned(Arc<EngineInner>),
+    /// The engine of a running instruction ([`InstrCtx::engine`](crate::InstrCtx::engine)):
+    /// it does not keep the engine alive; calls through it after the engine's destruction
+    /// are answered `InvalidHandle` by the library (stale handles are detected).
+    Borrowed(NonNull<sys::fl_engine_t>),
+}
+
+/// An execution engine: worker threads, lanes, streams and the in-flight window.
+///
+/// A cheaply clonable, reference-counted handle: clones, and every [`Stream`], [`Lane`],
+/// [`Object`](crate::Object), [`TaskGraph`](crate::TaskGraph) and [`Comm`](crate::Comm)
+/// made from it, keep the engine alive, so a struct may own an engine together with its
+/// objects and streams. When the last of them is dropped, the engine drains all submitted
+/// work (errors are dropped: call [`synchronize`](Engine::synchronize) first to see them),
+/// runs every pending cleanup and release, and joins the workers.
+///
+/// ```
+/// use flowlane::{Engine, Object, Stream};
+///
+/// struct Model {
+///     weights: Object<Vec<f32>>, // keeps the engine alive
+///     stream: Stream,
+///     engine: Engine,
+/// }
+///
+/// impl Model {
+///     fn new() -> Result<Model, flowlane::Error> {
+///         let engine = Engine::builder().workers(2).build()?;
+///         let weights = engine.object(vec![0.5f32; 4])?;
+///         let stream = engine.stream(0)?;
+///         Ok(Model { weights, stream, engine })
+///     }
+/// }
+///
+/// let m = Model::new()?;
+/// let w = m.weights.handle();
+/// m.stream.instr().read_write(&m.weights).submit(move || {
+///     w.write().iter_mut().for_each(|x| *x *= 2.0);
+///     Ok::<(), String>(())
+/// })?;
+/// assert_eq!(m.weights.get()?, vec![1.0; 4]);
+/// assert_eq!(m.engine.worker_count(), 2);
+/// # Ok::<(), flowlane::Error>(())
+/// ```
+///
+/// A closure submitted to the engine that captures an owning handle keeps the engine alive
+/// until the closure is dropped (after it ran); if that drop releases the last handle, the
+/// drain runs on a helper thread. Inside an instruction, use the context's
+/// [`engine`](crate::InstrCtx::engine), which does not keep the engine alive.
+///
+/// **Thread-safety:** `Send + Sync`. Every method may be called from any thread
+/// concurrently (the C API synchronises submission, waits, lanes and streams).
+#[derive(Clone)]
+pub struct Engine {
+    inner: EngineRef,
+}
+
+// SAFETY: an owning Engine is an Arc of a Send + Sync EngineInner; a borrowed one is a pointer
+// used only for thread-safe fl_* calls (never destroyed through it).
+unsafe impl Send for Engine {}
+// SAFETY: as for Send.
+unsafe impl Sync for Engine {}
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,66 +296,78 @@ impl Engine {
         EngineBuilder::default().build()
     }
 
+    /// An [`EngineBuilder`] to set workers, lanes, the in-flight window and the watchdog.
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()
     }
 
-    /// A borrowed view of an engine owned elsewhere (inside callbacks). Never dropped.
-    pub(crate) fn borrowed(raw: NonNull<sys::fl_engine_t>) -> ManuallyDrop<Engine> {
-        ManuallyDrop::new(Engine { raw, watchdogs: Mutex::new(Vec::new()) })
+    /// A non-owning view of an engine owned elsewhere (inside callbacks).
+    pub(crate) fn borrowed(raw: NonNull<sys::fl_engine_t>) -> Engine {
+        Engine { inner: EngineRef::Borrowed(raw) }
     }
 
+    /// The C handle, for the raw API ([`crate::sys`]).
     pub fn as_raw(&self) -> *mut sys::fl_engine_t {
-        self.raw.as_ptr()
+        match &self.inner {
+            EngineRef::Owned(inner) => inner.raw.as_ptr(),
+            EngineRef::Borrowed(raw) => raw.as_ptr(),
+        }
+    }
+
+    /// True for handles that keep the engine alive (all but
+    /// [`InstrCtx::engine`](crate::InstrCtx::engine)'s).
+    pub fn is_owning(&self) -> bool {
+        matches!(self.inner, EngineRef::Owned(_))
     }
 
     /// Number of lanes (ids `0..lane_count()`).
     pub fn lane_count(&self) -> u32 {
-        // SAFETY: raw is a live engine.
-        unsafe { sys::fl_engine_lane_count(self.raw.as_ptr()) }
+        // SAFETY: the handle is live (or stale, which the library answers with 0).
+        unsafe { sys::fl_engine_lane_count(self.as_raw()) }
     }
 
     /// Number of host worker threads.
     pub fn worker_count(&self) -> u32 {
-        // SAFETY: raw is a live engine.
-        unsafe { sys::fl_engine_worker_count(self.raw.as_ptr()) }
+        // SAFETY: the handle is live (or stale, which the library answers with 0).
+        unsafe { sys::fl_engine_worker_count(self.as_raw()) }
     }
 
     /// Acquires a fresh lane (the smallest free id >= 1), released when the guard drops.
     /// `ErrorKind::Exhausted` when every lane is held.
-    pub fn acquire_lane(&self) -> Result<Lane<'_>> {
+    pub fn acquire_lane(&self) -> Result<Lane> {
         let mut id = 0u32;
-        // SAFETY: raw is live; id is a valid out pointer.
-        check(unsafe { sys::fl_lane_acquire(self.raw.as_ptr(), &mut id) })?;
-        Ok(Lane { engine: self, id })
+        // SAFETY: the handle is live; id is a valid out pointer.
+        check(unsafe { sys::fl_lane_acquire(self.as_raw(), &mut id) })?;
+        Ok(Lane { engine: self.clone(), id, held: true })
     }
 
     /// The host stream of `lane`.
-    pub fn stream(&self, lane: u32) -> Result<Stream<'_>> {
+    pub fn stream(&self, lane: u32) -> Result<Stream> {
         self.stream_on(lane, Device::Cpu, StreamKind::Host)
     }
 
     /// The stream (lane, device, kind). Interned: the same triple is the same stream.
-    pub fn stream_on(&self, lane: u32, device: Device, kind: StreamKind) -> Result<Stream<'_>> {
+    pub fn stream_on(&self, lane: u32, device: Device, kind: StreamKind) -> Result<Stream> {
         let mut out: *mut sys::fl_stream_t = ptr::null_mut();
-        // SAFETY: raw is live; out is a valid out pointer.
-        check(unsafe { sys::fl_stream_get(self.raw.as_ptr(), lane, device.raw(), kind.raw(), &mut out) })?;
+        // SAFETY: the handle is live; out is a valid out pointer.
+        check(unsafe { sys::fl_stream_get(self.as_raw(), lane, device.raw(), kind.raw(), &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_stream_get returned NULL"))?;
-        Ok(Stream { raw, _engine: PhantomData })
+        Ok(Stream { raw, engine: self.clone() })
     }
 
     /// Waits for every instruction submitted before the call; returns the first failure
     /// among them not yet reported by another wait (each failure is reported once).
     /// `InvalidArgument` inside an instruction callback.
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: raw is live.
-        check(unsafe { sys::fl_engine_synchronize(self.raw.as_ptr()) })
+        // SAFETY: the handle is live.
+        check(unsafe { sys::fl_engine_synchronize(self.as_raw()) })
     }
 
+    /// A snapshot of the engine's counters.
     pub fn stats(&self) -> Result<Stats> {
         let mut s = sys::fl_engine_stats_t::init();
-        // SAFETY: raw is live; s is initialised with its struct_size.
-        check(unsafe { sys::fl_engine_stats(self.raw.as_ptr(), &mut s) })?;
+        // SAFETY: the handle is live; s is initialised with its struct_size.
+        check(unsafe { sys::fl_engine_stats(self.as_raw(), &mut s) })?;
         Ok(Stats {
             submitted: s.submitted,
             completed: s.completed,
@@ -298,13 +382,13 @@ impl Engine {
     /// The state dump (streams, oldest pending instructions, window).
     pub fn dump(&self) -> Result<String> {
         let mut need = 0u64;
-        // SAFETY: raw is live; a NULL buffer with size 0 is allowed; need is a valid out pointer.
-        check(unsafe { sys::fl_engine_dump(self.raw.as_ptr(), ptr::null_mut(), 0, &mut need) })?;
+        // SAFETY: the handle is live; a NULL buffer with size 0 is allowed; need is a valid out pointer.
+        check(unsafe { sys::fl_engine_dump(self.as_raw(), ptr::null_mut(), 0, &mut need) })?;
         loop {
             let size = need.max(1);
             let mut buf = vec![0u8; size as usize];
             // SAFETY: buf holds `size` writable bytes.
-            check(unsafe { sys::fl_engine_dump(self.raw.as_ptr(), buf.as_mut_ptr() as *mut c_char, size, &mut need) })?;
+            check(unsafe { sys::fl_engine_dump(self.as_raw(), buf.as_mut_ptr() as *mut c_char, size, &mut need) })?;
             if need <= size {
                 let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
                 buf.truncate(end);
@@ -313,21 +397,23 @@ impl Engine {
         }
     }
 
-    /// Starts a trace written to `path`.
+    /// Starts a trace (Chrome trace-event JSON, for Perfetto) written to `path`.
     pub fn trace_start(&self, path: impl AsRef<Path>) -> Result<()> {
         let p = cstring(&path.as_ref().to_string_lossy())?;
-        // SAFETY: raw is live; p is NUL-terminated and outlives the call (copied by C).
-        check(unsafe { sys::fl_trace_start(self.raw.as_ptr(), p.as_ptr()) })
+        // SAFETY: the handle is live; p is NUL-terminated and outlives the call (copied by C).
+        check(unsafe { sys::fl_trace_start(self.as_raw(), p.as_ptr()) })
     }
 
+    /// Stops the trace and finishes its file.
     pub fn trace_stop(&self) -> Result<()> {
-        // SAFETY: raw is live.
-        check(unsafe { sys::fl_trace_stop(self.raw.as_ptr()) })
+        // SAFETY: the handle is live.
+        check(unsafe { sys::fl_trace_stop(self.as_raw()) })
     }
 
     /// Turns the hang watchdog on (`timeout_ms > 0`) or off. With `callback`, the dump is
     /// handed to it on a library thread; otherwise it goes to stderr. Callbacks are kept
-    /// until the engine is dropped.
+    /// until the engine is destroyed. Needs an owning handle (`InvalidArgument` through
+    /// [`InstrCtx::engine`](crate::InstrCtx::engine), which could not keep the callback).
     pub fn set_watchdog<F>(&self, timeout_ms: u64, callback: Option<F>) -> Result<()>
     where
         F: Fn(&str) + Send + Sync + 'static,
@@ -346,6 +432,15 @@ impl Engine {
                 f(&s);
             });
         }
+        let inner = match &self.inner {
+            EngineRef::Owned(inner) => inner,
+            EngineRef::Borrowed(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "Engine::set_watchdog needs an owning Engine handle, not the one of an instruction context",
+                ))
+            }
+        };
         let mut d = sys::fl_watchdog_desc_t::init();
         d.timeout_ms = timeout_ms;
         let boxed: Option<Box<DumpCallback>> = callback.map(|f| Box::new(Box::new(f) as DumpCallback));
@@ -353,73 +448,111 @@ impl Engine {
             d.callback = Some(dump_trampoline);
             d.user_data = &**b as *const DumpCallback as *mut c_void;
         }
-        // SAFETY: raw is live; d is initialised; user_data points into a box kept below.
-        check(unsafe { sys::fl_engine_set_watchdog(self.raw.as_ptr(), &d) })?;
+        // SAFETY: the handle is live; d is initialised; user_data points into a box kept below.
+        check(unsafe { sys::fl_engine_set_watchdog(self.as_raw(), &d) })?;
         if let Some(b) = boxed {
-            self.watchdogs.lock().unwrap_or_else(|e| e.into_inner()).push(b);
+            inner.watchdogs.lock().unwrap_or_else(|e| e.into_inner()).push(b);
         }
         Ok(())
     }
 }
 
-/// A held lane: released (work already submitted on it still runs) when dropped.
+/// A held lane: released (work already submitted on it still runs) when dropped. Keeps
+/// its engine alive.
 ///
 /// **Thread-safety:** `Send + Sync`; lane ids are plain numbers and any thread may submit
 /// to any lane's streams.
 #[derive(Debug)]
-pub struct Lane<'e> {
-    engine: &'e Engine,
+pub struct Lane {
+    engine: Engine,
     id: u32,
+    held: bool,
 }
 
-impl<'e> Lane<'e> {
+impl Lane {
+    /// The lane id.
     pub fn id(&self) -> u32 {
         self.id
     }
 
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// This lane's host stream.
-    pub fn stream(&self) -> Result<Stream<'e>> {
+    pub fn stream(&self) -> Result<Stream> {
         self.engine.stream(self.id)
     }
 
-    pub fn stream_on(&self, device: Device, kind: StreamKind) -> Result<Stream<'e>> {
+    /// This lane's stream of `device` and `kind`.
+    pub fn stream_on(&self, device: Device, kind: StreamKind) -> Result<Stream> {
         self.engine.stream_on(self.id, device, kind)
     }
 
     /// Releases the lane now, reporting an error (Drop ignores it).
-    pub fn release(self) -> Result<()> {
-        let me = ManuallyDrop::new(self);
-        // SAFETY: the engine is live for 'e; the id was acquired by this guard.
-        check(unsafe { sys::fl_lane_release(me.engine.raw.as_ptr(), me.id) })
+    pub fn release(mut self) -> Result<()> {
+        self.held = false;
+        // SAFETY: the engine is alive (self holds it); the id was acquired by this guard and
+        // is released once (Drop skips it now).
+        check(unsafe { sys::fl_lane_release(self.engine.as_raw(), self.id) })
     }
 }
 
-impl Drop for Lane<'_> {
+impl Drop for Lane {
     fn drop(&mut self) {
-        // SAFETY: the engine is live for 'e; the id was acquired by this guard.
-        unsafe { sys::fl_lane_release(self.engine.raw.as_ptr(), self.id) };
+        if self.held {
+            // SAFETY: the engine is alive (self holds it); the id was acquired by this guard.
+            unsafe { sys::fl_lane_release(self.engine.as_raw(), self.id) };
+        }
     }
 }
 
-/// An in-order instruction queue identified by (lane, device, kind), borrowed from its
-/// engine. `Copy`: streams are interned and have nothing to release.
+/// An in-order instruction queue identified by (lane, device, kind). Streams are interned
+/// and have nothing to release; a `Stream` keeps its engine alive and is cheap to clone.
 ///
 /// **Thread-safety:** `Send + Sync`: any thread may submit to any stream concurrently.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Stream<'e> {
+#[derive(Clone)]
+pub struct Stream {
     raw: NonNull<sys::fl_stream_t>,
-    _engine: PhantomData<&'e Engine>,
+    engine: Engine,
 }
 
 // SAFETY: fl_submit_host, fl_stream_synchronize and fl_stream_info may be called on one stream
 // from several threads at once (submission takes the lane's submit lock in the engine).
-unsafe impl Send for Stream<'_> {}
+unsafe impl Send for Stream {}
 // SAFETY: as for Send.
-unsafe impl Sync for Stream<'_> {}
+unsafe impl Sync for Stream {}
 
-impl<'e> Stream<'e> {
+impl PartialEq for Stream {
+    fn eq(&self, other: &Stream) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Eq for Stream {}
+
+impl Hash for Stream {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.raw.hash(state)
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({:p})", self.raw.as_ptr())
+    }
+}
+
+impl Stream {
+    /// The C handle, for the raw API ([`crate::sys`]).
     pub fn as_raw(&self) -> *mut sys::fl_stream_t {
         self.raw.as_ptr()
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// (lane, device, kind) as the library reports them.
@@ -427,11 +560,12 @@ impl<'e> Stream<'e> {
         let mut lane = 0u32;
         let mut dev = sys::fl_device_t::default();
         let mut kind: sys::fl_stream_kind_t = 0;
-        // SAFETY: the stream is live for 'e; all out pointers are valid.
+        // SAFETY: the stream is live while its engine is; all out pointers are valid.
         check(unsafe { sys::fl_stream_info(self.raw.as_ptr(), &mut lane, &mut dev, &mut kind) })?;
         Ok((lane, Device::from_raw(dev), StreamKind::from_raw(kind)))
     }
 
+    /// The stream's lane.
     pub fn lane(&self) -> Result<u32> {
         self.info().map(|(l, _, _)| l)
     }
@@ -439,14 +573,14 @@ impl<'e> Stream<'e> {
     /// Waits for everything submitted to this stream before the call; error rule as
     /// [`Engine::synchronize`], restricted to this stream.
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: the stream is live for 'e.
+        // SAFETY: the stream is live while its engine is.
         check(unsafe { sys::fl_stream_synchronize(self.raw.as_ptr()) })
     }
 
     /// Starts building a host instruction: `.name()`, `.read(&obj)`, `.write(&obj)`,
     /// `.nonblocking()`, then `.submit(closure)`.
-    pub fn instr(&self) -> Instr<'e> {
-        Instr::new(*self)
+    pub fn instr(&self) -> Instr {
+        Instr::new(self.clone())
     }
 
     /// Submits a closure with no operands (ordered only by this stream).
@@ -462,7 +596,7 @@ impl<'e> Stream<'e> {
     /// (clamped) value. `Unsupported` in a CPU-only build.
     pub fn set_priority(&self, priority: i32) -> Result<i32> {
         let mut applied = 0i32;
-        // SAFETY: the stream is live for 'e; applied is a valid out pointer.
+        // SAFETY: the stream is live while its engine is; applied is a valid out pointer.
         check(unsafe { sys::fl_stream_set_priority(self.raw.as_ptr(), priority, &mut applied) })?;
         Ok(applied)
     }

@@ -5,91 +5,61 @@ use std::fmt;
 
 use flowlane_sys as sys;
 
-/// What kind of failure: one variant per `fl_status_t` value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// NULL pointer, bad flag, bad size, cycle, a wait that would wait for itself.
-    InvalidArgument,
-    /// Stale, released or foreign handle.
-    InvalidHandle,
-    /// Lane, device index or count out of range.
-    OutOfRange,
-    NoMemory,
-    /// The in-flight window is full and the submission was non-blocking.
-    WouldBlock,
-    /// Every lane is held.
-    Exhausted,
-    /// The engine is being destroyed.
-    Shutdown,
-    /// An instruction reported failure (a closure returned `Err` or panicked).
-    InstructionFailed,
-    /// Skipped: something it read was poisoned by a failed instruction.
-    DependencyFailed,
-    Cancelled,
-    Timeout,
-    /// Not supported by this build (e.g. a GPU call without CUDA).
-    Unsupported,
-    NoDevice,
-    Cuda,
-    Nccl,
-    Internal,
-    /// A status this version of the crate does not know (a newer library).
-    Unknown(i32),
+// ErrorKind has one variant per failure status of the header's FL_STATUS_MAP, built from
+// the generated table (`sys::fl_error_statuses!`): a status appended to the header appears
+// here after `scripts/gen-bindings.sh`, with the header's description as its doc.
+macro_rules! error_kinds {
+    ($(($status:ident, $kind:ident, $text:literal)),* $(,)?) => {
+        /// What kind of failure: one variant per failure status of the C header's
+        /// `FL_STATUS_MAP` (documented with the header's description), plus `Unknown` for a
+        /// status that a newer library returns and this version does not know.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ErrorKind {
+            $(
+                #[doc = concat!("`", stringify!($status), "`: ", $text, ".")]
+                $kind,
+            )*
+            /// A status this version of the crate does not know (a newer library).
+            Unknown(sys::fl_status_t),
+        }
+
+        impl ErrorKind {
+            /// The kind of a failed `fl_status_t` (`FL_OK` is not a failure: `Unknown(0)`).
+            pub fn from_status(status: sys::fl_status_t) -> ErrorKind {
+                match status {
+                    $(sys::$status => ErrorKind::$kind,)*
+                    other => ErrorKind::Unknown(other),
+                }
+            }
+
+            /// The `fl_status_t` value.
+            pub fn status(self) -> sys::fl_status_t {
+                match self {
+                    $(ErrorKind::$kind => sys::$status,)*
+                    ErrorKind::Unknown(s) => s,
+                }
+            }
+        }
+    };
 }
+sys::fl_error_statuses!(error_kinds);
 
 impl ErrorKind {
-    pub fn from_status(status: sys::fl_status_t) -> ErrorKind {
-        match status {
-            sys::FL_ERR_INVALID_ARGUMENT => ErrorKind::InvalidArgument,
-            sys::FL_ERR_INVALID_HANDLE => ErrorKind::InvalidHandle,
-            sys::FL_ERR_OUT_OF_RANGE => ErrorKind::OutOfRange,
-            sys::FL_ERR_NO_MEMORY => ErrorKind::NoMemory,
-            sys::FL_ERR_WOULD_BLOCK => ErrorKind::WouldBlock,
-            sys::FL_ERR_EXHAUSTED => ErrorKind::Exhausted,
-            sys::FL_ERR_SHUTDOWN => ErrorKind::Shutdown,
-            sys::FL_ERR_INSTRUCTION_FAILED => ErrorKind::InstructionFailed,
-            sys::FL_ERR_DEPENDENCY_FAILED => ErrorKind::DependencyFailed,
-            sys::FL_ERR_CANCELLED => ErrorKind::Cancelled,
-            sys::FL_ERR_TIMEOUT => ErrorKind::Timeout,
-            sys::FL_ERR_UNSUPPORTED => ErrorKind::Unsupported,
-            sys::FL_ERR_NO_DEVICE => ErrorKind::NoDevice,
-            sys::FL_ERR_CUDA => ErrorKind::Cuda,
-            sys::FL_ERR_NCCL => ErrorKind::Nccl,
-            sys::FL_ERR_INTERNAL => ErrorKind::Internal,
-            other => ErrorKind::Unknown(other),
-        }
-    }
-
-    /// The `fl_status_t` value.
-    pub fn status(self) -> sys::fl_status_t {
-        match self {
-            ErrorKind::InvalidArgument => sys::FL_ERR_INVALID_ARGUMENT,
-            ErrorKind::InvalidHandle => sys::FL_ERR_INVALID_HANDLE,
-            ErrorKind::OutOfRange => sys::FL_ERR_OUT_OF_RANGE,
-            ErrorKind::NoMemory => sys::FL_ERR_NO_MEMORY,
-            ErrorKind::WouldBlock => sys::FL_ERR_WOULD_BLOCK,
-            ErrorKind::Exhausted => sys::FL_ERR_EXHAUSTED,
-            ErrorKind::Shutdown => sys::FL_ERR_SHUTDOWN,
-            ErrorKind::InstructionFailed => sys::FL_ERR_INSTRUCTION_FAILED,
-            ErrorKind::DependencyFailed => sys::FL_ERR_DEPENDENCY_FAILED,
-            ErrorKind::Cancelled => sys::FL_ERR_CANCELLED,
-            ErrorKind::Timeout => sys::FL_ERR_TIMEOUT,
-            ErrorKind::Unsupported => sys::FL_ERR_UNSUPPORTED,
-            ErrorKind::NoDevice => sys::FL_ERR_NO_DEVICE,
-            ErrorKind::Cuda => sys::FL_ERR_CUDA,
-            ErrorKind::Nccl => sys::FL_ERR_NCCL,
-            ErrorKind::Internal => sys::FL_ERR_INTERNAL,
-            ErrorKind::Unknown(s) => s,
-        }
-    }
-
-    /// The C name, e.g. "FL_ERR_OUT_OF_RANGE".
+    /// The C name, e.g. "FL_ERR_OUT_OF_RANGE" ("FL_STATUS_UNKNOWN" for an unknown value).
     pub fn status_name(self) -> &'static str {
         // SAFETY: fl_status_name accepts any value and returns static, NUL-terminated storage.
         let p = unsafe { sys::fl_status_name(self.status()) };
         // SAFETY: p is non-NULL static storage (see above).
         unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("FL_STATUS_UNKNOWN")
+    }
+
+    /// The header's one-line description of the status.
+    pub fn description(self) -> &'static str {
+        // SAFETY: fl_status_string accepts any value and returns static, NUL-terminated storage.
+        let p = unsafe { sys::fl_status_string(self.status()) };
+        // SAFETY: p is non-NULL static storage (see above).
+        unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("unknown status")
     }
 
     /// True for the two kinds that mean "an instruction failed" (directly or upstream).
@@ -108,6 +78,7 @@ pub struct Error {
 }
 
 impl Error {
+    /// An error of `kind` with `message` (for code that reports its own failures).
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error { kind, message: message.into() }
     }
@@ -120,14 +91,17 @@ impl Error {
         Error { kind: ErrorKind::from_status(status), message: msg }
     }
 
+    /// The kind of failure.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
+    /// The `fl_status_t` value.
     pub fn status(&self) -> sys::fl_status_t {
         self.kind.status()
     }
 
+    /// What went wrong, in words (the library's message).
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -145,6 +119,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// `Result<T, flowlane::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Ok for FL_OK, else the error with the thread's last message.

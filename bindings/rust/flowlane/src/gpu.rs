@@ -3,7 +3,6 @@
 //! unchanged on a CUDA build. Raw device pointers make the submit calls `unsafe`.
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
 
@@ -30,24 +29,28 @@ pub fn cuda_priority_range(device: i32) -> Result<(i32, i32)> {
     Ok((least, greatest))
 }
 
-/// Operands for GPU instructions.
+/// Operands for GPU instructions (the objects they read and write).
 #[derive(Default)]
 pub struct Operands {
     ops: Vec<sys::fl_operand_t>,
 }
 
 impl Operands {
+    /// No operands.
     pub fn new() -> Self {
         Operands::default()
     }
-    pub fn access<T>(mut self, o: &Object<'_, T>, a: Access) -> Self {
+    /// Adds an access to `o`.
+    pub fn access<T>(mut self, o: &Object<T>, a: Access) -> Self {
         self.ops.push(sys::fl_operand_t { object: o.as_raw(), access: a.raw(), reserved: 0 });
         self
     }
-    pub fn read<T>(self, o: &Object<'_, T>) -> Self {
+    /// Adds a read of `o`.
+    pub fn read<T>(self, o: &Object<T>) -> Self {
         self.access(o, Access::Read)
     }
-    pub fn write<T>(self, o: &Object<'_, T>) -> Self {
+    /// Adds a write of `o`.
+    pub fn write<T>(self, o: &Object<T>) -> Self {
         self.access(o, Access::Write)
     }
     fn ptr(&self) -> *const sys::fl_operand_t {
@@ -63,7 +66,7 @@ fn name_ptr(name: &Option<std::ffi::CString>) -> *const std::os::raw::c_char {
     name.as_ref().map_or(ptr::null(), |c| c.as_ptr())
 }
 
-impl<'e> Stream<'e> {
+impl Stream {
     /// Launches a `__global__` function (its host-side handle) with argument bytes copied
     /// at submit: `args[i]` is the bytes of argument i.
     ///
@@ -216,6 +219,7 @@ unsafe impl Send for PinnedBuffer {}
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
+    /// Allocates `len` bytes of page-locked memory (`Unsupported` in a CPU-only build).
     pub fn new(len: usize) -> Result<PinnedBuffer> {
         let mut p: *mut c_void = ptr::null_mut();
         // SAFETY: p is a valid out pointer.
@@ -224,19 +228,24 @@ impl PinnedBuffer {
             .ok_or_else(|| Error::new(ErrorKind::Internal, "fl_host_alloc_pinned returned NULL"))?;
         Ok(PinnedBuffer { ptr, len })
     }
+    /// The buffer's address.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+    /// Its size in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// True for a zero-byte buffer.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for len bytes for the buffer's lifetime.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
+    /// The bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for len bytes; &mut self gives exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
@@ -253,6 +262,7 @@ impl Drop for PinnedBuffer {
 /// A communicator's backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommBackend {
+    /// NCCL over CUDA devices (CUDA builds).
     Nccl,
     /// Host-memory communicator for ranks inside one process.
     HostFake,
@@ -267,11 +277,12 @@ impl CommBackend {
     }
 }
 
-/// The rendezvous id shared by a communicator's ranks.
+/// The rendezvous id shared by a communicator's ranks (128 opaque bytes).
 #[derive(Clone, Copy)]
 pub struct CommUniqueId(pub sys::fl_comm_unique_id_t);
 
 impl CommUniqueId {
+    /// A fresh id from the backend (rank 0 makes it and shares its bytes).
     pub fn new(backend: CommBackend) -> Result<CommUniqueId> {
         let mut id = sys::fl_comm_unique_id_t::default();
         // SAFETY: id is a valid out pointer.
@@ -281,53 +292,53 @@ impl CommUniqueId {
 }
 
 /// A communicator; its collectives go through one lane's COLLECTIVE stream in submission
-/// order.
+/// order. Keeps its engine alive.
 ///
 /// **Thread-safety:** `Send + Sync`: submission is ordered by the engine's stream.
-pub struct Comm<'e> {
+pub struct Comm {
     raw: NonNull<sys::fl_comm_t>,
     lane: u32,
     device: Device,
-    _engine: PhantomData<&'e Engine>,
+    engine: Engine,
 }
 
 // SAFETY: fl_submit_collective may be called from any thread; destroy happens in Drop.
-unsafe impl Send for Comm<'_> {}
+unsafe impl Send for Comm {}
 // SAFETY: as for Send.
-unsafe impl Sync for Comm<'_> {}
+unsafe impl Sync for Comm {}
 
-impl<'e> Comm<'e> {
+impl Comm {
     /// A rank of a communicator. Its NCCL collectives are issued in the engine's one
     /// collective order (across communicators and lanes).
     pub fn new(
-        engine: &'e Engine,
+        engine: &Engine,
         nranks: u64,
         rank: u64,
         id: &CommUniqueId,
         lane: u32,
         device: u32,
         backend: CommBackend,
-    ) -> Result<Comm<'e>> {
+    ) -> Result<Comm> {
         Self::create(engine, nranks, rank, id, lane, device, backend, 0)
     }
 
     /// As [`Comm::new`], with `FL_COMM_UNORDERED`: its collectives stay out of the engine's
     /// collective order, and the caller keeps the ranks' issue order consistent.
     pub fn new_unordered(
-        engine: &'e Engine,
+        engine: &Engine,
         nranks: u64,
         rank: u64,
         id: &CommUniqueId,
         lane: u32,
         device: u32,
         backend: CommBackend,
-    ) -> Result<Comm<'e>> {
+    ) -> Result<Comm> {
         Self::create(engine, nranks, rank, id, lane, device, backend, sys::FL_COMM_UNORDERED)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn create(
-        engine: &'e Engine,
+        engine: &Engine,
         nranks: u64,
         rank: u64,
         id: &CommUniqueId,
@@ -335,7 +346,7 @@ impl<'e> Comm<'e> {
         device: u32,
         backend: CommBackend,
         flags: u64,
-    ) -> Result<Comm<'e>> {
+    ) -> Result<Comm> {
         let mut d = sys::fl_comm_desc_t::init();
         d.flags = flags;
         d.nranks = nranks;
@@ -348,12 +359,12 @@ impl<'e> Comm<'e> {
         check(unsafe { sys::fl_comm_create(engine.as_raw(), &d, &id.0, &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_comm_create returned NULL"))?;
         let device = if backend == CommBackend::HostFake { Device::Cpu } else { Device::Cuda(device as i32) };
-        Ok(Comm { raw, lane, device, _engine: PhantomData })
+        Ok(Comm { raw, lane, device, engine: engine.clone() })
     }
 
     /// The COLLECTIVE stream this communicator issues on.
-    pub fn stream(&self, engine: &'e Engine) -> Result<Stream<'e>> {
-        engine.stream_on(self.lane, self.device, StreamKind::Collective)
+    pub fn stream(&self) -> Result<Stream> {
+        self.engine.stream_on(self.lane, self.device, StreamKind::Collective)
     }
 
     /// Issues `parts` as one group.
@@ -363,7 +374,7 @@ impl<'e> Comm<'e> {
     /// completes (order that through `operands`).
     pub unsafe fn submit(
         &self,
-        stream: &Stream<'e>,
+        stream: &Stream,
         parts: &[sys::fl_coll_part_t],
         operands: &Operands,
         name: Option<&str>,
@@ -382,7 +393,7 @@ impl<'e> Comm<'e> {
     }
 }
 
-impl Drop for Comm<'_> {
+impl Drop for Comm {
     fn drop(&mut self) {
         // SAFETY: the comm is live and destroyed once.
         unsafe { sys::fl_comm_destroy(self.raw.as_ptr()) };

@@ -2,7 +2,6 @@
 
 use std::any::Any;
 use std::fmt::Display;
-use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::raw::c_void;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -111,7 +110,7 @@ impl Engine {
     }
 
     /// A new, empty task graph on this engine.
-    pub fn taskgraph<'f>(&self) -> Result<TaskGraph<'_, 'f>> {
+    pub fn taskgraph<'f>(&self) -> Result<TaskGraph<'f>> {
         TaskGraph::new(self)
     }
 }
@@ -132,7 +131,7 @@ unsafe extern "C" fn task_trampoline(ud: *mut c_void) -> sys::fl_status_t {
     run_guarded(fail, || (node.f)())
 }
 
-/// An identifier of a node in a [`TaskGraph`].
+/// An identifier of a node in a [`TaskGraph`] (dense from 0, in the order of `add`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TaskId(pub u64);
 
@@ -141,25 +140,26 @@ pub struct TaskId(pub u64);
 ///
 /// **Thread-safety:** `Send` (its closures are `Send`), not `Sync`: building and running
 /// take `&mut self`, so one graph never runs twice at once.
-pub struct TaskGraph<'e, 'f> {
+pub struct TaskGraph<'f> {
     raw: NonNull<sys::fl_taskgraph_t>,
     nodes: Vec<Box<Node<'f>>>,
     fail: Box<FirstFailure>,
-    _engine: PhantomData<&'e Engine>,
+    _engine: Engine,
 }
 
 // SAFETY: the graph owns Send closures and a C graph that may be used from any one thread
 // at a time; &mut self on every mutating call rules out concurrent use.
-unsafe impl Send for TaskGraph<'_, '_> {}
+unsafe impl Send for TaskGraph<'_> {}
 
-impl<'e, 'f> TaskGraph<'e, 'f> {
-    pub fn new(engine: &'e Engine) -> Result<TaskGraph<'e, 'f>> {
+impl<'f> TaskGraph<'f> {
+    /// A new, empty graph on `engine` (as [`Engine::taskgraph`]); it keeps the engine alive.
+    pub fn new(engine: &Engine) -> Result<TaskGraph<'f>> {
         let mut out: *mut sys::fl_taskgraph_t = ptr::null_mut();
         // SAFETY: the engine is live; out is a valid out pointer.
         crate::error::check(unsafe { sys::fl_taskgraph_create(engine.as_raw(), &mut out) })?;
         let raw =
             NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_taskgraph_create returned NULL"))?;
-        Ok(TaskGraph { raw, nodes: Vec::new(), fail: Box::default(), _engine: PhantomData })
+        Ok(TaskGraph { raw, nodes: Vec::new(), fail: Box::default(), _engine: engine.clone() })
     }
 
     /// Adds a node running `f` (once per run); `name` shows in errors.
@@ -195,6 +195,7 @@ impl<'e, 'f> TaskGraph<'e, 'f> {
         self.nodes.len()
     }
 
+    /// True when no node was added.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
@@ -210,9 +211,66 @@ impl<'e, 'f> TaskGraph<'e, 'f> {
     }
 }
 
-impl Drop for TaskGraph<'_, '_> {
+impl Drop for TaskGraph<'_> {
     fn drop(&mut self) {
         // SAFETY: the graph is live and not running (&mut); destroyed before the nodes drop.
         unsafe { sys::fl_taskgraph_destroy(self.raw.as_ptr()) };
+    }
+}
+
+/// A raw pointer into the slice of [`Engine::par_chunks_mut`], shared by the chunk bodies.
+struct ChunkBase<T>(*mut T);
+// SAFETY: each chunk body turns the pointer into a `&mut` of its own disjoint chunk (checked
+// by the claim flags), so sharing it moves no `T` between threads beyond what `T: Send` allows.
+unsafe impl<T: Send> Sync for ChunkBase<T> {}
+
+impl Engine {
+    /// Calls `body(index, chunk)` for the consecutive `chunk_size`-long chunks of `data`
+    /// (the last may be shorter), in parallel on the workers, each chunk a disjoint `&mut`
+    /// (like rayon's `par_chunks_mut().enumerate().try_for_each()`). Blocks until done; the
+    /// first `Err` stops chunks not yet started and is returned (kind `InstructionFailed`),
+    /// a panic is resumed here. `chunk_size == 0` is `InvalidArgument`.
+    ///
+    /// ```
+    /// let engine = flowlane::Engine::builder().workers(2).build()?;
+    /// let mut v = vec![0u32; 10];
+    /// engine.par_chunks_mut(&mut v, 4, |i, chunk| {
+    ///     chunk.iter_mut().for_each(|x| *x = i as u32);
+    ///     Ok::<(), String>(())
+    /// })?;
+    /// assert_eq!(v, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
+    /// # Ok::<(), flowlane::Error>(())
+    /// ```
+    pub fn par_chunks_mut<T, F, E>(&self, data: &mut [T], chunk_size: usize, body: F) -> Result<()>
+    where
+        T: Send,
+        F: Fn(usize, &mut [T]) -> std::result::Result<(), E> + Sync,
+        E: Display,
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        if chunk_size == 0 {
+            return Err(Error::new(ErrorKind::InvalidArgument, "Engine::par_chunks_mut: chunk_size must be > 0"));
+        }
+        let len = data.len();
+        let chunks = (len + chunk_size - 1) / chunk_size;
+        // One flag per chunk: a chunk handed out twice (a library bug) is refused, never aliased.
+        let claimed: Vec<AtomicBool> = (0..chunks).map(|_| AtomicBool::new(false)).collect();
+        let base = ChunkBase(data.as_mut_ptr());
+        let base = &base;
+        self.parallel_for(0..chunks as u64, 1, |r| -> std::result::Result<(), String> {
+            for i in r.start as usize..r.end as usize {
+                if i >= chunks || claimed[i].swap(true, Ordering::Relaxed) {
+                    return Err(format!("Engine::par_chunks_mut: chunk {} handed out twice or out of range", i));
+                }
+                let start = i * chunk_size;
+                let end = (start + chunk_size).min(len);
+                // SAFETY: [start, end) lies inside `data`, which is exclusively borrowed for this
+                // call; chunk i was claimed by this body only (flag above), so this is the only
+                // reference to these elements; T: Send allows using them on this thread.
+                let chunk = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), end - start) };
+                body(i, chunk).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })
     }
 }

@@ -3,7 +3,6 @@
 use std::any::Any;
 use std::ffi::CString;
 use std::fmt::Display;
-use std::mem::ManuallyDrop;
 use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
@@ -21,7 +20,7 @@ type BoxedInstr = Box<dyn FnOnce(&InstrCtx<'_>) -> std::result::Result<(), Strin
 /// **Thread-safety:** neither `Send` nor `Sync`: it lives on the worker running the closure.
 pub struct InstrCtx<'a> {
     raw: *mut sys::fl_instr_ctx_t,
-    engine: ManuallyDrop<Engine>,
+    engine: Engine,
     _life: std::marker::PhantomData<&'a ()>,
 }
 
@@ -40,12 +39,14 @@ impl InstrCtx<'_> {
 
     /// The engine, to submit follow-up work (never blocks on the window from here),
     /// create objects or run a `parallel_for`. `synchronize` returns `InvalidArgument`.
+    /// This handle does not keep the engine alive (see [`Engine::is_owning`]): handles
+    /// made from it (streams, objects) that outlive the engine get `InvalidHandle`.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// This instruction's lane's host stream.
-    pub fn stream(&self) -> Result<Stream<'_>> {
+    pub fn stream(&self) -> Result<Stream> {
         self.engine.stream(self.lane())
     }
 }
@@ -66,16 +67,16 @@ impl InstrCtx<'_> {
 /// # Ok(()) }
 /// ```
 #[must_use = "an instruction is only submitted by .submit()"]
-pub struct Instr<'e> {
-    stream: Stream<'e>,
+pub struct Instr {
+    stream: Stream,
     ops: Vec<sys::fl_operand_t>,
     name: Option<CString>,
     flags: u64,
     error: Option<Error>,
 }
 
-impl<'e> Instr<'e> {
-    pub(crate) fn new(stream: Stream<'e>) -> Instr<'e> {
+impl Instr {
+    pub(crate) fn new(stream: Stream) -> Instr {
         Instr { stream, ops: Vec::new(), name: None, flags: 0, error: None }
     }
 
@@ -89,26 +90,29 @@ impl<'e> Instr<'e> {
     }
 
     /// Declares an access to `object`.
-    pub fn access<T>(mut self, object: &Object<'_, T>, access: Access) -> Self {
+    pub fn access<T>(mut self, object: &Object<T>, access: Access) -> Self {
         self.ops.push(sys::fl_operand_t { object: object.as_raw(), access: access.raw(), reserved: 0 });
         self
     }
 
-    pub fn read<T>(self, object: &Object<'_, T>) -> Self {
+    /// Declares a read of `object`.
+    pub fn read<T>(self, object: &Object<T>) -> Self {
         self.access(object, Access::Read)
     }
 
-    pub fn write<T>(self, object: &Object<'_, T>) -> Self {
+    /// Declares a write of `object`.
+    pub fn write<T>(self, object: &Object<T>) -> Self {
         self.access(object, Access::Write)
     }
 
-    pub fn read_write<T>(self, object: &Object<'_, T>) -> Self {
+    /// Declares a read and a write of `object`.
+    pub fn read_write<T>(self, object: &Object<T>) -> Self {
         self.access(object, Access::ReadWrite)
     }
 
     /// Return `WouldBlock` instead of waiting when the in-flight window is full.
     pub fn nonblocking(mut self) -> Self {
-        self.flags |= sys::FL_SUBMIT_NONBLOCKING;
+        self.flags |= sys::FL_SUBMIT_NONBLOCKING as u64;
         self
     }
 
@@ -145,7 +149,7 @@ impl<'e> Instr<'e> {
         instr.name = self.name.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         instr.flags = self.flags;
         let mut id = 0u64;
-        // SAFETY: the stream is live for 'e; instr and the operand/name buffers it points to
+        // SAFETY: the stream is live (it holds its engine); instr and the operand/name buffers it points to
         // live across the call (C copies them); payload is owned by the engine on success.
         let st = unsafe { sys::fl_submit_host(self.stream.as_raw(), &instr, &mut id) };
         if st != sys::FL_OK {

@@ -2,7 +2,7 @@
 //! to in-order streams owned by lanes; the engine infers dependencies from each
 //! instruction's read/write operands on objects and runs everything else in parallel.
 //!
-//! ```no_run
+//! ```
 //! use flowlane::Engine;
 //!
 //! fn main() -> Result<(), flowlane::Error> {
@@ -19,31 +19,23 @@
 //! }
 //! ```
 //!
-//! Handles and thread-safety:
+//! Handles are owned and reference-counted: an [`Engine`] is a cheap clone of one shared
+//! engine, and every stream, lane, object, task graph and communicator keeps its engine
+//! alive, so they can be stored together in a struct (see [`Engine`]). The engine is
+//! drained and destroyed when the last handle is dropped.
 //!
 //! | type | Send | Sync | notes |
 //! | --- | --- | --- | --- |
-//! | [`Engine`] | yes | yes | every method from any thread; dropping drains all work |
-//! | [`Stream<'e>`] | yes | yes | `Copy`, borrows its engine; submit from any thread |
-//! | [`Object<'e, T>`] | if `T: Send + Sync` | if `T: Send + Sync` | waits from any thread; released on drop |
+//! | [`Engine`] | yes | yes | `Clone`; every method from any thread; the last drop drains all work |
+//! | [`Stream`] | yes | yes | `Clone`; submit from any thread |
+//! | [`Object<T>`] | if `T: Send + Sync` | if `T: Send + Sync` | waits from any thread; released on drop |
 //! | [`Handle<T>`] | if `T: Send + Sync` | if `T: Send + Sync` | the value, for closures |
-//! | [`Lane<'e>`] | yes | yes | released on drop |
-//! | [`TaskGraph<'e, 'f>`] | yes | no | `&mut self` to build and run |
+//! | [`Lane`] | yes | yes | released on drop |
+//! | [`TaskGraph<'f>`] | yes | no | `&mut self` to build and run; closures may borrow `'f` data |
 //! | [`InstrCtx`] | no | no | only inside the running closure |
 //!
-//! The borrow checker enforces the ownership rules of the C API. A stream cannot outlive
-//! its engine:
-//!
-//! ```compile_fail
-//! let stream;
-//! {
-//!     let engine = flowlane::Engine::new().unwrap();
-//!     stream = engine.stream(0).unwrap();
-//! }
-//! stream.synchronize().unwrap();
-//! ```
-//!
-//! An instruction cannot borrow the caller's locals (it runs later, on a worker):
+//! The type system enforces what the C API needs. An instruction cannot borrow the
+//! caller's locals (it runs later, on a worker):
 //!
 //! ```compile_fail
 //! let engine = flowlane::Engine::new().unwrap();
@@ -58,13 +50,27 @@
 //! let obj = engine.object(std::rc::Rc::new(1)).unwrap();
 //! ```
 //!
-//! and the instruction context stays on its worker:
+//! the instruction context stays on its worker:
 //!
 //! ```compile_fail
 //! fn send<T: Send>() {}
 //! send::<flowlane::InstrCtx<'static>>();
 //! ```
+//!
+//! and the chunks of [`Engine::par_chunks_mut`] cannot escape their body:
+//!
+//! ```compile_fail
+//! let engine = flowlane::Engine::new().unwrap();
+//! let mut v = vec![0u8; 8];
+//! let mut kept: Vec<&mut [u8]> = Vec::new();
+//! engine.par_chunks_mut(&mut v, 2, |_, c| { kept.push(c); Ok::<(), String>(()) }).unwrap();
+//! ```
+//!
+//! Linking: `flowlane-sys` finds libflowlane through `FLOWLANE_LIB_DIR`, this checkout's
+//! build tree, or `pkg-config flowlane`; see the bindings README for running programs
+//! against a library installed outside the loader's default paths (rpath).
 
+#![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
 mod engine;
@@ -81,7 +87,8 @@ pub use graph::{TaskGraph, TaskId};
 pub use instr::{Instr, InstrCtx};
 pub use object::{Access, Handle, Object};
 
-/// The raw declarations, for what the safe interface does not cover.
+/// The raw declarations (generated from the C header), for what the safe interface does
+/// not cover.
 pub use flowlane_sys as sys;
 
 /// (major, minor, patch) of the loaded library.

@@ -1,6 +1,5 @@
 //! Dependence objects carrying a Rust value.
 
-use std::marker::PhantomData;
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -13,8 +12,11 @@ use crate::error::{check, Error, ErrorKind, Result};
 /// How an instruction or a wait accesses an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Access {
+    /// Reads: ordered after the last earlier write.
     Read,
+    /// Writes: ordered after every earlier read and write.
     Write,
+    /// Both (ordered as a write).
     ReadWrite,
 }
 
@@ -46,10 +48,12 @@ impl<T> Clone for Handle<T> {
 }
 
 impl<T> Handle<T> {
+    /// Read-locks the value (for the closures that declared a read).
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
         self.cell.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Write-locks the value (for the closures that declared a write).
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
         self.cell.write().unwrap_or_else(|e| e.into_inner())
     }
@@ -61,12 +65,13 @@ impl<T> Handle<T> {
 }
 
 impl<T: Clone> Handle<T> {
+    /// A copy of the value.
     pub fn get(&self) -> T {
         self.read().clone()
     }
 }
 
-/// A dependence object holding a value of type `T`, borrowed from its engine.
+/// A dependence object holding a value of type `T`; keeps its engine alive.
 ///
 /// Instructions declare it as an operand (`.read(&obj)`, `.write(&obj)`); the engine runs
 /// reads after the last write and writes after every earlier access. From the program,
@@ -78,17 +83,17 @@ impl<T: Clone> Handle<T> {
 ///
 /// **Thread-safety:** `Send + Sync` when `T` is: waits and submissions naming it may come
 /// from any thread; the release happens in `Drop`, which owns it.
-pub struct Object<'e, T> {
+pub struct Object<T> {
     raw: NonNull<sys::fl_object_t>,
     cell: Arc<RwLock<T>>,
-    _engine: PhantomData<&'e Engine>,
+    engine: Engine,
 }
 
 // SAFETY: fl_object_wait may be called from any thread; fl_object_release happens only in
 // Drop (exclusive); the value is behind Arc<RwLock<T>>, which is Send + Sync for T: Send + Sync.
-unsafe impl<T: Send + Sync> Send for Object<'_, T> {}
+unsafe impl<T: Send + Sync> Send for Object<T> {}
 // SAFETY: as for Send.
-unsafe impl<T: Send + Sync> Sync for Object<'_, T> {}
+unsafe impl<T: Send + Sync> Sync for Object<T> {}
 
 unsafe extern "C" fn release_value<T>(ud: *mut c_void) {
     let _cb = InCallback::enter();
@@ -100,8 +105,9 @@ unsafe extern "C" fn release_value<T>(ud: *mut c_void) {
     });
 }
 
-impl<'e, T: Send + Sync + 'static> Object<'e, T> {
-    pub fn new(engine: &'e Engine, value: T) -> Result<Object<'e, T>> {
+impl<T: Send + Sync + 'static> Object<T> {
+    /// A dependence object of `engine` holding `value` (as [`Engine::object`]).
+    pub fn new(engine: &Engine, value: T) -> Result<Object<T>> {
         let cell = Arc::new(RwLock::new(value));
         let ud = Box::into_raw(Box::new(Arc::clone(&cell)));
         let mut out: *mut sys::fl_object_t = ptr::null_mut();
@@ -115,13 +121,19 @@ impl<'e, T: Send + Sync + 'static> Object<'e, T> {
             return Err(err);
         }
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_object_create returned NULL"))?;
-        Ok(Object { raw, cell, _engine: PhantomData })
+        Ok(Object { raw, cell, engine: engine.clone() })
     }
 }
 
-impl<'e, T> Object<'e, T> {
+impl<T> Object<T> {
+    /// The C handle, for the raw API ([`crate::sys`]).
     pub fn as_raw(&self) -> *mut sys::fl_object_t {
         self.raw.as_ptr()
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// A handle to the value for instruction closures.
@@ -157,21 +169,22 @@ impl<'e, T> Object<'e, T> {
     }
 }
 
-impl<'e, T: Clone> Object<'e, T> {
+impl<T: Clone> Object<T> {
     /// Waits for earlier writers and returns a copy of the value.
     pub fn get(&self) -> Result<T> {
         Ok(self.read()?.clone())
     }
 }
 
-impl<T> Drop for Object<'_, T> {
+impl<T> Drop for Object<T> {
     fn drop(&mut self) {
-        // SAFETY: the object is live and this is its only release.
+        // SAFETY: the object is live (or stale, after a non-owning engine handle's engine was
+        // destroyed, which the library detects) and this is its only release.
         unsafe { sys::fl_object_release(self.raw.as_ptr()) };
     }
 }
 
-impl<T> std::fmt::Debug for Object<'_, T> {
+impl<T> std::fmt::Debug for Object<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Object({:p})", self.raw.as_ptr())
     }
@@ -179,12 +192,12 @@ impl<T> std::fmt::Debug for Object<'_, T> {
 
 impl Engine {
     /// A dependence object holding `value`; see [`Object`].
-    pub fn object<T: Send + Sync + 'static>(&self, value: T) -> Result<Object<'_, T>> {
+    pub fn object<T: Send + Sync + 'static>(&self, value: T) -> Result<Object<T>> {
         Object::new(self, value)
     }
 
     /// An object with no value, used only to order instructions (fork/join).
-    pub fn phony(&self) -> Result<Object<'_, ()>> {
+    pub fn phony(&self) -> Result<Object<()>> {
         Object::new(self, ())
     }
 }

@@ -20,11 +20,11 @@ fn handles_are_send_and_sync_where_the_c_api_allows() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
     send_sync::<Engine>();
-    send_sync::<flowlane::Stream<'static>>();
-    send_sync::<flowlane::Object<'static, Vec<u8>>>();
-    send_sync::<flowlane::Lane<'static>>();
+    send_sync::<flowlane::Stream>();
+    send_sync::<flowlane::Object<Vec<u8>>>();
+    send_sync::<flowlane::Lane>();
     send_sync::<flowlane::Handle<u64>>();
-    send::<flowlane::TaskGraph<'static, 'static>>();
+    send::<flowlane::TaskGraph<'static>>();
     send_sync::<Error>();
 }
 
@@ -349,7 +349,7 @@ trait LateSubmit {
     fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<u64, Error>;
 }
 
-impl LateSubmit for flowlane::Stream<'_> {
+impl LateSubmit for flowlane::Stream {
     fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<u64, Error> {
         self.instr().submit_with_ctx(move |ctx| -> R {
             let stream = ctx.stream().map_err(|e| e.to_string())?;
@@ -535,7 +535,7 @@ fn host_fake_collectives_on_two_ranks() -> Result<(), Error> {
         let mut reduced = [[0.0f32; 3]; 2];
         let mut gathered = [[0.0f32; 6]; 2];
         for r in 0..2 {
-            let s = comms[r].stream(&e)?;
+            let s = comms[r].stream()?;
             let part = |op: u32, recv: *mut f32, peer: u32| sys::fl_coll_part_t {
                 op,
                 dtype: sys::FL_DTYPE_FLOAT32,

@@ -129,7 +129,7 @@ fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// # Safety
 /// Every pointer in `args` must stay valid until the kernel has run (by operands or drain).
 unsafe fn launch(
-    s: &Stream<'_>,
+    s: &Stream,
     k: &'static FakeKernel,
     args: &[&[u8]],
     ops: &Operands,
@@ -250,7 +250,7 @@ fn engine() -> Engine {
     Engine::builder().workers(2).build().expect("engine")
 }
 
-fn gpu(e: &Engine, lane: u32, kind: StreamKind) -> Stream<'_> {
+fn gpu(e: &Engine, lane: u32, kind: StreamKind) -> Stream {
     e.stream_on(lane, Device::cuda(0), kind).expect("a CUDA stream")
 }
 

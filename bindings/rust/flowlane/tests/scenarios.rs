@@ -100,7 +100,7 @@ fn for_loop_of_fresh_lanes_keeps_memory_flat() -> Result<(), Error> {
         {
             let lane = engine.acquire_lane()?;
             let s = lane.stream()?;
-            seen.insert(s);
+            seen.insert(s.clone());
             let o = engine.object(k)?;
             let (r, h) = (ran.clone(), o.handle());
             s.instr().name("work").read_write(&o).submit(move || -> R {

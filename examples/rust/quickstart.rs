@@ -1,5 +1,5 @@
 //! print(loss) in Rust: lane 1 reads the loss while lane 0's long backward chain runs.
-//! Run: cargo run --example quickstart (from bindings/rust)
+//! Run: (cd bindings/rust && cargo run --offline --example quickstart)
 use flowlane::{Engine, Error};
 
 fn main() -> Result<(), Error> {
@@ -48,8 +48,13 @@ fn main() -> Result<(), Error> {
         sum.fetch_add(r.sum::<u64>(), std::sync::atomic::Ordering::Relaxed);
         Ok::<(), Error>(())
     })?;
-    println!("sum = {}", sum.into_inner());
+    let sum = sum.into_inner();
+    println!("sum = {}", sum);
     engine.synchronize()?;
-    println!("grads = {:?}", grads.get()?);
+    let grads = grads.get()?;
+    println!("grads = {:?}", grads);
+    assert_eq!(sum, 499_999_500_000);
+    assert_eq!(grads, vec![4950.0; 4]);
+    println!("quickstart: ok");
     Ok(())
 }

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A crate outside this repository that depends only on `flowlane` (by path, on a copy of
+# bindings/rust) and finds the library through pkg-config alone: the build is installed
+# into a scratch prefix, PKG_CONFIG_PATH points there, FLOWLANE_LIB_DIR and LD_LIBRARY_PATH
+# are unset. Two ways of giving the program its rpath are built and run directly (not
+# through cargo, which would set LD_LIBRARY_PATH): the crate's build.rs reading
+# DEP_FLOWLANE_RS_RPATH, and `.cargo/config.toml` rustflags.
+#   scripts/rust-downstream-test.sh [BUILD_DIR]     (default: $FLOWLANE_BUILD_DIR or build)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+build="${1:-$BUILD_DIR}"
+[[ -f "$build/capi/libflowlane.so.0" ]] || { echo "rust-downstream-test: build $build first" >&2; exit 2; }
+command -v cargo >/dev/null || { echo "rust-downstream-test: cargo not found" >&2; exit 2; }
+command -v pkg-config >/dev/null || { echo "rust-downstream-test: pkg-config not found" >&2; exit 2; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+prefix="$tmp/prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+mkdir -p "$tmp/crates"
+for c in flowlane flowlane-sys; do
+  mkdir -p "$tmp/crates/$c"
+  (cd "$FLOWLANE_ROOT/bindings/rust/$c" && tar --exclude=./target -cf - .) | tar -xf - -C "$tmp/crates/$c"
+done
+
+make_app() {  # make_app DIR WITH_BUILD_RS
+  mkdir -p "$1/src"
+  cat >"$1/Cargo.toml" <<TOML
+[package]
+name = "downstream"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+flowlane = { path = "$tmp/crates/flowlane" }
+TOML
+  cat >"$1/src/main.rs" <<'RS'
+use flowlane::{Engine, Error, Object};
+
+struct App {
+    total: Object<u64>,
+    engine: Engine,
+}
+
+fn main() -> Result<(), Error> {
+    let engine = Engine::builder().workers(2).build()?;
+    let app = App { total: engine.object(0u64)?, engine };
+    let stream = app.engine.stream(0)?;
+    for i in 1..=10u64 {
+        let t = app.total.handle();
+        stream.instr().read_write(&app.total).submit(move || {
+            *t.write() += i;
+            Ok::<(), Error>(())
+        })?;
+    }
+    let mut v = vec![0u8; 100];
+    app.engine.par_chunks_mut(&mut v, 7, |i, c| {
+        c.fill(i as u8);
+        Ok::<(), Error>(())
+    })?;
+    assert_eq!(v[99], 14);
+    println!("downstream: total {} with flowlane {:?}", app.total.get()?, flowlane::library_version());
+    Ok(())
+}
+RS
+  if [[ "$2" == yes ]]; then
+    cat >"$1/build.rs" <<'RS'
+// The rpath of libflowlane, as the `flowlane` crate found it (empty when the loader finds
+// the library by itself): cargo applies link arguments to this package's own binaries only.
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_FLOWLANE_RS_RPATH");
+    for flag in std::env::var("DEP_FLOWLANE_RS_RPATH").unwrap_or_default().split_whitespace() {
+        println!("cargo:rustc-link-arg={}", flag);
+    }
+}
+RS
+  fi
+}
+
+run_case() {  # run_case NAME DIR
+  local name=$1 dir=$2 exe
+  say "downstream crate ($name): cargo build with PKG_CONFIG_PATH=$prefix/lib/pkgconfig only"
+  (cd "$dir" && env -u FLOWLANE_LIB_DIR -u LD_LIBRARY_PATH PKG_CONFIG_PATH="$prefix/lib/pkgconfig" \
+     CARGO_TARGET_DIR="$tmp/target-$name" cargo build --offline -q)
+  exe="$tmp/target-$name/debug/downstream"
+  if ! readelf -d "$exe" | grep -E "R(UN)?PATH" | grep -q "$prefix/lib"; then
+    echo "rust-downstream-test ($name): $exe has no rpath to $prefix/lib:" >&2
+    readelf -d "$exe" | grep -E "R(UN)?PATH|NEEDED" >&2 || true
+    return 1
+  fi
+  env -u LD_LIBRARY_PATH "$exe" | tee "$tmp/out-$name"
+  grep -q "downstream: total 55" "$tmp/out-$name"
+}
+
+make_app "$tmp/app-buildrs" yes
+run_case build-rs "$tmp/app-buildrs"
+
+make_app "$tmp/app-config" no
+mkdir -p "$tmp/app-config/.cargo"
+printf '[build]\nrustflags = ["-C", "link-arg=-Wl,-rpath,%s"]\n' "$prefix/lib" >"$tmp/app-config/.cargo/config.toml"
+run_case cargo-config "$tmp/app-config"
+say "rust-downstream-test: both downstream programs found libflowlane through pkg-config and started"
