@@ -3,7 +3,7 @@
 # From the project root of a checkout that carries .deps/ (staged on the build machine
 # with ../shared/gpu/stage-deps.sh):
 #   OUT=/some/dir scripts/gpu-check.sh
-# Unpacks .deps/*.deb (concurrentqueue, mimalloc) into /tmp/deps, configures a CUDA build
+# Unpacks .deps/*.deb (concurrentqueue) into /tmp/deps, configures a CUDA build
 # for sm_90, builds everything with -j16, then runs the GPU tests (ctest -L gpu), the GPU
 # benchmarks (JSON, each flowlane number beside its raw-CUDA floor), the PyTorch baselines
 # (bench/gpu/torch_compare.py, when torch imports), the ratio report
@@ -30,7 +30,7 @@ if ls .deps/*.deb > /dev/null 2>&1; then
   mkdir -p /tmp/deps
   for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
 else
-  say "no .deps/*.deb: relying on system packages for concurrentqueue and mimalloc"
+  say "no .deps/*.deb: relying on system packages for concurrentqueue"
 fi
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 

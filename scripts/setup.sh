@@ -8,7 +8,7 @@ set -euo pipefail
 
 # Needed to build and test the library.
 required=(cmake g++ make pkg-config binutils libgtest-dev libgmock-dev libbenchmark-dev
-          libconcurrentqueue-dev libmimalloc-dev python3)
+          libconcurrentqueue-dev python3)
 # Benchmark peers and binding toolchains: installed when the distribution has them;
 # the build and the tests work without them (their parts are skipped). The binding
 # generator's check (scripts/gen-bindings.sh --check: python3-pycparser, bindgen,

@@ -10,7 +10,7 @@
 # The library bundled is, in order: $FLOWLANE_LIBRARY; $FLOWLANE_BUILD_DIR/capi (default
 # build/, brought up to date with `cmake --build --target flowlane`); else a CPU-only
 # Release build made here in build-wheel/. It needs, on the target machine, what the
-# library links (libstdc++, libmimalloc2.0: `ldd` lists them); the wheel does not vendor them.
+# library links (libstdc++: `ldd` lists it); the wheel does not vendor it.
 # The package is built from a temporary copy of bindings/python, so nothing (egg-info,
 # build/) is left in the source tree.
 #   PYTHON   the interpreter to build with (default: the first of python3, /usr/bin/python3

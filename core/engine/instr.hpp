@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "base/alloc.hpp"
 #include "flowlane/flowlane.h"
 
 namespace flowlane::core {
@@ -48,7 +47,7 @@ struct Operand {
   uint32_t access;
 };
 
-struct Instr : MiAllocated {
+struct Instr {
   // --- identity ---
   fl_instr_id id = 0;
   uint64_t seq = 0;  // position in its stream (1-based)

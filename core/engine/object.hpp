@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/alloc.hpp"
 #include "base/spinlock.hpp"
 #include "flowlane/flowlane.h"
 
@@ -16,7 +15,7 @@ namespace flowlane::core {
 class Engine;
 struct Instr;
 
-struct Object : MiAllocated {
+struct Object {
   Engine* engine = nullptr;
   uint64_t handle = 0;  // the caller's fl_object_t* value (0 once stale)
   void* user_data = nullptr;

@@ -114,8 +114,8 @@ def _hint(tried: List[str]) -> str:
                    if m and not m.group(1).startswith("libflowlane")]
     lines = []
     if missing_dep:
-        lines.append("libflowlane was found but needs %s, which is not installed (on Debian: "
-                     "apt-get install libmimalloc2.0 for libmimalloc; `ldd` on the library lists them all)."
+        lines.append("libflowlane was found but needs %s, which is not installed (`ldd` on the library "
+                     "lists what it needs)."
                      % ", ".join(sorted(set(missing_dep))))
     if os.environ.get(LIBRARY_ENV):
         lines.append("%s=%s could not be loaded: point it at a libflowlane.so.%d, or unset it to search "
@@ -131,28 +131,7 @@ def _hint(tried: List[str]) -> str:
     return " ".join(lines)
 
 
-def _share_cxx_runtime() -> None:
-    """Makes libstdc++ global before libflowlane loads.
-
-    libflowlane.so.0 links libmimalloc.so.2, which exports malloc/free and operator
-    new/delete. ctypes loads libraries RTLD_LOCAL, so when libflowlane is the first to bring
-    libstdc++ into the process, libstdc++ binds its own operator new/delete to mimalloc's
-    (they come first in libflowlane's lookup scope), while C++ libraries loaded later
-    (PyTorch, any C++ extension) bind theirs to libstdc++'s: memory then crosses allocators
-    and the process crashes (e.g. `import flowlane` then `import torch`). With libstdc++
-    loaded RTLD_GLOBAL first, everyone, libflowlane included, uses libstdc++'s operator
-    new/delete; libflowlane's own records still use mimalloc through its explicit mi_*
-    calls. (A process that links libflowlane at build time, as C and Rust programs do, has
-    mimalloc in the global scope from the start and is consistent without this.)"""
-    for name in ("libstdc++.so.6",):
-        try:
-            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            pass  # not installed: libflowlane's own load will say so
-
-
 def _load() -> Tuple[ctypes.CDLL, str]:
-    _share_cxx_runtime()
     tried: List[str] = []
     for where, path in _candidates():
         try:

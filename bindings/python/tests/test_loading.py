@@ -50,9 +50,10 @@ class Loading(unittest.TestCase):
 
     @unittest.skipUnless(shutil.which("c++"), "needs a C++ compiler")
     def test_a_cxx_library_loaded_after_flowlane_keeps_one_allocator(self):
-        # libflowlane links libmimalloc (which exports operator new/delete); loaded first,
-        # it must not leave libstdc++ and later C++ libraries with different allocators
-        # (this crashed `import flowlane; import torch`).
+        # libflowlane, loaded first (RTLD_LOCAL, as ctypes does), must not leave libstdc++
+        # and C++ libraries loaded later with different allocators. It once linked
+        # libmimalloc, which exports operator new/delete, and `import flowlane; import
+        # torch` crashed; it now uses the process's allocator.
         with tempfile.TemporaryDirectory() as d:
             lib = _shared_library(d, "c++", "cxx.cpp", "libcxx.so", """
                 #include <string>
