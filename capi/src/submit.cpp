@@ -38,6 +38,20 @@ core::Instr* begin_submit(core::Engine& e, const fl_operand_t* ops, uint64_t n, 
   return i;
 }
 
+core::Instr* instr_from_ctx(const fl_instr_ctx_t* ctx, const char* fn) {
+  // A context is valid only inside the function of its instruction, on the thread running
+  // it: it is looked up among this thread's callback frames, never dereferenced blindly
+  // (a stale or forged pointer reads nothing).
+  for (core::CallbackFrame* f = core::current_frame(); f != nullptr; f = f->parent)
+    if (f->kind == core::CallbackKind::kFn && static_cast<const void*>(f->instr) == static_cast<const void*>(ctx))
+      return f->instr;
+  set_last_error(std::string(fn) + ": " +
+                 (ctx == nullptr ? std::string("ctx is NULL")
+                                 : "ctx is not the context of an instruction whose function is running on this thread "
+                                   "(it is valid only inside that function, on its thread)"));
+  return nullptr;
+}
+
 }  // namespace flowlane::capi
 
 using namespace flowlane;
@@ -46,23 +60,29 @@ using namespace flowlane::capi;
 extern "C" {
 
 FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message) {
-  if (ctx == nullptr) return;
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_set_error");
+  if (i == nullptr) return;
   try {
-    reinterpret_cast<core::Instr*>(ctx)->error = message ? message : "";
+    i->error = message ? message : "";
+    clear_last_error();
   } catch (...) {
+    set_last_error("fl_instr_set_error: out of memory");
   }
 }
 
 FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
-  return ctx ? reinterpret_cast<const core::Instr*>(ctx)->stream->lane->id : 0;
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_lane");
+  return i ? i->stream->lane->id : 0;
 }
 
 FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx) {
-  return ctx ? reinterpret_cast<const core::Instr*>(ctx)->id : 0;
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_id");
+  return i ? i->id : 0;
 }
 
 FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) {
-  return ctx ? handle_cast<fl_engine_t>(reinterpret_cast<const core::Instr*>(ctx)->engine->handle()) : nullptr;
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_engine");
+  return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
 }
 
 FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* instr, fl_instr_id* out_instr_id) {

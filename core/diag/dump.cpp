@@ -21,6 +21,9 @@ using core::Stream;
 
 namespace {
 
+// How many instructions queued behind each lane's head a dump lists.
+constexpr size_t kQueuedShown = 8;
+
 const char* state_name(InstrState s) {
   switch (s) {
     case InstrState::kFree: return "recycled";
@@ -70,6 +73,9 @@ struct LaneSnap {
   std::vector<DepSnap> waits;  // blocked: unfinished predecessors
   Ref waits_on;                // running: the writer it waits for in fl_object_wait
   uint64_t waits_obj = 0;
+  std::string waits_call;      // running: "fl_stream_synchronize (lane 2, host)"
+  std::vector<Ref> queued;     // the first instructions queued behind the head
+  bool more_queued = false;
   const LaneWait* coll = nullptr;
 };
 
@@ -131,6 +137,22 @@ Snapshot take_snapshot(Engine& e) {
           lane.active_waits_on->ref();
           ls.waits_on = Ref(lane.active_waits_on, &e);
           ls.waits_obj = lane.active_waits_obj ? lane.active_waits_obj->handle : 0;
+        } else if (lane.active_waits_call != nullptr) {
+          ls.waits_call = lane.active_waits_call;
+          if (lane.active_waits_stream != nullptr) ls.waits_call += " (" + lane.active_waits_stream->describe() + ")";
+        }
+        // What is queued behind the head. While we hold diag_lock none of it can start (the
+        // runner marks each instruction active under this lock first), so none can complete
+        // and be recycled: following lane_next is safe. The lane's stub node is skipped.
+        for (Instr* q = lane.active->lane_next.load(std::memory_order_acquire); q != nullptr;
+             q = q->lane_next.load(std::memory_order_acquire)) {
+          if (q == &lane.stub) continue;
+          if (ls.queued.size() == kQueuedShown) {
+            ls.more_queued = true;
+            break;
+          }
+          q->ref();
+          ls.queued.push_back(Ref(q, &e));
         }
       }
     }
@@ -227,6 +249,21 @@ std::string build_dump(Engine& e, const std::string& reason) {
     if (n >= e.worker_count() && starving)
       out += "; every worker is inside a callback, so runnable lanes cannot start (worker starvation)";
     out += "\n";
+    const unsigned blocked = e.pool().blocked_workers(), spares = e.pool().spare_workers();
+    if (blocked > 0 || spares > 0) {
+      out += "workers blocked in a wait inside a callback or task: " + std::to_string(blocked) +
+             "; spare workers standing in for them: " + std::to_string(std::min(blocked, spares)) + " of " +
+             std::to_string(spares) + " started";
+      if (blocked > sched::Pool::kMaxSpareWorkers)
+        out += " (the limit of " + std::to_string(sched::Pool::kMaxSpareWorkers) +
+               " spares is reached: blocked workers beyond it are not replaced)";
+      out += "\n";
+    }
+  }
+  {
+    std::string oldest;
+    size_t n = e.unreturned_failures(&oldest);
+    out += "failures not returned by any wait yet: " + std::to_string(n) + (n ? "; the oldest: " + oldest : "") + "\n";
   }
   out += "counters: submitted " + std::to_string(st.submitted) + ", completed " + std::to_string(st.completed) +
          ", failed " + std::to_string(st.failed) + ", window stalls " + std::to_string(st.window_stalls) + "\n";
@@ -273,10 +310,17 @@ std::string build_dump(Engine& e, const std::string& reason) {
                "\n";
       } else if (ls.coll != nullptr) {
         out += "    in a collective rendezvous: " + ls.coll->what + "\n";
+      } else if (!ls.waits_call.empty()) {
+        out += "    waits in " + ls.waits_call + "\n";
       } else {
         out += "    (not waiting on anything flowlane tracks: computing, or blocked on something outside "
                "flowlane)\n";
       }
+    }
+    if (!ls.queued.empty()) {
+      out += "  queued behind it:";
+      for (size_t q = 0; q < ls.queued.size(); ++q) out += std::string(q ? "," : "") + " " + ls.queued[q].i->describe();
+      out += ls.more_queued ? ", and more\n" : "\n";
     }
   }
 

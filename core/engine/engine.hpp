@@ -151,6 +151,8 @@ class Engine {
   void record_failure(Instr* i);
   // fl_object_wait observed the poison of root's family: it counts as returned.
   void family_returned(Instr* root);
+  // Failures (families) not returned yet, and the oldest one's message (for dumps).
+  size_t unreturned_failures(std::string* oldest) const;
 
   fl_engine_stats_t stats() const;
   int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
@@ -217,9 +219,10 @@ class Engine {
   std::atomic<uint64_t> next_id_{1};
 
   // The failure ledger: families not yet returned, oldest first (Instr::ledger_prev/next).
-  std::mutex ledger_mu_;
+  mutable std::mutex ledger_mu_;
   Instr* ledger_head_ = nullptr;
   Instr* ledger_tail_ = nullptr;
+  size_t ledger_size_ = 0;
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> destroying_{false};

@@ -102,6 +102,10 @@ struct Lane {
   bool active_blocked = false;
   Instr* active_waits_on = nullptr;  // referenced while set
   Object* active_waits_obj = nullptr;
+  // A running callback of this lane waiting in fl_stream_synchronize or
+  // fl_engine_synchronize: the call, and the stream (null for the engine).
+  const char* active_waits_call = nullptr;
+  const Stream* active_waits_stream = nullptr;
   // Set (under diag_lock) by engine destroy when the running callback's fl_object_wait is on
   // a wait cycle and can never return: the wait gives up with FL_ERR_CANCELLED (diag/dump.hpp).
   std::atomic<bool> wait_cancelled{false};

@@ -85,6 +85,7 @@ void Engine::record_failure(Instr* i) {
     i->ledger_next = nullptr;
     (ledger_tail_ ? ledger_tail_->ledger_next : ledger_head_) = i;
     ledger_tail_ = i;
+    ++ledger_size_;
   } else {
     ++root->skipped;
     i->next_member = root->next_member;
@@ -99,6 +100,7 @@ void Engine::unlink_family(Instr* root) {
     (root->ledger_prev ? root->ledger_prev->ledger_next : ledger_head_) = root->ledger_next;
     (root->ledger_next ? root->ledger_next->ledger_prev : ledger_tail_) = root->ledger_prev;
     root->ledger_prev = root->ledger_next = nullptr;
+    --ledger_size_;
   }
   for (Instr* m = root->next_member; m != nullptr;) {
     Instr* next = m->next_member;
@@ -114,6 +116,12 @@ void Engine::unlink_family(Instr* root) {
     root->listed = false;
     if (root->unref()) recycle(root);
   }
+}
+
+size_t Engine::unreturned_failures(std::string* oldest) const {
+  std::lock_guard<std::mutex> lock(ledger_mu_);
+  if (oldest != nullptr && ledger_head_ != nullptr) *oldest = ledger_head_->error + skipped_note(ledger_head_->skipped);
+  return ledger_size_;
 }
 
 void Engine::family_returned(Instr* root) {
@@ -143,6 +151,31 @@ void Engine::wait_stream(Stream* s, uint64_t target) {
   sched::wait([s, target] { return s->completed.load(std::memory_order_acquire) >= target; },
               [s, target] { s->wait_completed(target); });
 }
+
+namespace {
+
+// Tells diagnostics that the running callback of `self`'s lane waits in `call` (no-op when
+// the caller is not inside an instruction's callback).
+class WaitNote {
+ public:
+  WaitNote(Instr* self, const char* call, const Stream* s) : lane_(self ? self->stream->lane : nullptr) {
+    if (lane_ == nullptr) return;
+    std::lock_guard<SpinLock> lock(lane_->diag_lock);
+    lane_->active_waits_call = call;
+    lane_->active_waits_stream = s;
+  }
+  ~WaitNote() {
+    if (lane_ == nullptr) return;
+    std::lock_guard<SpinLock> lock(lane_->diag_lock);
+    lane_->active_waits_call = nullptr;
+    lane_->active_waits_stream = nullptr;
+  }
+
+ private:
+  Lane* lane_;
+};
+
+}  // namespace
 
 fl_status_t Engine::synchronize() {
   if (Instr* self = pending_instr(this))
@@ -181,6 +214,7 @@ fl_status_t Engine::synchronize(Stream* s) {
   uint64_t target = s->submitted.load(std::memory_order_acquire);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
+  WaitNote note(current_instr(), "fl_stream_synchronize", s);
   wait_stream(s, target);
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
   // The stream's oldest listed member (its list is in completion = submission order).
