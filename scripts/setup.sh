@@ -3,6 +3,8 @@
 # Runs apt-get as root, or through sudo when not root. Safe to run again and again.
 #
 #   scripts/setup.sh            # install what is missing
+#   scripts/setup.sh openmp     # also the OpenMP comparison's tools (bench-openmp.sh,
+#                               # callgrind-submit.sh): clang, libomp-dev, valgrind
 #   FLOWLANE_SKIP_SETUP=1 ...   # (in demo.sh/test.sh) do not touch packages at all
 set -euo pipefail
 
@@ -12,6 +14,14 @@ required=(cmake g++ make pkg-config binutils libgtest-dev libgmock-dev libbenchm
 # Benchmark peers and binding toolchains: installed when the distribution has them;
 # the build and the tests work without them (their parts are skipped).
 optional=(libtbb-dev libstarpu-dev python3-pytest cargo)
+for group in "$@"; do
+  case "$group" in
+    # bench_openmp_libomp (clang++ -fopenmp=libomp) and scripts/callgrind-submit.sh;
+    # libgomp comes with g++.
+    openmp) optional+=(clang libomp-dev valgrind) ;;
+    *) echo "setup.sh: unknown package group '$group' (known: openmp)" >&2; exit 2 ;;
+  esac
+done
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "setup.sh: this is not a Debian/Ubuntu system (no dpkg/apt-get)." >&2
