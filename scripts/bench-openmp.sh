@@ -52,7 +52,7 @@ else
 fi
 
 mkdir -p "$results"
-rm -f "$results"/round*.json "$results"/callgrind.json
+rm -f "$results"/round*.json "$results"/callgrind.json "$results"/run.json
 cpus=$(nproc)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 common_args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true --benchmark_out_format=json)

@@ -206,14 +206,27 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default="bench/results/openmp")
     ap.add_argument("--out", default="BENCHMARKS.md")
-    ap.add_argument("--rounds", default="?")
-    ap.add_argument("--repetitions", default="?")
-    ap.add_argument("--commit", default="")
-    ap.add_argument("--load", action="append", default=[], help="/proc/loadavg's first 3 fields (repeatable)")
-    ap.add_argument("--note", default="")
-    ap.add_argument("--command", action="append", default=[])
+    ap.add_argument("--rounds")
+    ap.add_argument("--repetitions")
+    ap.add_argument("--commit")
+    ap.add_argument("--load", action="append", help="/proc/loadavg's first 3 fields (repeatable)")
+    ap.add_argument("--note")
+    ap.add_argument("--command", action="append")
     ap.add_argument("--top", type=int, default=8, help="functions listed per flowlane shape")
     args = ap.parse_args()
+    # What was not given comes from the previous call's run.json, then from defaults.
+    saved_path = os.path.join(args.results, "run.json")
+    try:
+        with open(saved_path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = {}
+    defaults = {"rounds": "?", "repetitions": "?", "commit": "", "load": [], "note": "", "command": []}
+    for key, default in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, saved.get(key, default))
+    with open(saved_path, "w", encoding="utf-8") as f:
+        json.dump({k: getattr(args, k) for k in defaults}, f, indent=1)
     shapes, engine, contexts = load(args.results)
     block = section(args, shapes, engine, contexts)
     bench_report.splice_section(args.out, block)
