@@ -73,7 +73,9 @@ run() {
     exit 1
   fi
   if [[ $round == 1 ]]; then
-    local shown="${cmd[*]}"
+    local shown
+    shown=$(printf '%q ' "${cmd[@]}")
+    shown="${shown% }"
     commands+=("${shown//"$bin"/$rel_bin}")
   fi
 }
