@@ -191,6 +191,12 @@ def section(args, shapes, engine, contexts):
     out += ["", "### ns per instruction", ""]
     out += [f"- **{s}**: {d}" for s, d in SHAPES] + [""]
     out += shape_table(shapes, present) if shapes else ["No results."]
+    out += ["", "Reading it: at N = 1 an OpenMP runtime runs the tasks on its one thread almost as it creates them "
+            "(libomp's one-thread team is serialized; libgomp runs a task undeferred once 64 per thread are queued), "
+            "so there is no hand-off at all, while flowlane always hands an instruction to a worker. libgomp also "
+            "runs tasks inline on the creating thread at N = 2 once 128 are queued. The noisier a machine, the wider "
+            "the ratio range: compare ratios from one run, and the callgrind figures below across runs. "
+            "`scripts/callgrind_submit.py` also lists the OpenMP runtimes' top functions."]
     if engine:
         out += ["", "### flowlane alone: cross-lane hand-off and caller-side submit cost (bench_engine)", ""]
         out += engine_table(engine)
