@@ -5,6 +5,11 @@
 // Each benchmark iteration submits a batch of kBatch instructions and waits for all of
 // them; items_per_second is instructions per second, so ns/instruction = 1e9 / that.
 // BM_*Flowlane / BM_*Starpu pairs are reported as ratios by scripts/run-benchmarks.sh.
+// Two rows time one part alone: SubmitOnly the caller's submission, CrossLaneHandoff the
+// execution of a pre-submitted chain whose every edge crosses lanes (ns per hand-off).
+// The flowlane shapes and the engine set-up live in flowlane_rig.hpp (shared with
+// bench_openmp); every flowlane call is checked, and run_batches checks that the engine
+// completed every instruction.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -13,7 +18,7 @@
 #include <vector>
 
 #include "base/spinlock.hpp"
-#include "flowlane/flowlane.h"
+#include "flowlane_rig.hpp"
 
 #ifdef FL_HAVE_STARPU
 #include <starpu.h>
@@ -21,129 +26,84 @@
 
 namespace {
 
-constexpr int kBatch = 10000;
-constexpr int kFan = 64;
-
-fl_status_t noop(fl_instr_ctx_t*, void*) { return FL_OK; }
-
-struct FlEngine {
-  fl_engine_t* e = nullptr;
-  std::vector<fl_stream_t*> lanes;
-  explicit FlEngine(int workers, uint64_t window = 0) {
-    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-    d.num_workers = uint64_t(workers);
-    d.max_lanes = 8;
-    d.inflight_limit = window;
-    if (fl_engine_create(&d, &e) != FL_OK) std::abort();
-    for (uint32_t l = 0; l < 8; ++l) {
-      fl_stream_t* s;
-      if (fl_stream_get(e, l, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s) != FL_OK) std::abort();
-      lanes.push_back(s);
-    }
-  }
-  ~FlEngine() { fl_engine_destroy(e); }
-  fl_object_t* object() {
-    fl_object_t* o;
-    if (fl_object_create(e, nullptr, nullptr, &o) != FL_OK) std::abort();
-    return o;
-  }
-};
-
-inline void fl_submit(fl_stream_t* s, const fl_operand_t* ops, uint64_t n) {
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = noop;
-  in.operands = ops;
-  in.num_operands = n;
-  if (fl_submit_host(s, &in, nullptr) != FL_OK) std::abort();
-}
-
-void finish(benchmark::State& state, int per_iter) {
-  state.SetItemsProcessed(int64_t(state.iterations()) * per_iter);
-  state.counters["ns_per_instr"] = benchmark::Counter(double(state.iterations()) * per_iter,
-                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
-                                                      benchmark::Counter::kIs1000);
-}
+using flbench::check;
+using flbench::FlEngine;
+using flbench::finish;
+using flbench::kBatch;
+using flbench::kFan;
+using flbench::submit;
 
 // ----------------------------------------------------------------------------- flowlane
+// The shapes (flowlane_rig.hpp) are shared with bench_openmp, which runs them next to
+// OpenMP tasks; here the argument is the engine's worker count.
 
 void BM_IndependentOneLaneFlowlane(benchmark::State& state) {
   FlEngine f(int(state.range(0)));
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[0], nullptr, 0);
-    fl_engine_synchronize(f.e);
-  }
-  finish(state, kBatch);
+  flbench::run_batches(state, f, [&] { return flbench::independent(f, kBatch, 1); });
 }
 
 void BM_IndependentEightLanesFlowlane(benchmark::State& state) {
   FlEngine f(int(state.range(0)));
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[k & 7], nullptr, 0);
-    fl_engine_synchronize(f.e);
-  }
-  finish(state, kBatch);
+  flbench::run_batches(state, f, [&] { return flbench::independent(f, kBatch, 8); });
 }
 
 void BM_ChainTwoLanesFlowlane(benchmark::State& state) {
   FlEngine f(int(state.range(0)));
-  fl_object_t* o = f.object();
-  fl_operand_t op{o, FL_READ_WRITE, 0};
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[k & 1], &op, 1);
-    fl_engine_synchronize(f.e);
-  }
-  fl_object_release(o);
-  finish(state, kBatch);
+  flbench::run_batches(state, f, [&] { return flbench::chain_two_lanes(f, kBatch); });
 }
 
 // One producer writes X; 64 instructions on 8 lanes read X and each write its Y_i; one
 // join reads every Y_i. kFan + 2 instructions per round.
 void BM_FanOutInFlowlane(benchmark::State& state) {
   FlEngine f(int(state.range(0)));
-  fl_object_t* x = f.object();
-  std::vector<fl_object_t*> ys(kFan);
-  for (auto& y : ys) y = f.object();
-  std::vector<fl_operand_t> join;
-  for (auto* y : ys) join.push_back(fl_operand_t{y, FL_READ, 0});
-  const int rounds = kBatch / (kFan + 2);
+  flbench::run_batches(state, f, [&] { return flbench::fan_out_in(f, kBatch); });
+}
+
+// Cost of one cross-lane hand-off alone: kBatch instructions read-write one object on
+// alternating lanes, so each one is a dependency edge to the other lane, whose strand is
+// blocked on it and must be re-scheduled when its predecessor completes. Every worker is
+// held by a gate instruction (lanes 0..workers-1) while the chain is submitted; the time
+// measured runs from opening the gate to the end of the chain, so no submission is inside
+// it. ns_per_handoff = that time / kBatch.
+void BM_CrossLaneHandoffFlowlane(benchmark::State& state) {
+  const int workers = int(state.range(0));
+  FlEngine f(workers, 2 * kBatch);  // the window never blocks the submitter
+  flbench::Gate gate(/*spin=*/true);
+  const fl_engine_stats_t before = f.stats();
   for (auto _ : state) {
-    for (int r = 0; r < rounds; ++r) {
-      fl_operand_t wx{x, FL_WRITE, 0};
-      fl_submit(f.lanes[0], &wx, 1);
-      for (int i = 0; i < kFan; ++i) {
-        fl_operand_t ops[2] = {{x, FL_READ, 0}, {ys[size_t(i)], FL_WRITE, 0}};
-        fl_submit(f.lanes[size_t(i & 7)], ops, 2);
-      }
-      fl_submit(f.lanes[0], join.data(), join.size());
-    }
-    fl_engine_synchronize(f.e);
+    gate.reset();
+    flbench::hold_workers(f, gate, workers);
+    flbench::chain_two_lanes(f, kBatch);
+    auto t0 = std::chrono::steady_clock::now();
+    gate.release();
+    check(fl_engine_synchronize(f.e), "fl_engine_synchronize");
+    auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
   }
-  fl_object_release(x);
-  for (auto* y : ys) fl_object_release(y);
-  finish(state, rounds * (kFan + 2));
+  if (f.stats().completed - before.completed != uint64_t(state.iterations()) * uint64_t(kBatch + workers))
+    std::abort();
+  finish(state, kBatch, "ns_per_handoff");
 }
 
 // Caller-side cost only: the time spent inside fl_submit_host (the window is large
 // enough never to block); the drain is outside the measured time.
 void BM_SubmitOnlyFlowlane(benchmark::State& state) {
   FlEngine f(int(state.range(0)), 2 * kBatch);
-  fl_object_t* o = f.object();
-  fl_operand_t op{o, FL_READ, 0};
+  fl_operand_t op{f.object(), FL_READ, 0};
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < kBatch; ++k) fl_submit(f.lanes[k & 7], &op, 1);
+    for (int k = 0; k < kBatch; ++k) submit(f.lanes[k & 7], &op, 1);
     auto t1 = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    fl_engine_synchronize(f.e);
+    check(fl_engine_synchronize(f.e), "fl_engine_synchronize");
   }
-  fl_object_release(o);
   finish(state, kBatch);
 }
 
 // Submission from several threads at once. "OwnLane": each thread submits to its own lane
 // with its own object (the common case). "SharedObject": every thread's instructions read
 // one object, so the object's spin lock is shared. The counter `contended_per_instr` is
-// the number of spin-lock acquisitions that found the lock held (core/spinlock.hpp),
+// the number of spin-lock acquisitions that found the lock held (base/spinlock.hpp),
 // per submitted instruction: the direct evidence that the per-lane and per-object locks
 // are uncontended in the common case. Time is per instruction, all threads together.
 FlEngine* g_shared_engine = nullptr;
@@ -155,15 +115,13 @@ void SetupShared(const benchmark::State& state) {
   g_thread_objects.clear();
   for (int t = 0; t < state.threads(); ++t) g_thread_objects.push_back(g_shared_engine->object());
   // Warm the record caches so that the first benchmark does not pay first-touch allocation.
-  for (int k = 0; k < (1 << 15); ++k) fl_submit(g_shared_engine->lanes[size_t(k & 7)], nullptr, 0);
-  fl_engine_synchronize(g_shared_engine->e);
+  flbench::independent(*g_shared_engine, 1 << 15, 8);
+  check(fl_engine_synchronize(g_shared_engine->e), "fl_engine_synchronize");
   g_contentions_before = flowlane::spin_contentions().load();
 }
 
 void TeardownShared(const benchmark::State&) {
-  fl_engine_synchronize(g_shared_engine->e);
-  for (auto* o : g_thread_objects) fl_object_release(o);
-  delete g_shared_engine;
+  delete g_shared_engine;  // synchronizes, releases the objects
   g_shared_engine = nullptr;
 }
 
@@ -173,7 +131,7 @@ void SubmitThreads(benchmark::State& state, bool shared) {
   fl_object_t* o = g_thread_objects[shared ? 0 : size_t(state.thread_index())];
   fl_operand_t op{o, FL_READ, 0};
   for (auto _ : state)
-    for (int k = 0; k < per_iter; ++k) fl_submit(f.lanes[size_t(1 + state.thread_index())], &op, 1);
+    for (int k = 0; k < per_iter; ++k) submit(f.lanes[size_t(1 + state.thread_index())], &op, 1);
   finish(state, per_iter);
   // Each thread reports the process-wide count; the framework sums thread counters, so
   // thread 0 alone reports it.
@@ -263,9 +221,10 @@ void BM_FanOutInStarpu(benchmark::State& state) {
   const int rounds = kBatch / (kFan + 2);
   for (auto _ : state) {
     for (int r = 0; r < rounds; ++r) {
-      starpu_task_insert(&g_starpu.clv, STARPU_W, x, 0);
-      for (int i = 0; i < kFan; ++i) starpu_task_insert(&g_starpu.clv, STARPU_R, x, STARPU_W, ys[size_t(i)], 0);
-      starpu_task_insert(&g_starpu.clv, STARPU_DATA_MODE_ARRAY, join.data(), kFan, 0);
+      if (starpu_task_insert(&g_starpu.clv, STARPU_W, x, 0) != 0) std::abort();
+      for (int i = 0; i < kFan; ++i)
+        if (starpu_task_insert(&g_starpu.clv, STARPU_R, x, STARPU_W, ys[size_t(i)], 0) != 0) std::abort();
+      if (starpu_task_insert(&g_starpu.clv, STARPU_DATA_MODE_ARRAY, join.data(), kFan, 0) != 0) std::abort();
     }
     starpu_task_wait_for_all();
   }
@@ -281,7 +240,8 @@ void BM_SubmitOnlyStarpu(benchmark::State& state) {
   starpu_variable_data_register(&h, STARPU_MAIN_RAM, uintptr_t(&var), sizeof(var));
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < kBatch; ++k) starpu_task_insert(&g_starpu.clv, STARPU_R, h, 0);
+    for (int k = 0; k < kBatch; ++k)
+      if (starpu_task_insert(&g_starpu.clv, STARPU_R, h, 0) != 0) std::abort();
     auto t1 = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
     starpu_task_wait_for_all();
@@ -304,6 +264,7 @@ BENCHMARK(BM_IndependentOneLaneFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_CrossLaneHandoffFlowlane)->Apply(Workers)->UseManualTime();
 BENCHMARK(BM_SubmitOnlyFlowlane)->Apply(Workers)->UseManualTime();
 BENCHMARK(BM_SubmitThreadsOwnLaneFlowlane)->ThreadRange(1, 4)->Setup(SetupShared)->Teardown(TeardownShared)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SubmitThreadsSharedObjectFlowlane)->ThreadRange(1, 4)->Setup(SetupShared)->Teardown(TeardownShared)->Unit(benchmark::kMicrosecond);

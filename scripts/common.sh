@@ -12,13 +12,27 @@ read -r -a EXTRA_CMAKE_ARGS <<<"${FLOWLANE_CMAKE_ARGS:-}"
 
 say() { printf '\n==> %s\n' "$*"; }
 
+# run_setup [group...]: scripts/setup.sh, with optional package groups (e.g. openmp).
 run_setup() {
   if [[ "${FLOWLANE_SKIP_SETUP:-0}" != 1 ]]; then
-    "$FLOWLANE_ROOT/scripts/setup.sh"
+    "$FLOWLANE_ROOT/scripts/setup.sh" "$@"
   fi
 }
 
 # configure_release [cmake args...]: a Release build in $BUILD_DIR.
 configure_release() {
   cmake -S "$FLOWLANE_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@" "${EXTRA_CMAKE_ARGS[@]}"
+}
+
+# build_openmp_benches [targets...]: bench_openmp and the given targets, plus
+# bench_openmp_libomp when CMake found clang and libomp (its configure message says why not).
+has_libomp_bench() {
+  local targets
+  targets=$(cmake --build "$BUILD_DIR" --target help 2>/dev/null) || return 1
+  grep -Eq '(^|[ .])bench_openmp_libomp(:| |$)' <<<"$targets"
+}
+build_openmp_benches() {
+  local targets=(bench_openmp "$@")
+  if has_libomp_bench; then targets+=(bench_openmp_libomp); fi
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}"
 }

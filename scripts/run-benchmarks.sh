@@ -2,7 +2,8 @@
 # Runs every benchmark executable (build/bench/bench_*, and build/bench/gpu_bench_* when
 # a GPU is present) with repetitions, writes Google Benchmark JSON to bench/results/ and
 # regenerates BENCHMARKS.md (date, machine, commit, commands, a table per executable and
-# flowlane/peer ratios).
+# flowlane/peer ratios). bench_openmp is left to scripts/bench-openmp.sh, whose section of
+# BENCHMARKS.md is kept.
 #   BENCH_REPETITIONS  repetitions per benchmark (default 5; the tables show medians)
 #   BENCH_FILTER       --benchmark_filter regex (default: all)
 #   BENCH_MIN_TIME     --benchmark_min_time (default: Google Benchmark's)
@@ -24,7 +25,8 @@ say "configure ($BUILD_DIR, Release, benchmarks on)"
 configure_release -DFLOWLANE_BUILD_BENCH=ON
 targets=()
 for src in bench/bench_*.cpp; do
-  [[ -e "$src" ]] && targets+=("$(basename "$src" .cpp)")
+  # bench_openmp has its own alternating-rounds driver and section (scripts/bench-openmp.sh).
+  [[ -e "$src" && "$src" != bench/bench_openmp.cpp ]] && targets+=("$(basename "$src" .cpp)")
 done
 has_gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then

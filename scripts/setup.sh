@@ -3,6 +3,8 @@
 # Runs apt-get as root, or through sudo when not root. Safe to run again and again.
 #
 #   scripts/setup.sh            # install what is missing
+#   scripts/setup.sh openmp     # also the OpenMP comparison's tools (bench-openmp.sh,
+#                               # callgrind-submit.sh): clang, libomp-dev, valgrind
 #   FLOWLANE_SKIP_SETUP=1 ...   # (in demo.sh/test.sh) do not touch packages at all
 set -euo pipefail
 
@@ -17,6 +19,14 @@ required=(cmake g++ make pkg-config binutils libgtest-dev libgmock-dev libbenchm
 optional=(libtbb-dev libstarpu-dev python3-pytest cargo
           python3-pycparser bindgen rustfmt mypy rust-clippy
           python3-venv python3-build python3-wheel python3-setuptools python3-numpy)
+for group in "$@"; do
+  case "$group" in
+    # bench_openmp_libomp (clang++ -fopenmp=libomp) and scripts/callgrind-submit.sh;
+    # libgomp comes with g++.
+    openmp) optional+=(clang libomp-dev valgrind) ;;
+    *) echo "setup.sh: unknown package group '$group' (known: openmp)" >&2; exit 2 ;;
+  esac
+done
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "setup.sh: this is not a Debian/Ubuntu system (no dpkg/apt-get)." >&2

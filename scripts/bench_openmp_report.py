@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""The OpenMP section of BENCHMARKS.md, from scripts/bench-openmp.sh's results (standard
+library only).
+
+    bench_openmp_report.py --results bench/results/openmp --out BENCHMARKS.md --rounds 5 \\
+                           [--repetitions 3] [--commit SHA] [--load "0.1 0.2 0.3"]... \\
+                           [--note TEXT] [--command "..."]...
+
+Reads round<k>_<Runtime>_t<N>.json (Google Benchmark JSON of bench_openmp and
+bench_openmp_libomp, one per round, runtime and thread count), round<k>_Flowlane_engine.json
+(bench_engine's hand-off and submit-only rows) and callgrind.json (callgrind_submit.py).
+Per workload and thread count: each runtime's ns per instruction, the median over rounds of
+the round's median (Google Benchmark's median over its repetitions), and the median over
+rounds of the ratio flowlane / better OpenMP, both taken in the same round. The section
+lies between two markers and replaces the previous one (or is appended); bench_report.py
+keeps it when it regenerates the rest of the file.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_report  # noqa: E402  (machine(), run(), the section markers)
+import callgrind_submit  # noqa: E402  (the callgrind tables)
+
+RUNTIMES = list(callgrind_submit.NAMES.items())
+SHAPES = [("Independent", "independent instructions (no operands; flowlane: 8 lanes round robin)"),
+          ("Chain", "read-write chain on one object (flowlane: lanes alternate; OpenMP: depend(inout: x))"),
+          ("FanOutIn", "fan-out/in: 1 writer of X, 64 × (read X, write Y_i), 1 reader of all Y_i")]
+ROW = re.compile(r"^BM_(\w+?)(Flowlane|Gomp|Libomp)/threads:(\d+)/real_time$")
+ENGINE_ROW = re.compile(r"^BM_(CrossLaneHandoff|SubmitOnly)Flowlane/workers:(\d+)/manual_time$")
+FILE = re.compile(r"^round(\d+)_(\w+?)(?:_t(\d+))?\.json$")
+
+
+def medians(path):
+    """{run_name: ns per instruction} from the median aggregates (1e9 / items_per_second)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    out = {}
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            raise ValueError(f"{path}: {b.get('run_name')}: {b.get('error_message')}")
+        single = b.get("run_type") != "aggregate"
+        if (single or b.get("aggregate_name") == "median") and b.get("items_per_second"):
+            out[b.get("run_name", b["name"])] = 1e9 / b["items_per_second"]
+    return out, data.get("context", {})
+
+
+def load(results):
+    shapes = {}   # (shape, N) -> runtime -> round -> ns
+    engine = {}   # (bench, workers) -> round -> ns
+    contexts = []
+    for path in sorted(glob.glob(os.path.join(results, "round*.json"))):
+        m = FILE.match(os.path.basename(path))
+        if not m:
+            continue
+        rnd = int(m.group(1))
+        rows, ctx = medians(path)
+        contexts.append(ctx)
+        for name, ns in rows.items():
+            r = ROW.match(name)
+            if r:
+                shapes.setdefault((r.group(1), int(r.group(3))), {}).setdefault(r.group(2), {})[rnd] = ns
+                continue
+            e = ENGINE_ROW.match(name)
+            if e:
+                engine.setdefault((e.group(1), int(e.group(2))), {})[rnd] = ns
+    return shapes, engine, contexts
+
+
+def fmt_ns(ns):
+    if ns is None:
+        return "–"
+    return f"{ns / 1000:.3g} µs" if ns >= 1000 else f"{ns:.0f} ns"
+
+
+def spread(values):
+    return f"{min(values):.2f}–{max(values):.2f}" if len(values) > 1 else "–"
+
+
+def shape_table(shapes, present):
+    names = dict(RUNTIMES)
+    peers = [rt for rt in present if rt != "Flowlane"]
+    head = ["workload", "N"] + [f"{names[rt]} ns/instr" for rt in present] + \
+           ["better OpenMP", "flowlane / better OpenMP", "ratio range over rounds", "≤ 0.5 (issue 16)"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: |" + " ---: |" * len(present) + " --- | ---: | ---: | --- |"]
+    order = {s: i for i, (s, _) in enumerate(SHAPES)}
+    for (shape, n) in sorted(shapes, key=lambda k: (order.get(k[0], 99), k[0], k[1])):
+        per_rt = shapes[(shape, n)]
+        cells = [shape, str(n)]
+        med = {}
+        for rt in present:
+            vals = list(per_rt.get(rt, {}).values())
+            med[rt] = statistics.median(vals) if vals else None
+            cells.append(fmt_ns(med[rt]))
+        # The ratio is taken round by round: flowlane over the better OpenMP of that round.
+        ratios, better = [], []
+        for rnd, fl in per_rt.get("Flowlane", {}).items():
+            omp = [(per_rt[p][rnd], p) for p in peers if rnd in per_rt.get(p, {})]
+            if omp:
+                best = min(omp)
+                ratios.append(fl / best[0])
+                better.append(best[1])
+        if ratios:
+            r = statistics.median(ratios)
+            winner = max(set(better), key=better.count)
+            note = "" if better.count(winner) == len(better) else f" ({better.count(winner)} of {len(better)} rounds)"
+            cells += [names[winner] + note, f"**{r:.2f}**", spread(ratios), "yes" if r <= 0.5 else "no"]
+        else:
+            cells += ["–", "–", "–", "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def engine_table(engine):
+    labels = {"CrossLaneHandoff": ("cross-lane hand-off", "ns per hand-off: a pre-submitted chain on alternating "
+                                   "lanes, timed from releasing a gate to its end (no submission inside)"),
+              "SubmitOnly": ("submit only", "ns per fl_submit_host on the caller (1 read operand, 8 lanes, "
+                             "window never full); execution not timed")}
+    lines = ["| benchmark | workers | median over rounds | range over rounds | what |", "| --- | ---: | ---: | ---: | --- |"]
+    for (bench, w) in sorted(engine, key=lambda k: (k[0] != "CrossLaneHandoff", k[0], k[1])):
+        vals = list(engine[(bench, w)].values())
+        lo, hi = min(vals), max(vals)
+        lines.append(f"| `BM_{bench}Flowlane` | {w} | {fmt_ns(statistics.median(vals))} | "
+                     f"{fmt_ns(lo)}–{fmt_ns(hi)} | {labels[bench][1]} |")
+    return lines
+
+
+def callgrind_lines(path, top):
+    with open(path, encoding="utf-8") as f:
+        cg = json.load(f)
+    return [f"`valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes --instr-atstart=no` "
+            f"({cg.get('valgrind', '')}) runs `bench_openmp --once=SHAPE:COUNT:{cg['threads']}` at two counts, "
+            f"{cg.get('repeat', 1)} times each (the median run kept); only the second of two rounds is "
+            "instrumented, and in it every thread but the submitter is held in a gate until all is submitted, "
+            "so submission (with every predecessor pending) and execution are each measured alone. The "
+            "difference over the difference cancels fixed costs. flowlane's figures repeat from run to run "
+            "whatever the load; OpenMP's (OMP_WAIT_POLICY=passive) vary by about 1 % (their split between "
+            "threads by more). \"Submit calls\": inclusive cost of the submission loop; an OpenMP runtime runs "
+            "tasks inline there once too many are queued (libgomp: 64 per thread; libomp: a full 256-slot deque).",
+            "",
+            callgrind_submit.markdown(cg, top, top_runtimes={"Flowlane"})]
+
+
+def section(args, shapes, engine, contexts):
+    present = [rt for rt, _ in RUNTIMES if any(rt in v for v in shapes.values())]
+    libs = {}
+    for ctx in contexts:
+        for rt, _ in RUNTIMES:
+            if ctx.get(f"runtime_{rt}"):
+                libs[rt] = ctx[f"runtime_{rt}"]
+    dates = sorted(c.get("date", "") for c in contexts if c.get("date"))
+    loads = [c["load_avg"][0] for c in contexts if c.get("load_avg")]
+    compilers = [bench_report.run(["c++", "--version"]).splitlines()[0:1]]
+    if "Libomp" in present:
+        compilers.append(bench_report.run(["clang++", "--version"]).splitlines()[0:1])
+    compilers = "; ".join(c[0] for c in compilers if c)
+    libomp_note = "" if "Libomp" in present else " — **libgomp only**: bench_openmp_libomp was not built (no clang++ or libomp-dev)"
+    out = [bench_report.OPENMP_BEGIN, "## flowlane vs OpenMP tasks with depend clauses (issue 16)", "",
+           "Generated by `scripts/bench-openmp.sh` (table: `scripts/bench_openmp_report.py`); do not edit by hand. "
+           "Sources: `bench/bench_openmp.cpp` (one file, built twice: `bench_openmp` = flowlane + libgomp with the "
+           "project's compiler, `bench_openmp_libomp` = LLVM libomp with clang), `bench/bench_engine.cpp` "
+           "(hand-off, submit-only), `scripts/callgrind_submit.py`.", "",
+           f"- **Date:** {dates[0] if dates else 'unknown'}" + (f" to {dates[-1]}" if len(dates) > 1 else ""),
+           f"- **Machine:** {bench_report.machine()}",
+           f"- **Commit:** {args.commit or bench_report.commit()}",
+           f"- **Compilers:** {compilers}",
+           "- **OpenMP runtimes:** " + (", ".join(f"{dict(RUNTIMES)[rt]} = `{libs[rt]}`" for rt in libs if rt != "Flowlane")
+                                      or "none") + libomp_note,
+           f"- **Rounds:** {args.rounds}, runtimes alternating (order rotated each round), {args.repetitions} "
+           "repetitions per benchmark per round; a runtime's figure is the median over rounds of the round's "
+           "median; the ratio is the median over rounds of (flowlane / the better OpenMP of that round)",
+           "- **Threads:** N = threads including the submitting one, all runtimes pinned to the same N CPUs "
+           "(`taskset -c 0-(N-1)`). OpenMP: `parallel num_threads(N)` + `single`. flowlane: the submitter + "
+           "N-1 workers, except N = 1: flowlane needs one worker, so there it has 2 threads time-sharing 1 CPU",
+           "- **Batches:** 10000 instructions (fan-out/in: 151 rounds of 66 = 9966) per iteration, then a wait for "
+           "all; no-op bodies (an OpenMP task increments its thread's counter, which is checked)"]
+    if loads:
+        out.append(f"- **Load average (1 min) at the runs' start:** {min(loads):.2f}–{max(loads):.2f}"
+                   + (f"; around the whole run: {' → '.join(args.load)}" if args.load else ""))
+    if args.note:
+        out.append(f"- **Note:** {args.note}")
+    out.append(f"- **Raw results:** `{args.results}/round*.json`, `{args.results}/callgrind.json`")
+    if args.command:
+        out += ["- **Commands** (round 1; the other rounds run the same in rotated order):", "", "```sh"] + \
+               args.command + ["```"]
+    out += ["", "### ns per instruction", ""]
+    out += [f"- **{s}**: {d}" for s, d in SHAPES] + [""]
+    out += shape_table(shapes, present) if shapes else ["No results."]
+    out += ["", "Reading it: at N = 1 an OpenMP runtime runs the tasks on its one thread almost as it creates them "
+            "(libomp's one-thread team is serialized; libgomp runs a task undeferred once 64 per thread are queued), "
+            "so there is no hand-off at all, while flowlane always hands an instruction to a worker. libgomp also "
+            "runs tasks inline on the creating thread at N = 2 once 128 are queued. The noisier a machine, the wider "
+            "the ratio range: compare ratios from one run, and the callgrind figures below across runs. "
+            "`scripts/callgrind_submit.py` also lists the OpenMP runtimes' top functions."]
+    if engine:
+        out += ["", "### flowlane alone: cross-lane hand-off and caller-side submit cost (bench_engine)", ""]
+        out += engine_table(engine)
+    cg = os.path.join(args.results, "callgrind.json")
+    if os.path.exists(cg):
+        out += ["", "### Where the time goes: instructions executed (callgrind Ir) per instruction", ""]
+        out += callgrind_lines(cg, args.top)
+    out += ["", bench_report.OPENMP_END]
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default="bench/results/openmp")
+    ap.add_argument("--out", default="BENCHMARKS.md")
+    ap.add_argument("--rounds")
+    ap.add_argument("--repetitions")
+    ap.add_argument("--commit")
+    ap.add_argument("--load", action="append", help="/proc/loadavg's first 3 fields (repeatable)")
+    ap.add_argument("--note")
+    ap.add_argument("--command", action="append")
+    ap.add_argument("--top", type=int, default=8, help="functions listed per flowlane shape")
+    args = ap.parse_args()
+    # What was not given comes from the previous call's run.json, then from defaults.
+    saved_path = os.path.join(args.results, "run.json")
+    try:
+        with open(saved_path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = {}
+    defaults = {"rounds": "?", "repetitions": "?", "commit": "", "load": [], "note": "", "command": []}
+    for key, default in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, saved.get(key, default))
+    with open(saved_path, "w", encoding="utf-8") as f:
+        json.dump({k: getattr(args, k) for k in defaults}, f, indent=1)
+    shapes, engine, contexts = load(args.results)
+    block = section(args, shapes, engine, contexts)
+    bench_report.splice_section(args.out, block)
+    print(block)
+    print(f"bench_openmp_report.py: updated the OpenMP section of {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
