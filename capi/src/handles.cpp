@@ -27,6 +27,10 @@ HandleTable<comm::Communicator, HandleType::kComm>& comm_table() {
   static auto* t = new HandleTable<comm::Communicator, HandleType::kComm>();
   return *t;
 }
+HandleTable<GroupBox, HandleType::kGroup>& group_table() {
+  static auto* t = new HandleTable<GroupBox, HandleType::kGroup>();
+  return *t;
+}
 
 namespace {
 
@@ -37,6 +41,7 @@ const char* type_name(HandleType t) {
     case HandleType::kObject: return "an object";
     case HandleType::kGraph: return "a task graph";
     case HandleType::kComm: return "a communicator";
+    case HandleType::kGroup: return "a task group";
   }
   return "not a flowlane handle";
 }
@@ -88,6 +93,10 @@ GraphBox* graph_from(const fl_taskgraph_t* h, const char* fn) {
 comm::Communicator* comm_from(const fl_comm_t* h, const char* fn) {
   return lookup(comm_table(), h, HandleType::kComm, fn, "comm",
                 "the communicator was destroyed, or its engine was destroyed");
+}
+
+GroupBox* group_from(const fl_task_group_t* h, const char* fn) {
+  return lookup(group_table(), h, HandleType::kGroup, fn, "group", "the task group was destroyed");
 }
 
 core::EngineServices engine_services() {

@@ -28,7 +28,7 @@ namespace flowlane::capi {
 
 static_assert(sizeof(void*) == 8, "flowlane handles need 64-bit pointers");
 
-enum class HandleType : uint32_t { kEngine = 1, kStream = 2, kObject = 3, kGraph = 4, kComm = 5 };
+enum class HandleType : uint32_t { kEngine = 1, kStream = 2, kObject = 3, kGraph = 4, kComm = 5, kGroup = 6 };
 
 inline constexpr uint32_t kIndexBits = 28;
 inline constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
@@ -46,7 +46,11 @@ class HandleTable {
   // Registers p; returns a non-zero handle value, or 0 when the table is full.
   uint64_t insert(T* p) {
     uint32_t index;
-    {
+    ThreadCache* tc = thread_cache();
+    if (tc != nullptr && !tc->free.empty()) {  // this thread's own released slots first: no lock
+      index = tc->free.back();
+      tc->free.pop_back();
+    } else {
       std::lock_guard<std::mutex> lock(mu_);  // allocation path only; lookups take no lock
       if (!free_.empty()) {
         index = free_.back();
@@ -92,6 +96,11 @@ class HandleTable {
     if (!s->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) return nullptr;
     T* p = s->ptr.exchange(nullptr, std::memory_order_relaxed);
     if (gen >= max_gen_) return p;  // the next generation would wrap: retire the slot
+    ThreadCache* tc = thread_cache();
+    if (tc != nullptr && tc->free.size() < kThreadCacheSize) {
+      tc->free.push_back(index);  // capacity reserved when the cache was made: no allocation
+      return p;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(index);
     return p;
@@ -111,6 +120,35 @@ class HandleTable {
     if (seg >= kSegments) return nullptr;
     Slot* base = segments_[seg].load(std::memory_order_acquire);  // pairs with release in insert()
     return base ? base + (index % kSegmentSize) : nullptr;
+  }
+
+  // A thread keeps up to kThreadCacheSize of the slots it released and reuses them first,
+  // so create/release loops (a task group per recursive call) take no lock; at thread exit
+  // they go back to the table's list (tables are never destroyed).
+  static constexpr size_t kThreadCacheSize = 64;
+  struct ThreadCache {
+    HandleTable* table = nullptr;
+    std::vector<uint32_t> free;
+    ~ThreadCache() {
+      if (table == nullptr || free.empty()) return;
+      std::lock_guard<std::mutex> lock(table->mu_);
+      table->free_.insert(table->free_.end(), free.begin(), free.end());
+    }
+  };
+  // The calling thread's cache for this table, or null: one cache per thread and table
+  // type, bound to the first instance that asks (the C API has one instance per type;
+  // another instance of the same type, as in tests, goes through the locked list).
+  ThreadCache* thread_cache() {
+    static thread_local ThreadCache tc;
+    if (tc.table == nullptr) {
+      try {
+        tc.free.reserve(kThreadCacheSize);
+      } catch (...) {
+        return nullptr;  // out of memory: the locked list works without a cache
+      }
+      tc.table = this;
+    }
+    return tc.table == this ? &tc : nullptr;
   }
 
   const uint32_t max_gen_;

@@ -37,14 +37,22 @@ FL_API fl_status_t fl_object_release(fl_object_t* object) {
   });
 }
 
+namespace {
+fl_status_t wait_object(fl_object_t* object, uint32_t access, const Deadline& deadline, const char* fn) {
+  core::Object* o = object_from(object, fn);
+  if (access == 0 || (access & ~uint32_t(FL_READ_WRITE)) != 0)
+    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": access " + std::to_string(access) +
+                                      " is not FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
+  return o->engine->wait_object(o, access, deadline);
+}
+}  // namespace
+
 FL_API fl_status_t fl_object_wait(fl_object_t* object, uint32_t access) {
-  return guard([&] {
-    core::Object* o = object_from(object, "fl_object_wait");
-    if (access == 0 || (access & ~uint32_t(FL_READ_WRITE)) != 0)
-      fail(FL_ERR_INVALID_ARGUMENT, "fl_object_wait: access " + std::to_string(access) +
-                                        " is not FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
-    return o->engine->wait_object(o, access);
-  });
+  return guard([&] { return wait_object(object, access, Deadline::forever(), "fl_object_wait"); });
+}
+
+FL_API fl_status_t fl_object_wait_for(fl_object_t* object, uint32_t access, uint64_t timeout_ns) {
+  return guard([&] { return wait_object(object, access, Deadline::after_ns(timeout_ns), "fl_object_wait_for"); });
 }
 
 FL_API fl_status_t fl_object_user_data(fl_object_t* object, void** out_user_data) {

@@ -85,6 +85,30 @@ FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) {
   return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
 }
 
+FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t* out_state) {
+  return guard([&] {
+    core::Stream* s = stream_from(stream, "fl_instr_query");
+    require_out(out_state, "fl_instr_query", "out_state");
+    *out_state = uint32_t(s->engine->query(s, id));
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns) {
+  return guard([&] {
+    core::Stream* s = stream_from(stream, "fl_instr_wait_for");
+    return s->engine->wait_instr(s, id, Deadline::after_ns(timeout_ns));
+  });
+}
+
+FL_API fl_status_t fl_instr_cancel(fl_stream_t* stream, fl_instr_id id) {
+  return guard([&] {
+    core::Stream* s = stream_from(stream, "fl_instr_cancel");
+    s->engine->cancel(s, id);
+    return FL_OK;
+  });
+}
+
 FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* instr, fl_instr_id* out_instr_id) {
   return guard([&] {
     const char* fn = "fl_submit_host";

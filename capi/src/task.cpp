@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "base/recycler.hpp"
 #include "boundary.hpp"
 #include "sched/parallel_for.hpp"
 #include "sched/topology.hpp"
@@ -101,6 +102,85 @@ FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph) {
       fail(FL_ERR_INVALID_ARGUMENT, "fl_taskgraph_destroy: the graph is running (destroy it after fl_taskgraph_run returns)");
     graph_table().erase(handle_bits(graph));
     delete g;
+    return FL_OK;
+  });
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------
+// Task groups
+
+namespace flowlane::capi {
+namespace {
+
+core::Engine* group_engine(const GroupBox* g, const char* fn) {
+  return engine_from(handle_cast<fl_engine_t>(g->engine_handle), fn);
+}
+
+void refuse_inside_own_task(const GroupBox* g, const char* fn) {
+  if (g->group.inside_own_task())
+    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + " called from one of the group's own tasks: it would wait for "
+                                                    "itself (wait for a group of child tasks created in the task)");
+}
+
+}  // namespace
+}  // namespace flowlane::capi
+
+extern "C" {
+
+FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** out_group) {
+  return guard([&]() -> fl_status_t {
+    core::Engine* e = engine_from(engine, "fl_task_group_create");
+    require_out(out_group, "fl_task_group_create", "out_group");
+    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_create: the engine is being destroyed");
+    GroupBox* g = Recycler<GroupBox>::get();
+    g->engine_handle = handle_bits(engine);
+    g->group.reset(e->pool());
+    g->handle = group_table().insert(g);
+    if (g->handle == 0) {
+      Recycler<GroupBox>::put(g);
+      fail(FL_ERR_NO_MEMORY, "fl_task_group_create: too many live task groups");
+    }
+    *out_group = handle_cast<fl_task_group_t>(g->handle);
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, void* user_data) {
+  return guard([&]() -> fl_status_t {
+    GroupBox* g = group_from(group, "fl_task_group_spawn");
+    if (fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_task_group_spawn: fn is NULL");
+    core::Engine* e = group_engine(g, "fl_task_group_spawn (the group's engine)");
+    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine is being destroyed");
+    if (e->draining() && !core::in_any_engine_context())
+      fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine was drained (fl_engine_drain)");
+    g->group.spawn(fn, user_data);
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group) {
+  return guard([&]() -> fl_status_t {
+    GroupBox* g = group_from(group, "fl_task_group_wait");
+    refuse_inside_own_task(g, "fl_task_group_wait");
+    std::string detail;
+    fl_status_t st = g->group.wait(&detail);
+    if (st == FL_OK) return FL_OK;
+    return report(st, std::string("fl_task_group_wait: a task of the group failed with ") + fl_status_name(st) +
+                          (detail.empty() ? "" : ": " + detail) + "; tasks not yet started were skipped");
+  });
+}
+
+FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {
+  return guard([&]() -> fl_status_t {
+    if (group == nullptr) return FL_OK;
+    GroupBox* g = group_from(group, "fl_task_group_destroy");
+    refuse_inside_own_task(g, "fl_task_group_destroy");
+    (void)g->group.wait(nullptr);  // its failures are dropped: wait first to see them
+    if (group_table().erase(handle_bits(group)) == nullptr)
+      fail(FL_ERR_INVALID_HANDLE, "fl_task_group_destroy: the group was destroyed concurrently");
+    Recycler<GroupBox>::put(g);
     return FL_OK;
   });
 }

@@ -75,6 +75,13 @@ void Engine::drain_and_stop() {
   for (Extension* x : extensions()) x->end_shutdown();
   // The device backend completed every issued instruction during the drain; stop its threads.
   if (services_.device != nullptr) services_.device->engine_stopped(this);
+  // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
+  // started) finishes before the workers go.
+  pool_->wait_quiescent();
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    for (auto& [n, p] : extra_pools_) p->wait_quiescent();
+  }
   // 4. Run every pending release callback (objects the caller still holds) while the
   //    workers still exist: a release callback may call back in (stats, dumps, waits; a
   //    submission answers FL_ERR_SHUTDOWN).
@@ -96,6 +103,11 @@ void Engine::drain_and_stop() {
   pool_.reset();
   std::lock_guard<std::mutex> lock(ledger_mu_);
   while (ledger_head_ != nullptr) unlink_family(ledger_head_);  // failures never returned: dropped
+  for (Stream* s : all_streams()) {  // the outcome history
+    for (Instr* x : s->outcomes)
+      if (x->unref()) recycle(x);
+    s->outcomes.clear();
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -219,6 +231,7 @@ fl_engine_stats_t Engine::stats() const {
     st.submitted += lane->submitted.load(std::memory_order_relaxed);
     st.completed += lane->completed.load(std::memory_order_relaxed);
     st.failed += lane->failed.load(std::memory_order_relaxed);
+    st.cancelled += lane->cancelled.load(std::memory_order_relaxed);
   }
   int64_t inflight = inflight_.load(std::memory_order_relaxed);
   st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;
@@ -226,6 +239,11 @@ fl_engine_stats_t Engine::stats() const {
   sched::PoolStats ps = pool_->stats();
   st.steals = ps.steals;
   st.parks = ps.parks;
+  st.tasks = ps.tasks;
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    for (auto& [n, p] : extra_pools_) st.tasks += p->stats().tasks;
+  }
   return st;
 }
 

@@ -107,11 +107,14 @@ class Engine {
   // Drops a reference; the last one runs the object's release callback, in a callback
   // frame for `completing` (the instruction whose completion drops it, or null).
   void release_object_ref(Object* o, Instr* completing = nullptr);
-  fl_status_t wait_object(Object* o, uint32_t access);
+  // fl_object_wait(_for): FL_ERR_TIMEOUT when the deadline passes first (nothing else
+  // changes then).
+  fl_status_t wait_object(Object* o, uint32_t access, const Deadline& deadline = Deadline::forever());
   // Sleeps until i is terminal or *cancelled is set (by a thread that then wakes i's
-  // state futex); on a pool worker, sched::wait() helps the caller's own region first and
-  // a spare worker stands in while it sleeps.
-  static void sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled);
+  // state futex) or the deadline passes; returns false only on the deadline. On a pool
+  // worker, sched::wait() helps the caller's own region first and a spare worker stands
+  // in while it sleeps.
+  static bool sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline);
 
   // --- submission and the window (submit.cpp) ---
   // A record of this engine from the pool, for a submission to fill (operands, device
@@ -145,14 +148,29 @@ class Engine {
 
   // --- waits and failures (sync.cpp) ---
   // Each returns FL_OK or a failure status, with the thread's message set.
-  fl_status_t synchronize();
-  fl_status_t synchronize(Stream* s);
+  // fl_engine_synchronize(_for), fl_stream_synchronize(_for): FL_ERR_TIMEOUT when the
+  // deadline passes first (no failure is returned then).
+  fl_status_t synchronize(const Deadline& deadline = Deadline::forever());
+  fl_status_t synchronize(Stream* s, const Deadline& deadline = Deadline::forever());
   // complete(), for a failed or skipped instruction: links it into the ledger.
   void record_failure(Instr* i);
   // fl_object_wait observed the poison of root's family: it counts as returned.
   void family_returned(Instr* root);
   // Failures (families) not returned yet, and the oldest one's message (for dumps).
   size_t unreturned_failures(std::string* oldest) const;
+
+  // --- instruction queries, cancel and drain (sync.cpp) ---
+  // fl_instr_query: throws FL_ERR_INVALID_ARGUMENT for an id this stream never returned.
+  fl_instr_state_t query(Stream* s, fl_instr_id id);
+  // fl_instr_wait_for: the outcome of id once completed (a failure counts as returned).
+  fl_status_t wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline);
+  void cancel(Stream* s, fl_instr_id id);  // fl_instr_cancel
+  void cancel_stream(Stream* s);           // fl_stream_cancel
+  void cancel_all();                       // fl_engine_cancel
+  fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+  // The lane runner, before starting i: a cancel request covers it (consumes the request).
+  static bool cancel_requested(Instr* i);
 
   fl_engine_stats_t stats() const;
   int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
@@ -181,7 +199,8 @@ class Engine {
   // admit() took.
   fl_instr_id enqueue(Instr* i);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
-  void wait_stream(Stream* s, uint64_t target);  // helps on a worker, sleeps elsewhere
+  // Waits for s's completion count to reach target (sched::wait rules); false on the deadline.
+  bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever());
   void destroy_object(Object* o, Instr* completing);
   // Under ledger_mu_: unlinks the family of `root` and drops the ledger's references.
   void unlink_family(Instr* root);
@@ -195,7 +214,7 @@ class Engine {
   uint64_t handle_ = 0;
   uint64_t inflight_limit_ = 4096;
   std::unique_ptr<sched::Pool> pool_;
-  std::mutex pools_mu_;
+  mutable std::mutex pools_mu_;
   std::map<unsigned, std::unique_ptr<sched::Pool>> extra_pools_;
 
   std::vector<std::unique_ptr<Lane>> lanes_;
@@ -225,6 +244,7 @@ class Engine {
   size_t ledger_size_ = 0;
 
   std::atomic<bool> shutdown_{false};
+  std::atomic<bool> draining_{false};  // fl_engine_drain: refuse submissions from outside
   std::atomic<bool> destroying_{false};
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 
@@ -239,5 +259,7 @@ class Engine {
 // Marks i failed with `st` (its detail in i->error, which becomes the full message naming
 // i): the outcome complete() will publish. For the executing thread only.
 void mark_failed(Instr* i, fl_status_t st);
+// Marks i failed with FL_ERR_CANCELLED: it never ran.
+void mark_cancelled(Instr* i);
 
 }  // namespace flowlane::core

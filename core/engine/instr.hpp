@@ -146,16 +146,4 @@ struct Instr {
 
 inline Edge* const kSealed = reinterpret_cast<Edge*>(uintptr_t(1));
 
-// Free instruction records, reused so that their vectors and strings keep their capacity
-// and steady-state submission allocates nothing. Each thread keeps a small cache; records
-// move between threads (submitters take, workers give back) through a process-wide depot
-// in batches of kBatch, so the depot's mutex is taken once per kBatch records, never per
-// instruction. Records are engine-agnostic (the engine is set when one is taken).
-class InstrPool {
- public:
-  static constexpr size_t kBatch = 128;
-  static Instr* get();
-  static void put(Instr* i) noexcept;
-};
-
 }  // namespace flowlane::core

@@ -181,6 +181,38 @@ void mark_skipped(Instr* i, const Instr* poisoned_by) {
 
 }  // namespace
 
+bool Engine::cancel_requested(Instr* i) {
+  Lane* lane = i->stream->lane;
+  // acquire pairs with the release stores in cancel_stream() and cancel(); a request made
+  // concurrently with this check may miss this instruction, which then runs (documented).
+  bool hit = i->id <= i->stream->cancel_upto.load(std::memory_order_acquire);
+  if (lane->cancel_requests.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(lane->cancel_mu);
+    auto& ids = lane->cancel_ids;
+    // Ids of a lane start in increasing order: a request below i's id is for an
+    // instruction that has started already, and can never take effect.
+    size_t out = 0;
+    for (fl_instr_id x : ids) {
+      if (x == i->id)
+        hit = true;
+      else if (x > i->id)
+        ids[out++] = x;
+    }
+    ids.resize(out);
+    lane->cancel_requests.store(uint32_t(out), std::memory_order_relaxed);
+  }
+  if (hit) {
+    lane->cancelled.fetch_add(1, std::memory_order_relaxed);
+    mark_cancelled(i);
+  }
+  return hit;
+}
+
+void mark_cancelled(Instr* i) {
+  i->error = "cancelled before it started (fl_instr_cancel, fl_stream_cancel or fl_engine_cancel)";
+  mark_failed(i, FL_ERR_CANCELLED);
+}
+
 void mark_failed(Instr* i, fl_status_t st) {
   i->root = i;
   i->status = st;
@@ -228,7 +260,9 @@ fl_status_t run_callback(Instr* i, Call&& call) {
 
 void Engine::execute_host(Instr* i) {
   Instr* poisoned_by = poisoned_input(i);
-  if (poisoned_by != nullptr) {
+  if (cancel_requested(i)) {
+    // marked cancelled: not run
+  } else if (poisoned_by != nullptr) {
     mark_skipped(i, poisoned_by);
   } else {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
@@ -246,8 +280,10 @@ void Engine::execute_host(Instr* i) {
 void Engine::execute_async(Instr* i) {
   Lane* lane = i->stream->lane;
   Instr* poisoned_by = poisoned_input(i);
-  if (poisoned_by != nullptr) {
-    mark_skipped(i, poisoned_by);
+  if (cancel_requested(i) || poisoned_by != nullptr) {
+    if (i->outcome == InstrState::kDone) {  // not cancelled: skipped
+      mark_skipped(i, poisoned_by);
+    }
     run_cleanup(i);
     complete(i);
     return;
@@ -347,7 +383,15 @@ void Engine::complete(Instr* i) {
   // The window slot is freed before the stream's completion is published, so a caller
   // returning from synchronize sees in_flight without this instruction.
   retire_window_slot();
-  i->stream->advance_completed();
+  // The last completed id only grows (a stream completes in order; the max guards against
+  // a device backend completing a skipped one early). release pairs with the acquire
+  // loads in query() and wait_instr(): the outcome history was written before.
+  Stream* s = i->stream;
+  fl_instr_id last = s->last_completed_id.load(std::memory_order_relaxed);
+  while (last < i->id && !s->last_completed_id.compare_exchange_weak(last, i->id, std::memory_order_release,
+                                                                   std::memory_order_relaxed)) {
+  }
+  s->advance_completed();
   lane->clear_active(i);
   if (i->unref()) recycle(i);
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "base/cpu.hpp"
+#include "base/deadline.hpp"
 #include "base/spinlock.hpp"
 #include "engine/instr.hpp"
 #include "flowlane/flowlane.h"
@@ -38,13 +40,25 @@ struct Stream {
   // lane's submit lock; `completed` only advances, in submission order (a stream is FIFO).
   // Different threads write them for every instruction: separate cache lines.
   std::atomic<uint64_t> submitted{0};
+  std::atomic<fl_instr_id> last_submitted_id{0};  // under the lane's submit lock
+  // Instructions submitted before this id that have not started when their lane reaches
+  // them are cancelled (fl_stream_cancel, fl_engine_cancel); only grows. Read by the lane
+  // runner for every instruction (rarely written: no false sharing to speak of).
+  std::atomic<fl_instr_id> cancel_upto{0};
   alignas(kCacheLine) std::atomic<uint64_t> completed{0};
+  // The id of the last instruction that completed (a stream completes in order).
+  std::atomic<fl_instr_id> last_completed_id{0};
   // The device backend's state of a device stream (its queue, events); null for host ones.
   void* device_state = nullptr;
   // Its failed and skipped instructions whose family is not returned yet, oldest first
   // (Instr::stream_prev/next; under the engine's ledger mutex).
   Instr* failed_head = nullptr;
   Instr* failed_tail = nullptr;
+  // Outcome history for fl_instr_query / fl_instr_wait_for (under the ledger mutex): the
+  // last FL_INSTR_OUTCOME_HISTORY failed, skipped or cancelled instructions, in completion
+  // (= id) order, each referenced; ids up to `forgotten_upto` may have been dropped.
+  std::deque<Instr*> outcomes;
+  fl_instr_id forgotten_upto = 0;
 
   // Waiters (synchronize) register the completion count they need; completers wake them
   // only when the smallest registered target is reached, not on every completion.
@@ -55,7 +69,8 @@ struct Stream {
 
   bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
   void advance_completed();              // completed += 1, wakes waiters whose target is reached
-  void wait_completed(uint64_t target);  // sleeps until completed >= target
+  // Sleeps until completed >= target or the deadline passes; returns whether it reached it.
+  bool wait_completed(uint64_t target, const Deadline& deadline);
   std::string describe() const;          // "lane 1, host"
 };
 
@@ -85,7 +100,13 @@ struct Lane {
   Instr* cur = nullptr;  // head instruction waiting for its predecessors
   std::atomic<uint64_t> completed{0};  // stats
   std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> cancelled{0};
   Instr stub;
+  // fl_instr_cancel requests for instructions of this lane not started yet (ids under
+  // cancel_mu; `cancel_requests` is their number, read by the runner for every instruction).
+  std::atomic<uint32_t> cancel_requests{0};
+  std::mutex cancel_mu;
+  std::vector<fl_instr_id> cancel_ids;
   // The device stream this lane issued instructions on that the backend may not have
   // marked issued yet (DeviceBackend::flush), or null. Lane runner only.
   Stream* unflushed = nullptr;

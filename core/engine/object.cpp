@@ -45,24 +45,31 @@ void Engine::destroy_object(Object* o, Instr* completing) {
   delete o;
 }
 
-void Engine::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled) {
+bool Engine::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline) {
   // acquire pairs with the release store in cancel_cycle_waits() (diag/dump.cpp).
   auto done = [i, cancelled] {
     return is_terminal(i->load_state()) || (cancelled != nullptr && cancelled->load(std::memory_order_acquire));
   };
-  sched::wait(done, [i, &done] {
+  return sched::wait(done, [i, &done](const Deadline& d) {
     // seq_cst increment, then the state load: the store–load pair with complete().
     i->sleepers.fetch_add(1, std::memory_order_seq_cst);
     for (;;) {
       uint32_t v = i->state.load(std::memory_order_seq_cst);
       if (done()) break;
-      futex_wait(&i->state, v);  // woken by complete(), or by a cancel (which does not change v)
+      // Woken by complete(), or by a cancel (which does not change v).
+      if (d.infinite()) {
+        futex_wait(&i->state, v);
+      } else {
+        int64_t left = d.remaining_ns();
+        if (left == 0) break;
+        futex_wait_for(&i->state, v, left);
+      }
     }
     i->sleepers.fetch_sub(1, std::memory_order_relaxed);
-  });
+  }, deadline);
 }
 
-fl_status_t Engine::wait_object(Object* o, uint32_t access) {
+fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& deadline) {
   std::vector<Instr*> waits;
   Instr* writer = nullptr;
   {
@@ -118,7 +125,22 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access) {
       my_lane->active_waits_obj = o;
       my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
     }
-    sleep_until_terminal(w, my_lane != nullptr ? &my_lane->wait_cancelled : nullptr);
+    if (!sleep_until_terminal(w, my_lane != nullptr ? &my_lane->wait_cancelled : nullptr, deadline)) {
+      std::string msg = "fl_object_wait_for: timed out; the object's pending user " + w->describe() +
+                        " has not completed (nothing was consumed: wait again)";
+      if (my_lane != nullptr) {
+        {
+          std::lock_guard<SpinLock> lock(my_lane->diag_lock);
+          my_lane->active_waits_on = nullptr;
+          my_lane->active_waits_obj = nullptr;
+        }
+        if (w->unref()) recycle(w);  // the diagnostics reference
+      }
+      if (ob) ob->on_wait(false, "fl_object_wait");
+      for (Instr* x : waits)
+        if (x->unref()) recycle(x);
+      return report(FL_ERR_TIMEOUT, msg);
+    }
     if (my_lane != nullptr) {
       {
         std::lock_guard<SpinLock> lock(my_lane->diag_lock);

@@ -221,6 +221,7 @@ fl_instr_id Engine::enqueue(Instr* i) {
     }
     i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
     s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
+    s->last_submitted_id.store(i->id, std::memory_order_release);  // pairs with acquire in query()
     lane.submitted.fetch_add(1, std::memory_order_relaxed);
     id = i->id;
     lane.push(i);
@@ -281,6 +282,11 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   else
     i->name.clear();
   if (shutting_down()) fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine is being destroyed");
+  // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
+  // is part of what the drain waits for: accepted.
+  if (draining_.load(std::memory_order_acquire) && !in_any_engine_context())
+    fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine was drained (fl_engine_drain): it accepts no new work "
+                                               "from your threads; destroy it, or create another engine");
   admit(a.nonblocking);
   fl_instr_id id;
   try {

@@ -1,5 +1,6 @@
 // Waiting for streams and the engine (fl_stream_synchronize, fl_engine_synchronize) and the
 // failure ledger that decides which failure a wait returns (core/engine/README.md, "Errors").
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,23 @@ void Stream::advance_completed() {
   wait_cv.notify_all();
 }
 
-void Stream::wait_completed(uint64_t target) {
-  if (completed.load(std::memory_order_acquire) >= target) return;
+bool Stream::wait_completed(uint64_t target, const Deadline& deadline) {
+  if (completed.load(std::memory_order_acquire) >= target) return true;
   std::unique_lock<std::mutex> lock(wait_mu);
   auto it = targets.insert(target);
   if (target < wake_at.load(std::memory_order_relaxed)) wake_at.store(target, std::memory_order_seq_cst);
-  while (completed.load(std::memory_order_seq_cst) < target) wait_cv.wait(lock);
+  bool reached = true;
+  while (completed.load(std::memory_order_seq_cst) < target) {
+    if (deadline.infinite()) {
+      wait_cv.wait(lock);
+    } else if (wait_cv.wait_until(lock, deadline.at()) == std::cv_status::timeout &&
+               completed.load(std::memory_order_seq_cst) < target) {
+      reached = false;
+      break;
+    }
+  }
   targets.erase(it);
+  return reached;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -72,6 +83,16 @@ std::string skipped_note(uint64_t n) {
 
 void Engine::record_failure(Instr* i) {
   std::lock_guard<std::mutex> lock(ledger_mu_);
+  // The outcome history (fl_instr_query): bounded, oldest dropped.
+  Stream* s = i->stream;
+  i->ref();
+  s->outcomes.push_back(i);
+  if (s->outcomes.size() > FL_INSTR_OUTCOME_HISTORY) {
+    Instr* old = s->outcomes.front();
+    s->outcomes.pop_front();
+    s->forgotten_upto = std::max(s->forgotten_upto, old->id);
+    if (old->unref()) recycle(old);
+  }
   Instr* root = i->root;
   if (root->returned) {  // its family was returned already (its poison was observed)
     if (root != i) ++root->skipped;
@@ -147,10 +168,19 @@ fl_status_t Engine::take_failure(Pick&& pick) {
   return report(st, msg);
 }
 
-void Engine::wait_stream(Stream* s, uint64_t target) {
-  sched::wait([s, target] { return s->completed.load(std::memory_order_acquire) >= target; },
-              [s, target] { s->wait_completed(target); });
+bool Engine::wait_stream(Stream* s, uint64_t target, const Deadline& deadline) {
+  return sched::wait([s, target] { return s->completed.load(std::memory_order_acquire) >= target; },
+                     [s, target](const Deadline& d) { s->wait_completed(target, d); }, deadline);
 }
+
+namespace {
+[[gnu::cold]] fl_status_t timed_out(const char* call, const Stream* s, uint64_t target) {
+  uint64_t done = s->completed.load(std::memory_order_acquire);
+  return report(FL_ERR_TIMEOUT, std::string(call) + ": timed out; " + s->describe() + " has completed " +
+                                    std::to_string(done) + " of the " + std::to_string(target) +
+                                    " instructions it waits for (nothing was returned or consumed: wait again)");
+}
+}  // namespace
 
 namespace {
 
@@ -177,7 +207,7 @@ class WaitNote {
 
 }  // namespace
 
-fl_status_t Engine::synchronize() {
+fl_status_t Engine::synchronize(const Deadline& deadline) {
   if (Instr* self = pending_instr(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside a callback of instruction " +
                                       self->describe() + " (its function, cleanup, or a release its completion runs)"
@@ -189,9 +219,10 @@ fl_status_t Engine::synchronize() {
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_engine_synchronize");
   for (auto& [s, target] : upto) {
-    Stream* st = s;
-    uint64_t t = target;
-    wait_stream(st, t);
+    if (!wait_stream(s, target, deadline)) {
+      if (ob) ob->on_wait(false, "fl_engine_synchronize");
+      return timed_out("fl_engine_synchronize_for", s, target);
+    }
   }
   if (ob) ob->on_wait(false, "fl_engine_synchronize");
   return take_failure([this, before]() -> Instr* {
@@ -201,7 +232,7 @@ fl_status_t Engine::synchronize() {
   });
 }
 
-fl_status_t Engine::synchronize(Stream* s) {
+fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
   Instr* self = pending_instr(this);
   // Any stream of the caller's own lane: its instructions submitted after the caller (a
   // host stream's, or a CUDA stream's, which launch only once the caller finished) would
@@ -215,13 +246,117 @@ fl_status_t Engine::synchronize(Stream* s) {
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
   WaitNote note(current_instr(), "fl_stream_synchronize", s);
-  wait_stream(s, target);
+  const bool reached = wait_stream(s, target, deadline);
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
+  if (!reached) return timed_out("fl_stream_synchronize_for", s, target);
   // The stream's oldest listed member (its list is in completion = submission order).
   return take_failure([s, target]() -> Instr* {
     Instr* m = s->failed_head;
     return m != nullptr && m->seq <= target ? m : nullptr;
   });
+}
+
+// ---------------------------------------------------------------------------------------
+// Instruction queries, cancel and drain
+
+namespace {
+
+void check_id(const Stream* s, fl_instr_id id, const char* fn) {
+  // acquire pairs with the release store in enqueue().
+  if (id == 0 || id > s->last_submitted_id.load(std::memory_order_acquire))
+    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": instruction #" + std::to_string(id) +
+                                      " was not submitted to this stream (" + s->describe() + ")" +
+                                      (id == 0 ? "" : " yet"));
+}
+
+// Under the ledger mutex: the remembered failed, skipped or cancelled instruction `id`.
+Instr* find_outcome(const Stream* s, fl_instr_id id) {
+  auto it = std::lower_bound(s->outcomes.begin(), s->outcomes.end(), id,
+                             [](const Instr* x, fl_instr_id v) { return x->id < v; });
+  return it != s->outcomes.end() && (*it)->id == id ? *it : nullptr;
+}
+
+fl_instr_state_t state_of(const Instr* x) {
+  if (x->outcome == InstrState::kSkipped) return FL_INSTR_SKIPPED;
+  return x->status == FL_ERR_CANCELLED ? FL_INSTR_CANCELLED : FL_INSTR_FAILED;
+}
+
+}  // namespace
+
+fl_instr_state_t Engine::query(Stream* s, fl_instr_id id) {
+  check_id(s, id, "fl_instr_query");
+  // acquire pairs with the release in complete(): the history entry was written before.
+  if (id > s->last_completed_id.load(std::memory_order_acquire)) return FL_INSTR_PENDING;
+  std::lock_guard<std::mutex> lock(ledger_mu_);
+  if (Instr* x = find_outcome(s, id)) return state_of(x);
+  return id <= s->forgotten_upto ? FL_INSTR_COMPLETED : FL_INSTR_DONE;
+}
+
+fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline) {
+  check_id(s, id, "fl_instr_wait_for");
+  if (Instr* self = pending_instr(this); self != nullptr && self->stream->lane == s->lane && id > self->id)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_wait_for called from inside a callback of instruction " +
+                                      self->describe() + " for instruction #" + std::to_string(id) +
+                                      ", queued behind it on its own lane: it cannot start before the caller returns");
+  auto done = [s, id] { return s->last_completed_id.load(std::memory_order_acquire) >= id; };
+  Observer* ob = observer();
+  if (ob) ob->on_wait(true, "fl_instr_wait_for");
+  const bool reached = sched::wait(done, [s, &done](const Deadline& d) {
+    // Wake at every completion of the stream until id's: read the count, re-check, sleep
+    // for one more (a completion stores the id before it advances the count).
+    while (!done()) {
+      uint64_t c = s->completed.load(std::memory_order_acquire);
+      if (done() || !s->wait_completed(c + 1, d)) break;
+    }
+  }, deadline);
+  if (ob) ob->on_wait(false, "fl_instr_wait_for");
+  if (!reached)
+    return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
+                                      s->describe() + " has not completed (nothing was consumed: wait again)");
+  fl_status_t st = FL_OK;
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> lock(ledger_mu_);
+    if (Instr* x = find_outcome(s, id)) {
+      st = x->status;
+      msg = x->error + (x->root == x ? skipped_note(x->skipped) : std::string());
+      if (!x->root->returned) unlink_family(x->root);  // observed: synchronize will not return it again
+    }
+  }
+  if (st != FL_OK) return report(st, msg);
+  return FL_OK;
+}
+
+void Engine::cancel(Stream* s, fl_instr_id id) {
+  check_id(s, id, "fl_instr_cancel");
+  if (id <= s->last_completed_id.load(std::memory_order_acquire))
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_cancel: instruction #" + std::to_string(id) + " of " + s->describe() +
+                                      " has already completed");
+  Lane* lane = s->lane;
+  std::lock_guard<std::mutex> lock(lane->cancel_mu);
+  lane->cancel_ids.push_back(id);
+  // release pairs with the acquire load in cancel_requested().
+  lane->cancel_requests.store(uint32_t(lane->cancel_ids.size()), std::memory_order_release);
+}
+
+void Engine::cancel_stream(Stream* s) {
+  fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);
+  fl_instr_id cur = s->cancel_upto.load(std::memory_order_relaxed);
+  // release pairs with the acquire load in cancel_requested().
+  while (cur < upto && !s->cancel_upto.compare_exchange_weak(cur, upto, std::memory_order_release,
+                                                             std::memory_order_relaxed)) {
+  }
+}
+
+void Engine::cancel_all() {
+  for (Stream* s : all_streams()) cancel_stream(s);
+}
+
+fl_status_t Engine::drain(const Deadline& deadline) {
+  if (in_engine_context(this))
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
+  draining_.store(true, std::memory_order_release);  // pairs with the acquire load in submit()
+  return synchronize(deadline);
 }
 
 }  // namespace flowlane::core

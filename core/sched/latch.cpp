@@ -28,7 +28,7 @@ void Latch::wait() {
       cpu_relax();
     }
   }
-  sched::wait([this] { return done(); }, [this] { block(); });
+  sched::wait([this] { return done(); }, [this](const Deadline&) { block(); });
 }
 
 void Latch::block() {

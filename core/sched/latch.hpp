@@ -14,6 +14,8 @@ namespace flowlane::sched {
 // in; elsewhere it blocks. The count reaches zero once: add() is for a holder of a
 // count (the waiter before it waits, or a task that has not counted down yet).
 //
+// A task group reuses its latch: add() from zero starts a new round (rearm() first).
+//
 // A Latch usually lives on the waiter's stack frame, and the waiter may return the moment
 // it sees zero. So count_down() touches the latch's memory exactly once, with the RMW that
 // may reach zero; the wake-up after it is a FUTEX_WAKE, which reads no memory.
@@ -26,6 +28,12 @@ class Latch {
   void count_down();
   void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
   void wait();
+  // For a latch reused after it reached zero (a task group): clears a sleeper bit left by
+  // the last waiter, so the next count_down to zero makes no wake-up call for nobody.
+  void rearm() {
+    int64_t v = kSleeper;
+    count_.compare_exchange_strong(v, 0, std::memory_order_relaxed);
+  }
   // Acquire: pairs with the acq_rel RMW in count_down(); what the counted-down tasks wrote
   // is visible to the waiter.
   bool done() const { return (count_.load(std::memory_order_acquire) & kCountMask) == 0; }

@@ -98,7 +98,7 @@ struct ForState {
         cpu_relax();
       }
     }
-    sched::wait([this] { return done(); }, [this] { block(); });
+    sched::wait([this] { return done(); }, [this](const Deadline&) { block(); });
   }
 
   void block() {

@@ -14,6 +14,7 @@
 #include "sched/pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <mutex>
 #include <thread>
@@ -106,10 +107,15 @@ struct Worker {
   InjectionQueue::Token* token = nullptr;  // for the injection queue
   uint64_t rng = 0;
   unsigned index = 0;
-  // Written by the owning worker only (load + store, no locked RMW), read by stats().
+  // Written by the owning worker only (load + store, no locked RMW), read by stats() and
+  // quiescent(). `submitted` counts tasks this worker submitted, `finished` tasks it ran.
   std::atomic<uint64_t> steals{0};
   std::atomic<uint64_t> parks{0};
-  static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  std::atomic<uint64_t> submitted{0};
+  std::atomic<uint64_t> finished{0};
+  static void bump(std::atomic<uint64_t>& c, std::memory_order mo = std::memory_order_relaxed) {
+    c.store(c.load(std::memory_order_relaxed) + 1, mo);
+  }
   std::thread thread;
 };
 
@@ -126,6 +132,8 @@ struct Pool::Impl {
   InjectionQueue injection;
   Notifier notifier;
   std::atomic<bool> stop{false};
+  // Tasks submitted from outside the pool (to the injection queue).
+  std::atomic<uint64_t> injected{0};
   // Workers blocked in Pool::wait(); spare worker k (index base + k) runs while k < blocked.
   std::atomic<unsigned> blocked{0};
   // Futex word of parked spares: bumped whenever `blocked` grows, and at shutdown.
@@ -177,9 +185,14 @@ struct Pool::Impl {
     return steal_round(w, &retry, region);
   }
 
-  static void run(Task* t) {
-    RegionScope scope(t->tag);  // the task's code runs in its region (children inherit it)
-    t->run(t);
+  static void run(Worker& w, Task* t) {
+    {
+      RegionScope scope(t->tag);  // the task's code runs in its region (children inherit it)
+      t->run(t);
+    }
+    // release: every submit the task made (counted before its push) happens-before this
+    // count; pairs with the acquire loads in quiescent().
+    Worker::bump(w.finished, std::memory_order_release);
   }
 
   void worker_main(Worker& w);
@@ -270,7 +283,7 @@ void Pool::Impl::worker_main(Worker& w) {
       notifier.cancel_wait();
       if (t == nullptr) continue;  // a steal lost a race: look again
     }
-    run(t);
+    run(w, t);
   }
   w.token = nullptr;
   tls_worker = nullptr;
@@ -333,9 +346,12 @@ int worker_index(const Pool& pool) {
 
 void Pool::submit(Task* t) {
   if (t->tag != kLaneTag) t->tag = current_region();
+  // Counted before it is published (see quiescent()).
   if (tls_pool == impl_.get()) {
+    Worker::bump(tls_worker->submitted);
     tls_worker->deque.push(t);
   } else {
+    impl_->injected.fetch_add(1, std::memory_order_relaxed);
     impl_->injection.enqueue(t);
   }
   impl_->notifier.notify_one();
@@ -346,6 +362,7 @@ void Pool::yield(Task* t) {
     submit(t);
     return;
   }
+  Worker::bump(tls_worker->submitted);
   impl_->injection.enqueue(t);
   // This worker dequeues it as soon as its own deque is empty (find_local); only other
   // work ahead of it here is a reason to wake a sleeper.
@@ -356,7 +373,7 @@ bool Pool::run_one() {
   if (tls_pool != impl_.get()) return false;
   Task* t = impl_->find_in_region(*tls_worker, current_region());
   if (t == nullptr) return false;
-  Impl::run(t);
+  Impl::run(*tls_worker, t);
   return true;
 }
 
@@ -407,8 +424,31 @@ PoolStats Pool::stats() const {
   for (unsigned i = 0; i < n; ++i) {
     s.steals += impl_->workers[i]->steals.load(std::memory_order_relaxed);
     s.parks += impl_->workers[i]->parks.load(std::memory_order_relaxed);
+    s.tasks += impl_->workers[i]->finished.load(std::memory_order_relaxed);
   }
   return s;
+}
+
+bool Pool::quiescent() const {
+  // Finished counts first, submitted counts second. A task's submits are counted before
+  // its own finish (release), so a finish we count carries its children's submits into
+  // the sums read after it (acquire): equal sums mean every task submitted so far ran.
+  unsigned n = impl_->started.load(std::memory_order_acquire);
+  uint64_t finished = 0, submitted = 0;
+  for (unsigned i = 0; i < n; ++i) finished += impl_->workers[i]->finished.load(std::memory_order_acquire);
+  n = impl_->started.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < n; ++i) submitted += impl_->workers[i]->submitted.load(std::memory_order_acquire);
+  submitted += impl_->injected.load(std::memory_order_acquire);
+  return submitted == finished;
+}
+
+void Pool::wait_quiescent() {
+  for (unsigned n = 0; !quiescent(); ++n) {
+    if (n < 64)
+      cpu_relax();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(n < 1024 ? 10 : 200));
+  }
 }
 
 }  // namespace flowlane::sched

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "base/deadline.hpp"
 #include "sched/task.hpp"
 
 namespace flowlane::sched {
@@ -17,6 +18,7 @@ namespace flowlane::sched {
 struct PoolStats {
   uint64_t steals = 0;  // tasks taken from another worker's deque
   uint64_t parks = 0;   // times a worker went to sleep
+  uint64_t tasks = 0;   // tasks run
 };
 
 // The calling thread's worker index in `pool` (0 .. size()-1 for the base workers, higher
@@ -64,30 +66,39 @@ class Pool {
   // none was found (or the caller is not a worker of this pool).
   bool run_one();
 
-  // Waits until done() returns true. On a worker of this pool: runs tasks of the caller's
-  // region meanwhile (never other work: see sched/task.hpp), and when none is left blocks
-  // in block() while a spare worker keeps the pool's parallelism. Elsewhere: block().
-  // block() must return only once done() is true (it sleeps on whatever makes it so).
+  // Waits until done() returns true or `deadline` passes; returns done(). On a worker of
+  // this pool: runs tasks of the caller's region meanwhile (never other work: see
+  // sched/task.hpp), and when none is left blocks in block(deadline) while a spare worker
+  // keeps the pool's parallelism. Elsewhere: block(deadline). block(d) sleeps on whatever
+  // makes done() true and returns once it is, or once d has passed.
   template <class Done, class Block>
-  void wait(Done&& done, Block&& block) {
+  bool wait(Done&& done, Block&& block, const Deadline& deadline = Deadline::forever()) {
+    if (done()) return true;
     if (!on_worker()) {
-      if (!done()) block();
-      return;
+      block(deadline);
+      return done();
     }
     for (unsigned idle = 0; !done();) {
       if (run_one()) {
         idle = 0;
       } else if (++idle < kWaitSpins) {
         relax(idle);
+        if ((idle & 63) == 0 && deadline.passed()) return done();
       } else {
         BlockedScope blocked(*this);
-        block();
-        return;
+        block(deadline);
+        return done();
       }
     }
+    return true;
   }
 
   PoolStats stats() const;
+
+  // True when every task submitted so far has run (none queued, none running). Callers
+  // that stop new submissions first (engine destroy) then wait_quiescent() before joining.
+  bool quiescent() const;
+  void wait_quiescent();
 
   // Workers that are parking or parked right now (between prepare_wait and wake-up). A
   // snapshot, for tests and diagnostics.
@@ -117,15 +128,14 @@ class Pool {
   std::unique_ptr<Impl> impl_;
 };
 
-// Waits until done() on the calling thread, with the rules of Pool::wait() for the pool
-// whose worker the thread is (a plain block() on any other thread).
+// Waits until done() (or the deadline) on the calling thread, with the rules of
+// Pool::wait() for the pool whose worker the thread is (a plain block() on any other
+// thread). Returns done().
 template <class Done, class Block>
-void wait(Done&& done, Block&& block) {
-  if (Pool* p = Pool::current()) {
-    p->wait(done, block);
-  } else if (!done()) {
-    block();
-  }
+bool wait(Done&& done, Block&& block, const Deadline& deadline = Deadline::forever()) {
+  if (Pool* p = Pool::current()) return p->wait(done, block, deadline);
+  if (!done()) block(deadline);
+  return done();
 }
 
 }  // namespace flowlane::sched

@@ -53,6 +53,8 @@ FL_VERSION_PATCH = 0
 FL_VERSION_HEX = 256
 FL_SUBMIT_NONBLOCKING = 1
 FL_COMM_UNORDERED = 1
+FL_WAIT_FOREVER = 18446744073709551615
+FL_INSTR_OUTCOME_HISTORY = 1024
 
 # --------------------------------------------------------------------------------------
 # Enumerations (name, members) in header order; each member is also a constant
@@ -111,6 +113,12 @@ FL_REDOP_SUM = 0
 FL_REDOP_PROD = 1
 FL_REDOP_MAX = 2
 FL_REDOP_MIN = 3
+FL_INSTR_PENDING = 0
+FL_INSTR_DONE = 1
+FL_INSTR_FAILED = 2
+FL_INSTR_SKIPPED = 3
+FL_INSTR_CANCELLED = 4
+FL_INSTR_COMPLETED = 5
 
 ENUMS: Tuple[Tuple[str, Tuple[Tuple[str, int], ...]], ...] = (
     ('fl_status', (
@@ -185,6 +193,14 @@ ENUMS: Tuple[Tuple[str, Tuple[Tuple[str, int], ...]], ...] = (
         ('FL_REDOP_MAX', 2),
         ('FL_REDOP_MIN', 3),
     )),
+    ('fl_instr_state', (
+        ('FL_INSTR_PENDING', 0),
+        ('FL_INSTR_DONE', 1),
+        ('FL_INSTR_FAILED', 2),
+        ('FL_INSTR_SKIPPED', 3),
+        ('FL_INSTR_CANCELLED', 4),
+        ('FL_INSTR_COMPLETED', 5),
+    )),
 )
 
 # --------------------------------------------------------------------------------------
@@ -198,7 +214,7 @@ STATUSES: Tuple[Tuple[str, int, str], ...] = (
     ('FL_ERR_NO_MEMORY', 4, 'out of memory'),
     ('FL_ERR_WOULD_BLOCK', 5, 'in-flight window full and FL_SUBMIT_NONBLOCKING given'),
     ('FL_ERR_EXHAUSTED', 6, 'every lane is held'),
-    ('FL_ERR_SHUTDOWN', 7, 'engine is being destroyed'),
+    ('FL_ERR_SHUTDOWN', 7, 'engine is being destroyed or was drained'),
     ('FL_ERR_INSTRUCTION_FAILED', 8, 'an instruction reported failure'),
     ('FL_ERR_DEPENDENCY_FAILED', 9, 'skipped: something it read was poisoned'),
     ('FL_ERR_CANCELLED', 10, 'cancelled'),
@@ -291,6 +307,10 @@ class fl_watchdog_desc(Structure):
 
 
 class fl_engine_stats(Structure):
+    pass
+
+
+class fl_task_group(Structure):
     pass
 
 
@@ -446,8 +466,12 @@ fl_engine_stats._fields_ = [
     ('window_stalls', c_uint64),
     ('steals', c_uint64),
     ('parks', c_uint64),
+    ('cancelled', c_uint64),
+    ('tasks', c_uint64),
 ]
 fl_engine_stats_t = fl_engine_stats
+fl_instr_state_t = c_uint
+fl_task_group_t = fl_task_group
 
 #: Structures with a body, in header order (the layout test compares them with C).
 RECORDS: Tuple[str, ...] = (
@@ -531,6 +555,19 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_trace_start': (fl_status_t, [POINTER(fl_engine_t), c_char_p]),
     'fl_trace_stop': (fl_status_t, [POINTER(fl_engine_t)]),
     'fl_engine_stats': (fl_status_t, [POINTER(fl_engine_t), POINTER(fl_engine_stats_t)]),
+    'fl_object_wait_for': (fl_status_t, [POINTER(fl_object_t), c_uint32, c_uint64]),
+    'fl_stream_synchronize_for': (fl_status_t, [POINTER(fl_stream_t), c_uint64]),
+    'fl_engine_synchronize_for': (fl_status_t, [POINTER(fl_engine_t), c_uint64]),
+    'fl_instr_query': (fl_status_t, [POINTER(fl_stream_t), fl_instr_id, POINTER(c_uint32)]),
+    'fl_instr_wait_for': (fl_status_t, [POINTER(fl_stream_t), fl_instr_id, c_uint64]),
+    'fl_instr_cancel': (fl_status_t, [POINTER(fl_stream_t), fl_instr_id]),
+    'fl_stream_cancel': (fl_status_t, [POINTER(fl_stream_t)]),
+    'fl_engine_cancel': (fl_status_t, [POINTER(fl_engine_t)]),
+    'fl_engine_drain': (fl_status_t, [POINTER(fl_engine_t), c_uint64]),
+    'fl_task_group_create': (fl_status_t, [POINTER(fl_engine_t), POINTER(POINTER(fl_task_group_t))]),
+    'fl_task_group_spawn': (fl_status_t, [POINTER(fl_task_group_t), fl_task_fn, c_void_p]),
+    'fl_task_group_wait': (fl_status_t, [POINTER(fl_task_group_t)]),
+    'fl_task_group_destroy': (fl_status_t, [POINTER(fl_task_group_t)]),
 }
 
 #: Parameter names of every function (for messages).
@@ -582,6 +619,19 @@ PARAMS: Dict[str, Tuple[str, ...]] = {
     'fl_trace_start': ('engine', 'path', ),
     'fl_trace_stop': ('engine', ),
     'fl_engine_stats': ('engine', 'out_stats', ),
+    'fl_object_wait_for': ('object', 'access', 'timeout_ns', ),
+    'fl_stream_synchronize_for': ('stream', 'timeout_ns', ),
+    'fl_engine_synchronize_for': ('engine', 'timeout_ns', ),
+    'fl_instr_query': ('stream', 'id', 'out_state', ),
+    'fl_instr_wait_for': ('stream', 'id', 'timeout_ns', ),
+    'fl_instr_cancel': ('stream', 'id', ),
+    'fl_stream_cancel': ('stream', ),
+    'fl_engine_cancel': ('engine', ),
+    'fl_engine_drain': ('engine', 'timeout_ns', ),
+    'fl_task_group_create': ('engine', 'out_group', ),
+    'fl_task_group_spawn': ('group', 'fn', 'user_data', ),
+    'fl_task_group_wait': ('group', ),
+    'fl_task_group_destroy': ('group', ),
 }
 
 #: Deprecated spellings: `#define old new` in the header (old name -> function).

@@ -55,7 +55,7 @@ extern "C" {
   X(FL_ERR_NO_MEMORY, 4, "out of memory")                                             \
   X(FL_ERR_WOULD_BLOCK, 5, "in-flight window full and FL_SUBMIT_NONBLOCKING given")  \
   X(FL_ERR_EXHAUSTED, 6, "every lane is held")                                        \
-  X(FL_ERR_SHUTDOWN, 7, "engine is being destroyed")                                  \
+  X(FL_ERR_SHUTDOWN, 7, "engine is being destroyed or was drained")                   \
   X(FL_ERR_INSTRUCTION_FAILED, 8, "an instruction reported failure")                  \
   X(FL_ERR_DEPENDENCY_FAILED, 9, "skipped: something it read was poisoned")           \
   X(FL_ERR_CANCELLED, 10, "cancelled")                                                \
@@ -502,11 +502,119 @@ typedef struct fl_engine_stats {
   uint64_t window_stalls;
   uint64_t steals;
   uint64_t parks;
+  uint64_t cancelled;  /* instructions cancelled before they started (counted in failed too) */
+  uint64_t tasks;      /* pool tasks run: lane batches, parallel_for chunks' helpers, task-graph
+                          nodes, task-group tasks (the pool's own measure of its work) */
 } fl_engine_stats_t;
-#define FL_ENGINE_STATS_INIT { sizeof(fl_engine_stats_t), 0, 0, 0, 0, 0, 0, 0 }
+#define FL_ENGINE_STATS_INIT { sizeof(fl_engine_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* METHOD: fl_engine_t — fills the counters; out->struct_size must be set by the caller. */
 FL_API fl_status_t fl_engine_stats(fl_engine_t* engine, fl_engine_stats_t* out_stats);
+
+/* ======================================================================== */
+/* Waits with a timeout, queries, cancel and drain                           */
+/* ======================================================================== */
+
+/* timeout_ns of the *_for calls: FL_WAIT_FOREVER waits like the call without _for; 0 polls
+   (answers at once). A wait that times out returns FL_ERR_TIMEOUT and changes nothing: no
+   failure is returned or consumed, and it can simply be repeated. */
+#define FL_WAIT_FOREVER UINT64_MAX
+
+/* METHOD: fl_object_t — fl_object_wait with a timeout (0 polls: the non-blocking query of
+   an object). Same results and rules, plus FL_ERR_TIMEOUT. */
+FL_API fl_status_t fl_object_wait_for(fl_object_t* object, uint32_t access, uint64_t timeout_ns);
+/* METHOD: fl_stream_t — fl_stream_synchronize with a timeout. Plus FL_ERR_TIMEOUT. */
+FL_API fl_status_t fl_stream_synchronize_for(fl_stream_t* stream, uint64_t timeout_ns);
+/* METHOD: fl_engine_t — fl_engine_synchronize with a timeout. Plus FL_ERR_TIMEOUT. */
+FL_API fl_status_t fl_engine_synchronize_for(fl_engine_t* engine, uint64_t timeout_ns);
+
+/* What became of a submitted instruction (fl_instr_query). */
+typedef enum fl_instr_state {
+  FL_INSTR_PENDING = 0,   /* not completed yet (queued, waiting for its inputs, or running) */
+  FL_INSTR_DONE = 1,      /* completed successfully */
+  FL_INSTR_FAILED = 2,    /* its callback or device work failed */
+  FL_INSTR_SKIPPED = 3,   /* not run: an input was poisoned by a failure */
+  FL_INSTR_CANCELLED = 4, /* not run: cancelled before it started (fl_instr_cancel, ...) */
+  FL_INSTR_COMPLETED = 5  /* completed, but too long ago for its outcome to be known: each
+                             stream remembers the outcome of its last
+                             FL_INSTR_OUTCOME_HISTORY failed, skipped or cancelled ones */
+} fl_instr_state_t;
+#define FL_INSTR_OUTCOME_HISTORY 1024
+
+/* METHOD: fl_stream_t
+   The state of instruction `id`, which must be one fl_submit_* returned for this stream
+   (an id of another stream is not detected and gives a meaningless answer). Never waits,
+   never counts as observing a failure. FL_ERR_INVALID_ARGUMENT: id 0 or not submitted to
+   this stream yet; FL_ERR_INVALID_HANDLE. */
+FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t* out_state);
+
+/* METHOD: fl_stream_t
+   Waits (up to timeout_ns; 0 polls) until instruction `id` of this stream completed, and
+   returns its outcome: FL_OK; its failure's status and message (FL_ERR_CANCELLED for a
+   cancelled one, FL_ERR_DEPENDENCY_FAILED for a skipped one), which then counts as returned
+   for synchronize, as with fl_object_wait; FL_OK also for a completion too old for its
+   outcome to be remembered (see FL_INSTR_COMPLETED); FL_ERR_TIMEOUT. From inside a
+   callback, waiting for an instruction of the caller's own lane submitted after the caller
+   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns). */
+FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns);
+
+/* METHOD: fl_stream_t
+   Cancels instruction `id` of this stream if it has not started when its lane reaches it:
+   it then fails with FL_ERR_CANCELLED without running, its cleanup runs, and instructions
+   that read what it writes are skipped, as after any failure. An instruction that starts
+   concurrently with the call runs normally: fl_instr_query / fl_instr_wait_for tell which
+   happened. FL_OK: the request is registered. FL_ERR_INVALID_ARGUMENT: `id` already
+   completed, or is 0 or not submitted to this stream yet. */
+FL_API fl_status_t fl_instr_cancel(fl_stream_t* stream, fl_instr_id id);
+/* METHOD: fl_stream_t — cancels, as fl_instr_cancel, every instruction submitted to this
+   stream before the call. */
+FL_API fl_status_t fl_stream_cancel(fl_stream_t* stream);
+/* METHOD: fl_engine_t — cancels, as fl_instr_cancel, every instruction submitted to the
+   engine before the call. */
+FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
+
+/* METHOD: fl_engine_t
+   Drains the engine without destroying it (NCCL's finalize, to destroy's free): from the
+   call on, submissions from threads of your own are refused with FL_ERR_SHUTDOWN (work
+   submitted by the engine's own callbacks is still accepted: it belongs to the work being
+   drained), and the call waits (up to timeout_ns) for every instruction to complete. Returns
+   what fl_engine_synchronize would, or FL_ERR_TIMEOUT (the engine stays draining; call again
+   to keep waiting). Waits, queries, stats and dumps keep working; fl_engine_destroy frees it.
+   Calling it again is allowed; from a callback of the engine it is refused
+   (FL_ERR_INVALID_ARGUMENT). */
+FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);
+
+/* ======================================================================== */
+/* Task groups: fork–join for recursive work (no stream ordering)            */
+/* ======================================================================== */
+
+/* A set of tasks that are waited for together, as tbb::task_group and rayon::scope: the
+   building block of recursive parallel algorithms (fib, quicksort, tree walks). Tasks run on
+   the engine's workers; a task may spawn more tasks into any group, including its own, and
+   wait for groups it created. A thread waiting for a group on one of the engine's workers
+   helps run tasks of its own (a callback's or task's) work meanwhile, never an unrelated
+   instruction, so a group can be used from inside instructions without deadlocking. */
+typedef struct fl_task_group fl_task_group_t;
+
+/* CONSTRUCTOR: fl_task_group_t — an empty group of `engine`. FL_ERR_INVALID_HANDLE,
+   FL_ERR_INVALID_ARGUMENT (NULL out_group), FL_ERR_SHUTDOWN, FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** out_group);
+/* METHOD: fl_task_group_t
+   Schedules fn(user_data) to run once on a worker. Never blocks. Once a task of the group
+   has failed (returned non-OK), tasks that have not started are skipped (fn not called).
+   FL_ERR_INVALID_HANDLE (group, or its engine destroyed), FL_ERR_INVALID_ARGUMENT (NULL fn),
+   FL_ERR_SHUTDOWN (the engine is being destroyed or drained), FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, void* user_data);
+/* METHOD: fl_task_group_t
+   Waits until every task spawned into the group (before or during the wait) has finished.
+   Returns FL_OK, or the first failure a task returned (the message names the status and,
+   when the task set one, the worker's last flowlane error), after which the group is empty
+   and usable again. */
+FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
+/* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
+   wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of
+   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). */
+FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -9,6 +9,7 @@ pub const FL_VERSION_MINOR: u32 = 1;
 pub const FL_VERSION_PATCH: u32 = 0;
 pub const FL_VERSION_HEX: u32 = 256;
 pub const FL_SUBMIT_NONBLOCKING: u32 = 1;
+pub const FL_INSTR_OUTCOME_HISTORY: u32 = 1024;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -2228,12 +2229,14 @@ pub struct fl_engine_stats {
     pub window_stalls: u64,
     pub steals: u64,
     pub parks: u64,
+    pub cancelled: u64,
+    pub tasks: u64,
 }
 #[test]
 fn bindgen_test_layout_fl_engine_stats() {
     assert_eq!(
         ::std::mem::size_of::<fl_engine_stats>(),
-        64usize,
+        80usize,
         concat!("Size of: ", stringify!(fl_engine_stats))
     );
     assert_eq!(
@@ -2385,6 +2388,42 @@ fn bindgen_test_layout_fl_engine_stats() {
         );
     }
     test_field_parks();
+    fn test_field_cancelled() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cancelled) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_engine_stats),
+                "::",
+                stringify!(cancelled)
+            )
+        );
+    }
+    test_field_cancelled();
+    fn test_field_tasks() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tasks) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_engine_stats),
+                "::",
+                stringify!(tasks)
+            )
+        );
+    }
+    test_field_tasks();
 }
 pub type fl_engine_stats_t = fl_engine_stats;
 extern "C" {
@@ -2392,4 +2431,76 @@ extern "C" {
         engine: *mut fl_engine_t,
         out_stats: *mut fl_engine_stats_t,
     ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_object_wait_for(
+        object: *mut fl_object_t,
+        access: u32,
+        timeout_ns: u64,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_stream_synchronize_for(stream: *mut fl_stream_t, timeout_ns: u64) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_engine_synchronize_for(engine: *mut fl_engine_t, timeout_ns: u64) -> fl_status_t;
+}
+pub const FL_INSTR_PENDING: fl_instr_state = 0;
+pub const FL_INSTR_DONE: fl_instr_state = 1;
+pub const FL_INSTR_FAILED: fl_instr_state = 2;
+pub const FL_INSTR_SKIPPED: fl_instr_state = 3;
+pub const FL_INSTR_CANCELLED: fl_instr_state = 4;
+pub const FL_INSTR_COMPLETED: fl_instr_state = 5;
+pub type fl_instr_state = ::std::os::raw::c_uint;
+pub use self::fl_instr_state as fl_instr_state_t;
+extern "C" {
+    pub fn fl_instr_query(
+        stream: *mut fl_stream_t,
+        id: fl_instr_id,
+        out_state: *mut u32,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_instr_wait_for(
+        stream: *mut fl_stream_t,
+        id: fl_instr_id,
+        timeout_ns: u64,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_instr_cancel(stream: *mut fl_stream_t, id: fl_instr_id) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_stream_cancel(stream: *mut fl_stream_t) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_engine_cancel(engine: *mut fl_engine_t) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_engine_drain(engine: *mut fl_engine_t, timeout_ns: u64) -> fl_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct fl_task_group {
+    _unused: [u8; 0],
+}
+pub type fl_task_group_t = fl_task_group;
+extern "C" {
+    pub fn fl_task_group_create(
+        engine: *mut fl_engine_t,
+        out_group: *mut *mut fl_task_group_t,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_task_group_spawn(
+        group: *mut fl_task_group_t,
+        fn_: fl_task_fn,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_task_group_wait(group: *mut fl_task_group_t) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_task_group_destroy(group: *mut fl_task_group_t) -> fl_status_t;
 }

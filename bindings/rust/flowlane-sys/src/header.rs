@@ -8,6 +8,8 @@ use super::*;
 
 /// `#define FL_COMM_UNORDERED` of the header (value 1).
 pub const FL_COMM_UNORDERED: u64 = 1;
+/// `#define FL_WAIT_FOREVER` of the header (value 18446744073709551615).
+pub const FL_WAIT_FOREVER: u64 = 18446744073709551615;
 
 /// `FL_STATUS_MAP`: (name, value, description) of every status, in order.
 pub const FL_STATUS_TABLE: &[(&str, fl_status_t, &str)] = &[
@@ -18,7 +20,7 @@ pub const FL_STATUS_TABLE: &[(&str, fl_status_t, &str)] = &[
     ("FL_ERR_NO_MEMORY", FL_ERR_NO_MEMORY, "out of memory"),
     ("FL_ERR_WOULD_BLOCK", FL_ERR_WOULD_BLOCK, "in-flight window full and FL_SUBMIT_NONBLOCKING given"),
     ("FL_ERR_EXHAUSTED", FL_ERR_EXHAUSTED, "every lane is held"),
-    ("FL_ERR_SHUTDOWN", FL_ERR_SHUTDOWN, "engine is being destroyed"),
+    ("FL_ERR_SHUTDOWN", FL_ERR_SHUTDOWN, "engine is being destroyed or was drained"),
     ("FL_ERR_INSTRUCTION_FAILED", FL_ERR_INSTRUCTION_FAILED, "an instruction reported failure"),
     ("FL_ERR_DEPENDENCY_FAILED", FL_ERR_DEPENDENCY_FAILED, "skipped: something it read was poisoned"),
     ("FL_ERR_CANCELLED", FL_ERR_CANCELLED, "cancelled"),
@@ -44,7 +46,7 @@ macro_rules! fl_error_statuses {
             (FL_ERR_NO_MEMORY, NoMemory, "out of memory"),
             (FL_ERR_WOULD_BLOCK, WouldBlock, "in-flight window full and FL_SUBMIT_NONBLOCKING given"),
             (FL_ERR_EXHAUSTED, Exhausted, "every lane is held"),
-            (FL_ERR_SHUTDOWN, Shutdown, "engine is being destroyed"),
+            (FL_ERR_SHUTDOWN, Shutdown, "engine is being destroyed or was drained"),
             (FL_ERR_INSTRUCTION_FAILED, InstructionFailed, "an instruction reported failure"),
             (FL_ERR_DEPENDENCY_FAILED, DependencyFailed, "skipped: something it read was poisoned"),
             (FL_ERR_CANCELLED, Cancelled, "cancelled"),

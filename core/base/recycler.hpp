@@ -1,0 +1,100 @@
+// Recycler<T>: a free list of T records for a type allocated and freed on hot paths
+// (instruction records, task-group tasks, task groups). Each thread keeps a cache; records
+// move between threads (one thread takes, another gives back) through a process-wide depot
+// in batches of kBatch, so the depot's mutex is taken once per kBatch records, never per
+// record, and steady-state use allocates nothing. A record keeps whatever it holds (vector
+// capacity, strings) across reuse: resetting it is the user's business.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/error.hpp"  // FL_TLS
+
+namespace flowlane {
+
+template <class T>
+class Recycler {
+ public:
+  static constexpr size_t kBatch = 128;
+
+  // A record from this thread's cache, the depot, or new (may throw std::bad_alloc).
+  static T* get() {
+    auto& c = cache().free;
+    if (c.empty()) {
+      Depot& d = depot();
+      std::lock_guard<std::mutex> lock(d.mu);
+      if (!d.batches.empty()) {
+        c.swap(d.batches.back());
+        d.batches.pop_back();
+      }
+    }
+    if (c.empty()) return new T();
+    T* x = c.back();
+    c.pop_back();
+    return x;
+  }
+
+  // Never throws (it runs on paths that have published state): out of memory, the record is
+  // freed instead of kept.
+  static void put(T* x) noexcept {
+    std::vector<T*>* c = nullptr;
+    try {
+      c = &cache().free;
+      c->push_back(x);
+    } catch (...) {
+      delete x;
+      return;
+    }
+    if (c->size() >= 2 * kBatch) {  // keep kBatch locally, give a batch away
+      try {
+        std::vector<T*> batch(c->end() - kBatch, c->end());
+        std::lock_guard<std::mutex> lock(depot().mu);
+        depot().batches.push_back(std::move(batch));
+        c->resize(c->size() - kBatch);
+      } catch (...) {
+        // Out of memory: the records stay in this thread's cache.
+      }
+    }
+  }
+
+ private:
+  struct Depot {
+    std::mutex mu;
+    std::vector<std::vector<T*>> batches;  // full batches of kBatch records
+  };
+  static Depot& depot() {
+    static Depot* d = new Depot();  // never destroyed: thread caches may flush at exit
+    return *d;
+  }
+
+  struct ThreadCache {
+    std::vector<T*> free;
+    ~ThreadCache() {  // thread exit: hand the records to the depot in batches
+      t_cache_ptr = nullptr;
+      while (free.size() >= kBatch) {
+        std::vector<T*> batch(free.end() - kBatch, free.end());
+        free.resize(free.size() - kBatch);
+        std::lock_guard<std::mutex> lock(depot().mu);
+        depot().batches.push_back(std::move(batch));
+      }
+      for (T* x : free) delete x;
+    }
+  };
+
+  // The fast path reads a trivial initial-exec pointer; the owning thread_local (whose
+  // destructor flushes the cache at thread exit) is touched only when a thread first
+  // allocates its cache.
+  static ThreadCache& cache() {
+    if (t_cache_ptr == nullptr) {
+      t_cache_owner = std::make_unique<ThreadCache>();
+      t_cache_ptr = t_cache_owner.get();
+    }
+    return *t_cache_ptr;
+  }
+  FL_TLS static inline thread_local ThreadCache* t_cache_ptr = nullptr;
+  static inline thread_local std::unique_ptr<ThreadCache> t_cache_owner;
+};
+
+}  // namespace flowlane

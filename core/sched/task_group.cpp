@@ -1,0 +1,92 @@
+// Task groups (sched/task_group.hpp).
+#include "sched/task_group.hpp"
+
+#include "base/error.hpp"
+#include "base/recycler.hpp"
+
+namespace flowlane::sched {
+
+namespace {
+// The groups whose tasks the calling thread is running, innermost first (a task that waits
+// helps run other tasks on top of itself).
+struct RunningFrame {
+  const TaskGroup* group;
+  RunningFrame* parent;
+};
+FL_TLS thread_local RunningFrame* t_running = nullptr;
+}  // namespace
+
+bool TaskGroup::inside_own_task() const {
+  for (RunningFrame* f = t_running; f != nullptr; f = f->parent)
+    if (f->group == this) return true;
+  return false;
+}
+
+struct TaskGroup::Item : Task {
+  TaskGroup* group = nullptr;
+  fl_task_fn fn = nullptr;
+  void* user_data = nullptr;
+};
+
+void TaskGroup::spawn(fl_task_fn fn, void* user_data) {
+  Item* item = Recycler<Item>::get();
+  item->run = &TaskGroup::run_item;
+  item->tag = kRegionTop;  // Pool::submit sets the caller's region
+  item->group = this;
+  item->fn = fn;
+  item->user_data = user_data;
+  // The unit is taken before the task can run (its drop is the task's last access).
+  latch_.add(1);
+  pool_->submit(item);
+}
+
+void TaskGroup::run_item(Task* t) {
+  auto* item = static_cast<Item*>(t);
+  TaskGroup* g = item->group;
+  fl_task_fn fn = item->fn;
+  void* ud = item->user_data;
+  Recycler<Item>::put(item);  // nothing of the item is used below
+  // Relaxed: a task started after the failure became visible is skipped; one racing with
+  // it may run, which is allowed (as in task graphs).
+  if (!g->failed_.load(std::memory_order_relaxed)) {
+    fl_status_t st;
+    RunningFrame frame{g, t_running};
+    t_running = &frame;
+    try {
+      st = fn(ud);
+    } catch (...) {  // a C task must not throw; a C++ one through the C API gets a status
+      st = FL_ERR_INTERNAL;
+    }
+    t_running = frame.parent;
+    if (st != FL_OK) {
+      g->failed_.store(true, std::memory_order_relaxed);
+      // The first failing task records its status and the worker's last flowlane error
+      // (what the task was told by the call that failed, if any); the waiter reads them
+      // after the latch (acquire), which the count_down below releases.
+      if (!g->recorded_.exchange(true, std::memory_order_relaxed)) {
+        g->status_ = st;
+        try {
+          g->message_ = last_error();
+        } catch (...) {
+          g->message_.clear();
+        }
+      }
+    }
+  }
+  g->latch_.count_down();  // the last access to the group: a waiter may free it now
+}
+
+fl_status_t TaskGroup::wait(std::string* message) {
+  latch_.wait();
+  latch_.rearm();
+  if (!recorded_.load(std::memory_order_relaxed)) return FL_OK;
+  fl_status_t st = status_;
+  if (message != nullptr) *message = message_;
+  status_ = FL_OK;
+  message_.clear();
+  recorded_.store(false, std::memory_order_relaxed);
+  failed_.store(false, std::memory_order_relaxed);
+  return st;
+}
+
+}  // namespace flowlane::sched

@@ -1,0 +1,60 @@
+// Task groups (fl_task_group_*): fork–join for recursive work, as tbb::task_group and
+// rayon::scope. spawn() hands a function to the pool; wait() waits until every task of the
+// group (including those its tasks spawn into it while it waits) has finished, helping with
+// tasks of the caller's own region meanwhile (sched::wait), and returns the first failure.
+//
+// Counting: `count_` holds one unit per spawned, unfinished task. A task's unit is dropped
+// by the task itself, after it ran (and after any spawn it made into the group, which took
+// its own unit first), so the count reaches zero only when the group is quiet. The count
+// word is the latch of sched/latch.hpp (a futex with a sleeper bit), reused after each wait.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "flowlane/flowlane.h"
+#include "sched/latch.hpp"
+#include "sched/pool.hpp"
+
+namespace flowlane::sched {
+
+class TaskGroup {
+ public:
+  TaskGroup() = default;
+  explicit TaskGroup(Pool& pool) : pool_(&pool) {}
+  TaskGroup(const TaskGroup&) = delete;
+  TaskGroup& operator=(const TaskGroup&) = delete;
+
+  // Binds a recycled group to a pool (the group must be idle).
+  void reset(Pool& pool) {
+    pool_ = &pool;
+    failed_.store(false, std::memory_order_relaxed);
+  }
+
+  // Schedules fn(user_data). May throw std::bad_alloc (nothing is scheduled then).
+  void spawn(fl_task_fn fn, void* user_data);
+
+  // Waits for every task; returns FL_OK or the first failure (its text in *message), and
+  // clears the failure so the group can be used again.
+  fl_status_t wait(std::string* message);
+
+  // No task is spawned and unfinished.
+  bool idle() const { return latch_.done(); }
+  // The calling thread is running a task of this group (maybe with other tasks, helped
+  // while it waits, on top): waiting for or destroying the group there would wait for itself.
+  bool inside_own_task() const;
+
+ private:
+  struct Item;
+  static void run_item(Task* t);
+
+  Pool* pool_ = nullptr;
+  Latch latch_{0};
+  std::atomic<bool> failed_{false};  // a task failed: unstarted ones are skipped
+  std::atomic<bool> recorded_{false};  // the first failure's status and text are set
+  fl_status_t status_ = FL_OK;       // written by the first failing task only
+  std::string message_;
+};
+
+}  // namespace flowlane::sched

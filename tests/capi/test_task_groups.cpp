@@ -1,0 +1,255 @@
+// Task groups through the public API: recursive algorithms (fib, quicksort, a tree walk),
+// failures, use from inside instructions, and every error path.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+using namespace fltest;
+
+fl_engine_t* g_engine = nullptr;  // the engine of the recursive helpers below
+
+// fib(n) with one task per call, as a program written against the C API would.
+struct Fib {
+  uint64_t n;
+  uint64_t result = 0;
+  static fl_status_t run(void* p) {
+    auto* self = static_cast<Fib*>(p);
+    if (self->n < 2) {
+      self->result = self->n;
+      return FL_OK;
+    }
+    Fib a{self->n - 1}, b{self->n - 2};
+    fl_task_group_t* g = nullptr;
+    fl_status_t st = fl_task_group_create(g_engine, &g);
+    if (st != FL_OK) return st;
+    if ((st = fl_task_group_spawn(g, &Fib::run, &a)) != FL_OK) return st;
+    fl_status_t mine = run(&b);  // the calling task does half the work itself
+    st = fl_task_group_wait(g);
+    fl_task_group_destroy(g);
+    if (mine != FL_OK) return mine;
+    self->result = a.result + b.result;
+    return st;
+  }
+};
+
+uint64_t fib_seq(uint64_t n) { return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2); }
+
+// Quicksort: partition, then sort both halves in parallel (small ranges sequentially).
+struct Sort {
+  int* lo;
+  int* hi;
+  static fl_status_t run(void* p) {
+    auto* s = static_cast<Sort*>(p);
+    if (s->hi - s->lo < 256) {
+      std::sort(s->lo, s->hi);
+      return FL_OK;
+    }
+    int pivot = s->lo[(s->hi - s->lo) / 2];
+    int* mid1 = std::partition(s->lo, s->hi, [pivot](int x) { return x < pivot; });
+    int* mid2 = std::partition(mid1, s->hi, [pivot](int x) { return x == pivot; });
+    Sort left{s->lo, mid1}, right{mid2, s->hi};
+    fl_task_group_t* g = nullptr;
+    if (fl_task_group_create(g_engine, &g) != FL_OK) return FL_ERR_INTERNAL;
+    fl_task_group_spawn(g, &Sort::run, &left);
+    fl_task_group_spawn(g, &Sort::run, &right);
+    fl_status_t st = fl_task_group_wait(g);
+    fl_task_group_destroy(g);
+    return st;
+  }
+};
+
+// A tree walk: sum of a complete binary tree's node values, one task per node, all in
+// one group (tasks spawn their children into the group they belong to).
+struct Tree {
+  fl_task_group_t* group;
+  std::atomic<uint64_t> sum{0};
+  uint32_t depth;
+  struct Node {
+    Tree* tree;
+    uint64_t index;  // heap numbering from 1
+    uint32_t level;
+  };
+  std::vector<std::unique_ptr<Node>> nodes;  // kept alive until the walk ends
+  std::atomic<size_t> next{0};
+  static fl_status_t visit(void* p) {
+    auto* n = static_cast<Node*>(p);
+    Tree* t = n->tree;
+    t->sum.fetch_add(n->index, std::memory_order_relaxed);
+    if (n->level + 1 < t->depth) {
+      for (uint64_t c = 0; c < 2; ++c) {
+        Node* child = t->nodes[t->next.fetch_add(1)].get();
+        *child = Node{t, n->index * 2 + c, n->level + 1};
+        fl_status_t st = fl_task_group_spawn(t->group, &Tree::visit, child);
+        if (st != FL_OK) return st;
+      }
+    }
+    return FL_OK;
+  }
+};
+
+class TaskGroups : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    d.num_workers = uint64_t(GetParam());
+    ASSERT_FL_OK(fl_engine_create(&d, &g_engine));
+  }
+  void TearDown() override { ASSERT_FL_OK(fl_engine_destroy(g_engine)); }
+};
+
+TEST_P(TaskGroups, FibWithOneTaskPerCall) {
+  const uint64_t n = fl_scaled(24, 16);
+  Fib root{n};
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(g_engine, &g));
+  ASSERT_FL_OK(fl_task_group_spawn(g, &Fib::run, &root));
+  ASSERT_FL_OK(fl_task_group_wait(g));
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+  EXPECT_EQ(root.result, fib_seq(n));
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_FL_OK(fl_engine_stats(g_engine, &st));
+  EXPECT_GE(st.tasks, fib_seq(n)) << "every task is counted";
+}
+
+TEST_P(TaskGroups, QuicksortSortsAndKeepsTheElements) {
+  std::vector<int> v(size_t(fl_scaled(200000, 20000)));
+  std::mt19937 rng(42);
+  for (int& x : v) x = int(rng() % 1000);
+  std::vector<int> expect = v;
+  std::sort(expect.begin(), expect.end());
+  Sort root{v.data(), v.data() + v.size()};
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(g_engine, &g));
+  ASSERT_FL_OK(fl_task_group_spawn(g, &Sort::run, &root));
+  ASSERT_FL_OK(fl_task_group_wait(g));
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+  EXPECT_EQ(v, expect);
+}
+
+TEST_P(TaskGroups, TreeWalkSpawnsIntoItsOwnGroupWhileItIsWaitedFor) {
+  Tree t;
+  t.depth = uint32_t(fl_scaled(14, 10));
+  const size_t count = (size_t(1) << t.depth) - 1;
+  for (size_t k = 0; k < count; ++k) t.nodes.push_back(std::make_unique<Tree::Node>());
+  ASSERT_FL_OK(fl_task_group_create(g_engine, &t.group));
+  Tree::Node* root = t.nodes[t.next.fetch_add(1)].get();
+  *root = Tree::Node{&t, 1, 0};
+  ASSERT_FL_OK(fl_task_group_spawn(t.group, &Tree::visit, root));
+  ASSERT_FL_OK(fl_task_group_wait(t.group));  // returns only once the whole tree was visited
+  EXPECT_EQ(t.next.load(), count);
+  EXPECT_EQ(t.sum.load(), uint64_t(count) * (count + 1) / 2);
+  ASSERT_FL_OK(fl_task_group_destroy(t.group));
+}
+
+TEST_P(TaskGroups, TheFirstFailureIsReturnedOnceAndTheGroupIsReusable) {
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(g_engine, &g));
+  std::atomic<int> ran{0};
+  auto fails = [](void*) -> fl_status_t { return FL_ERR_OUT_OF_RANGE; };
+  auto counts = [](void* p) -> fl_status_t {
+    ++*static_cast<std::atomic<int>*>(p);
+    return FL_OK;
+  };
+  ASSERT_FL_OK(fl_task_group_spawn(g, fails, nullptr));
+  for (int k = 0; k < 100; ++k) ASSERT_FL_OK(fl_task_group_spawn(g, counts, &ran));
+  EXPECT_FL_ERR(fl_task_group_wait(g), FL_ERR_OUT_OF_RANGE, "a task of the group failed with FL_ERR_OUT_OF_RANGE");
+  EXPECT_LE(ran.load(), 100);
+  ran = 0;
+  for (int k = 0; k < 10; ++k) ASSERT_FL_OK(fl_task_group_spawn(g, counts, &ran));
+  EXPECT_FL_OK(fl_task_group_wait(g));  // the failure was returned once; the group runs again
+  EXPECT_EQ(ran.load(), 10);
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, TaskGroups, ::testing::Values(1, 2, 4));
+
+TEST(TaskGroupsInInstructions, AGroupWaitedForInsideAnInstructionNeverDeadlocks) {
+  // One worker: the instruction's wait must not run other instructions on its stack (the
+  // second instruction waits for the first's output), and its group's tasks still run.
+  EngineFixture f(1, 4);
+  g_engine = f.engine;
+  fl_object_t* o = make_obj(f.engine);
+  std::atomic<uint64_t> result{0};
+  std::atomic<int> reader_status{-1};
+  submit(f.host(1), [&] {
+    Fib root{18};
+    fl_task_group_t* g = nullptr;
+    if (fl_task_group_create(f.engine, &g) != FL_OK) return FL_ERR_INTERNAL;
+    fl_task_group_spawn(g, &Fib::run, &root);
+    fl_status_t st = fl_task_group_wait(g);
+    fl_task_group_destroy(g);
+    result = root.result;
+    return st;
+  }, {W(o)}, "computes");
+  submit(f.host(2), [&] {
+    reader_status = fl_object_wait(o, FL_READ);  // waits for 'computes' (another lane)
+    return FL_OK;
+  }, {}, "waits");
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(result.load(), fib_seq(18));
+  EXPECT_EQ(reader_status.load(), FL_OK);
+  fl_object_release(o);
+}
+
+TEST(TaskGroupErrors, EveryCallChecksItsArguments) {
+  EngineFixture f(2);
+  fl_task_group_t* g = nullptr;
+  EXPECT_FL_ERR(fl_task_group_create(nullptr, &g), FL_ERR_INVALID_HANDLE, "engine is NULL");
+  EXPECT_FL_ERR(fl_task_group_create(f.engine, nullptr), FL_ERR_INVALID_ARGUMENT, "out_group is NULL");
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  EXPECT_FL_ERR(fl_task_group_spawn(g, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "fn is NULL");
+  EXPECT_FL_ERR(fl_task_group_spawn(nullptr, [](void*) { return FL_OK; }, nullptr), FL_ERR_INVALID_HANDLE,
+                "group is NULL");
+  EXPECT_FL_ERR(fl_task_group_wait(reinterpret_cast<fl_task_group_t*>(f.engine)), FL_ERR_INVALID_HANDLE,
+                "an engine handle");
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+  EXPECT_FL_ERR(fl_task_group_wait(g), FL_ERR_INVALID_HANDLE, "stale");
+  EXPECT_FL_ERR(fl_task_group_destroy(g), FL_ERR_INVALID_HANDLE, "stale");
+  EXPECT_FL_OK(fl_task_group_destroy(nullptr));
+}
+
+TEST(TaskGroupErrors, WaitingForOrDestroyingAGroupFromItsOwnTaskIsRefused) {
+  EngineFixture f(2);
+  struct Ctx {
+    fl_task_group_t* g;
+    std::atomic<int> wait_st{-1}, destroy_st{-1};
+  } c;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
+  ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void* p) {
+    auto* c = static_cast<Ctx*>(p);
+    c->wait_st = fl_task_group_wait(c->g);
+    c->destroy_st = fl_task_group_destroy(c->g);
+    return FL_OK;
+  }, &c));
+  ASSERT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_EQ(c.wait_st.load(), FL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(c.destroy_st.load(), FL_ERR_INVALID_ARGUMENT);
+  ASSERT_FL_OK(fl_task_group_destroy(c.g));
+}
+
+TEST(TaskGroupErrors, AGroupOutlivingItsEngineRefusesSpawnsAndCanBeDestroyed) {
+  fl_engine_t* e = nullptr;
+  ASSERT_FL_OK(fl_engine_create(nullptr, &e));
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(e, &g));
+  std::atomic<int> ran{0};
+  for (int k = 0; k < 1000; ++k)
+    ASSERT_FL_OK(fl_task_group_spawn(g, [](void* p) {
+      ++*static_cast<std::atomic<int>*>(p);
+      return FL_OK;
+    }, &ran));
+  ASSERT_FL_OK(fl_engine_destroy(e));  // the group's tasks finish first
+  EXPECT_EQ(ran.load(), 1000);
+  EXPECT_FL_ERR(fl_task_group_spawn(g, [](void*) { return FL_OK; }, nullptr), FL_ERR_INVALID_HANDLE, "engine");
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+}
+
+}  // namespace

@@ -1,0 +1,236 @@
+// Timed waits, instruction queries by id, cancel and drain (public API only).
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+using namespace fltest;
+using std::chrono::milliseconds;
+
+constexpr uint64_t kMs = 1'000'000;  // nanoseconds
+
+bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
+
+// A gate held by the test: instructions behind it stay pending until it opens.
+struct Held {
+  Gate gate;
+  fl_instr_id id = 0;
+  Held(fl_stream_t* s, fl_object_t* w) {
+    id = submit(s, [this] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(w)}, "held");
+  }
+};
+
+TEST(TimedWaits, ReturnTimeoutWhileWorkIsPendingAndConsumeNothing) {
+  EngineFixture f(2);
+  fl_object_t* o = make_obj(f.engine);
+  Held held(f.host(1), o);
+  auto t0 = Clock::now();
+  EXPECT_FL_ERR(fl_object_wait_for(o, FL_READ, 30 * kMs), FL_ERR_TIMEOUT, "timed out");
+  EXPECT_GE(Clock::now() - t0, milliseconds(30)) << "returned before its timeout";
+  EXPECT_FL_ERR(fl_object_wait_for(o, FL_READ, 0), FL_ERR_TIMEOUT, "'held'");  // 0 polls
+  EXPECT_FL_ERR(fl_stream_synchronize_for(f.host(1), 0), FL_ERR_TIMEOUT, "has completed 0 of the 1");
+  t0 = Clock::now();
+  EXPECT_FL_ERR(fl_engine_synchronize_for(f.engine, 20 * kMs), FL_ERR_TIMEOUT, "timed out");
+  EXPECT_GE(Clock::now() - t0, milliseconds(20));
+  EXPECT_FL_ERR(fl_instr_wait_for(f.host(1), held.id, 0), FL_ERR_TIMEOUT, "has not completed");
+  held.gate.open = true;
+  EXPECT_FL_OK(fl_object_wait_for(o, FL_READ, FL_WAIT_FOREVER));
+  EXPECT_FL_OK(fl_stream_synchronize_for(f.host(1), 0));
+  EXPECT_FL_OK(fl_engine_synchronize_for(f.engine, 0));
+  fl_object_release(o);
+}
+
+TEST(TimedWaits, ATimedOutWaitLeavesTheFailureToTheNextWait) {
+  EngineFixture f(2);
+  fl_object_t* o = make_obj(f.engine);
+  Gate gate;
+  submit(f.host(1), [&] {
+    if (!gate.wait()) return FL_ERR_TIMEOUT;
+    return FL_ERR_INSTRUCTION_FAILED;
+  }, {W(o)}, "fails_later");
+  EXPECT_EQ(fl_engine_synchronize_for(f.engine, 5 * kMs), FL_ERR_TIMEOUT);
+  gate.open = true;
+  EXPECT_FL_ERR(fl_engine_synchronize_for(f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'fails_later'");
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));  // returned once
+  fl_object_release(o);
+}
+
+TEST(TimedWaits, ErrorPaths) {
+  EngineFixture f(1);
+  fl_object_t* o = make_obj(f.engine);
+  EXPECT_FL_ERR(fl_object_wait_for(nullptr, FL_READ, 0), FL_ERR_INVALID_HANDLE, "NULL");
+  EXPECT_FL_ERR(fl_object_wait_for(o, 7, 0), FL_ERR_INVALID_ARGUMENT, "fl_object_wait_for: access 7");
+  EXPECT_FL_ERR(fl_stream_synchronize_for(nullptr, 0), FL_ERR_INVALID_HANDLE, "stream");
+  EXPECT_FL_ERR(fl_engine_synchronize_for(nullptr, 0), FL_ERR_INVALID_HANDLE, "engine");
+  EXPECT_FL_ERR(fl_engine_synchronize_for(reinterpret_cast<fl_engine_t*>(o), 0), FL_ERR_INVALID_HANDLE,
+                "an object handle");
+  fl_object_release(o);
+}
+
+TEST(InstrQueries, StateFollowsTheInstructionAndWaitReturnsItsOutcome) {
+  EngineFixture f(2);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s = f.host(1);
+  Held held(s, o);
+  fl_instr_id ok = submit(s, [] { return FL_OK; }, {}, "ok");
+  fl_instr_id bad = submit(s, [] { return FL_ERR_INSTRUCTION_FAILED; }, {W(o)}, "bad");
+  fl_instr_id dep = submit(f.host(2), [] { return FL_OK; }, {R(o)}, "dep");
+  uint32_t state = 99;
+  ASSERT_FL_OK(fl_instr_query(s, ok, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_PENDING));
+  held.gate.open = true;
+  EXPECT_FL_OK(fl_instr_wait_for(s, ok, FL_WAIT_FOREVER));
+  ASSERT_FL_OK(fl_instr_query(s, ok, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_DONE));
+  EXPECT_FL_ERR(fl_instr_wait_for(f.host(2), dep, FL_WAIT_FOREVER), FL_ERR_DEPENDENCY_FAILED, "'bad'");
+  ASSERT_FL_OK(fl_instr_query(f.host(2), dep, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_SKIPPED));
+  ASSERT_FL_OK(fl_instr_query(s, bad, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_FAILED));
+  // The outcome is reported again (a query by id is not consumed) ...
+  EXPECT_FL_ERR(fl_instr_wait_for(s, bad, 0), FL_ERR_INSTRUCTION_FAILED, "'bad'");
+  // ... and observing it counted as returning the failure: synchronize has nothing left.
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  fl_object_release(o);
+}
+
+TEST(InstrQueries, ErrorPaths) {
+  EngineFixture f(1);
+  fl_stream_t* s = f.host(0);
+  fl_instr_id id = submit(s, [] { return FL_OK; });
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  uint32_t state = 0;
+  EXPECT_FL_ERR(fl_instr_query(s, 0, &state), FL_ERR_INVALID_ARGUMENT, "#0 was not submitted");
+  EXPECT_FL_ERR(fl_instr_query(s, id + 1000, &state), FL_ERR_INVALID_ARGUMENT, "not submitted to this stream");
+  EXPECT_FL_ERR(fl_instr_query(s, id, nullptr), FL_ERR_INVALID_ARGUMENT, "out_state is NULL");
+  EXPECT_FL_ERR(fl_instr_query(nullptr, id, &state), FL_ERR_INVALID_HANDLE, "stream is NULL");
+  EXPECT_FL_ERR(fl_instr_wait_for(s, id + 1000, 0), FL_ERR_INVALID_ARGUMENT, "not submitted");
+  EXPECT_FL_ERR(fl_instr_cancel(s, id), FL_ERR_INVALID_ARGUMENT, "already completed");
+  EXPECT_FL_ERR(fl_instr_cancel(s, 0), FL_ERR_INVALID_ARGUMENT, "not submitted");
+  EXPECT_FL_ERR(fl_stream_cancel(nullptr), FL_ERR_INVALID_HANDLE, "stream");
+  EXPECT_FL_ERR(fl_engine_cancel(nullptr), FL_ERR_INVALID_HANDLE, "engine");
+  EXPECT_FL_ERR(fl_engine_drain(nullptr, 0), FL_ERR_INVALID_HANDLE, "engine");
+}
+
+TEST(InstrQueries, WaitingForWorkQueuedBehindTheCallerIsRefused) {
+  EngineFixture f(2);
+  fl_stream_t* s = f.host(1);
+  Gate later_submitted;
+  std::atomic<fl_instr_id> later{0};
+  std::atomic<int> st{-1};
+  submit(s, [&] {
+    if (!later_submitted.wait()) return FL_ERR_TIMEOUT;
+    st = fl_instr_wait_for(s, later.load(), FL_WAIT_FOREVER);
+    return FL_OK;
+  });
+  later = submit(s, [] { return FL_OK; });
+  later_submitted.open = true;
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(st.load(), FL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Cancel, AQueuedInstructionIsCancelledItsReadersSkippedItsCleanupRun) {
+  EngineFixture f(2);
+  fl_object_t* gate_obj = make_obj(f.engine);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s = f.host(1);
+  Held held(s, gate_obj);
+  std::atomic<int> ran{0};
+  fl_instr_id victim = submit(s, [&] { ++ran; return FL_OK; }, {W(o)}, "victim");
+  fl_instr_id reader = submit(f.host(2), [&] { ++ran; return FL_OK; }, {R(o)}, "reader");
+  fl_instr_id other = submit(s, [&] { ran += 10; return FL_OK; }, {}, "other");
+  ASSERT_FL_OK(fl_instr_cancel(s, victim));
+  held.gate.open = true;
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_CANCELLED,
+                "'victim' (#" + std::to_string(victim) + ", lane 1, host) failed: cancelled before it started");
+  EXPECT_TRUE(contains(fl_last_error_message(), "1 instruction that depended on it was skipped"))
+      << fl_last_error_message();
+  EXPECT_EQ(ran.load(), 10) << "only 'other' ran";
+  uint32_t state = 0;
+  ASSERT_FL_OK(fl_instr_query(s, victim, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_CANCELLED));
+  ASSERT_FL_OK(fl_instr_query(f.host(2), reader, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_SKIPPED));
+  ASSERT_FL_OK(fl_instr_query(s, other, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_DONE));
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.cancelled, 1u);
+  // The cleanups of the cancelled and the skipped instruction ran (Closure frees itself in
+  // its cleanup: ASan would report a leak otherwise).
+  fl_object_release(o);
+  fl_object_release(gate_obj);
+}
+
+TEST(Cancel, StreamAndEngineCancelEveryInstructionNotStarted) {
+  EngineFixture f(2);
+  fl_object_t* g = make_obj(f.engine);
+  Held held(f.host(1), g);
+  std::atomic<int> ran{0};
+  const int n = 50;
+  for (int k = 0; k < n; ++k) submit(f.host(1), [&] { ++ran; return FL_OK; });
+  Held held2(f.host(2), g);
+  for (int k = 0; k < n; ++k) submit(f.host(2), [&] { ++ran; return FL_OK; });
+  ASSERT_FL_OK(fl_stream_cancel(f.host(1)));
+  ASSERT_FL_OK(fl_engine_cancel(f.engine));  // lane 2 too ('held2' waits for lane 1's 'held')
+  held.gate.open = true;
+  held2.gate.open = true;
+  (void)fl_engine_synchronize(f.engine);
+  while (fl_engine_synchronize(f.engine) != FL_OK) {
+  }
+  EXPECT_EQ(ran.load(), 0);
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.cancelled, uint64_t(2 * n + 1)) << "every queued instruction and 'held2' (not started)";
+  // Work submitted after the cancel runs.
+  submit(f.host(1), [&] { ++ran; return FL_OK; });
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(ran.load(), 1);
+  fl_object_release(g);
+}
+
+TEST(Drain, RefusesNewWorkWaitsForTheOldAndLeavesTheEngineQueryable) {
+  EngineFixture f(2);
+  fl_object_t* o = make_obj(f.engine);
+  Gate gate;
+  std::atomic<int> followups{0};
+  fl_stream_t* s1 = f.host(1);
+  submit(s1, [&] {
+    if (!gate.wait()) return FL_ERR_TIMEOUT;
+    // A callback of the draining work may still submit: it is part of that work.
+    submit(s1, [&] { ++followups; return FL_OK; }, {}, "followup");
+    return FL_ERR_INSTRUCTION_FAILED;
+  }, {W(o)}, "drained_work");
+  EXPECT_FL_ERR(fl_engine_drain(f.engine, 10 * kMs), FL_ERR_TIMEOUT, "timed out");
+  EXPECT_FL_ERR(fl_submit_host(s1, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "NULL");
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
+  EXPECT_FL_ERR(fl_submit_host(s1, &in, nullptr), FL_ERR_SHUTDOWN, "drained");
+  gate.open = true;
+  EXPECT_FL_ERR(fl_engine_drain(f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'drained_work'");
+  EXPECT_FL_OK(fl_engine_drain(f.engine, FL_WAIT_FOREVER));  // again: nothing left
+  EXPECT_EQ(followups.load(), 1);
+  EXPECT_EQ(fl_object_wait(o, FL_WRITE), FL_ERR_INSTRUCTION_FAILED) << "the poison is still observable";
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  EXPECT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.in_flight, 0u);
+  fl_object_release(o);
+}
+
+TEST(Drain, FromACallbackIsRefused) {
+  EngineFixture f(2);
+  std::atomic<int> st{-1};
+  submit(f.host(0), [&] {
+    st = fl_engine_drain(f.engine, 0);
+    return FL_OK;
+  });
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(st.load(), FL_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace
