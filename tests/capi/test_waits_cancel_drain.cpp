@@ -19,9 +19,16 @@ bool contains(const std::string& s, const std::string& frag) { return s.find(fra
 // A gate held by the test: instructions behind it stay pending until it opens.
 struct Held {
   Gate gate;
+  std::atomic<bool> started{false};
   fl_instr_id id = 0;
   Held(fl_stream_t* s, fl_object_t* w) {
-    id = submit(s, [this] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(w)}, "held");
+    id = submit(s, [this] {
+      started = true;
+      return gate.wait() ? FL_OK : FL_ERR_TIMEOUT;
+    }, {W(w)}, "held");
+  }
+  void wait_started() const {
+    while (!started.load()) std::this_thread::yield();
   }
 };
 
@@ -144,6 +151,7 @@ TEST(Cancel, AQueuedInstructionIsCancelledItsReadersSkippedItsCleanupRun) {
   fl_instr_id victim = submit(s, [&] { ++ran; return FL_OK; }, {W(o)}, "victim");
   fl_instr_id reader = submit(f.host(2), [&] { ++ran; return FL_OK; }, {R(o)}, "reader");
   fl_instr_id other = submit(s, [&] { ran += 10; return FL_OK; }, {}, "other");
+  held.wait_started();
   ASSERT_FL_OK(fl_instr_cancel(s, victim));
   held.gate.open = true;
   EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_CANCELLED,
@@ -176,6 +184,7 @@ TEST(Cancel, StreamAndEngineCancelEveryInstructionNotStarted) {
   for (int k = 0; k < n; ++k) submit(f.host(1), [&] { ++ran; return FL_OK; });
   Held held2(f.host(2), g);
   for (int k = 0; k < n; ++k) submit(f.host(2), [&] { ++ran; return FL_OK; });
+  held.wait_started();  // running: a cancel no longer applies to it
   ASSERT_FL_OK(fl_stream_cancel(f.host(1)));
   ASSERT_FL_OK(fl_engine_cancel(f.engine));  // lane 2 too ('held2' waits for lane 1's 'held')
   held.gate.open = true;
