@@ -139,17 +139,24 @@ class HandleTable {
   // type, bound to the first instance that asks (the C API has one instance per type;
   // another instance of the same type, as in tests, goes through the locked list).
   ThreadCache* thread_cache() {
-    static thread_local ThreadCache tc;
-    if (tc.table == nullptr) {
-      try {
-        tc.free.reserve(kThreadCacheSize);
-      } catch (...) {
-        return nullptr;  // out of memory: the locked list works without a cache
-      }
-      tc.table = this;
-    }
-    return tc.table == this ? &tc : nullptr;
+    // The fast path reads a trivial thread-local pointer; the owning thread_local (whose
+    // destructor gives the slots back) is touched only the first time.
+    ThreadCache* tc = t_cache;
+    if (__builtin_expect(tc == nullptr, 0)) tc = make_thread_cache();
+    return tc != nullptr && tc->table == this ? tc : nullptr;
   }
+  [[gnu::cold]] ThreadCache* make_thread_cache() {
+    static thread_local ThreadCache owner;
+    try {
+      owner.free.reserve(kThreadCacheSize);
+    } catch (...) {
+      return nullptr;  // out of memory: the locked list works without a cache
+    }
+    owner.table = this;
+    t_cache = &owner;
+    return t_cache;
+  }
+  __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadCache* t_cache = nullptr;
 
   const uint32_t max_gen_;
   mutable std::mutex mu_;

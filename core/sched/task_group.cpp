@@ -17,9 +17,10 @@ FL_TLS thread_local RunningFrame* t_running = nullptr;
 }  // namespace
 
 bool TaskGroup::inside_own_task() const {
-  for (RunningFrame* f = t_running; f != nullptr; f = f->parent)
-    if (f->group == this) return true;
-  return false;
+  // The innermost task only: a task waiting (directly) for its own group. Deeper nesting —
+  // a task of this group waiting for another group whose task, run on top of it while it
+  // helps, waits for this group — is a cycle of waits the program made.
+  return t_running != nullptr && t_running->group == this;
 }
 
 struct TaskGroup::Item : Task {

@@ -41,8 +41,8 @@ class TaskGroup {
 
   // No task is spawned and unfinished.
   bool idle() const { return latch_.done(); }
-  // The calling thread is running a task of this group (maybe with other tasks, helped
-  // while it waits, on top): waiting for or destroying the group there would wait for itself.
+  // The calling thread's innermost running task is one of this group's: waiting for or
+  // destroying the group there would wait for itself.
   bool inside_own_task() const;
 
  private:
