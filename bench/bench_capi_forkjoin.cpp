@@ -69,7 +69,7 @@ fl_status_t fib_task(void* p) {
   fl_task_group_t* g;
   fl_status_t st = fl_task_group_create(engine(), &g);
   if (st != FL_OK) return st;
-  st = fl_task_group_spawn(g, &fib_task, &a);
+  st = fl_task_group_spawn(g, &fib_task, &a, nullptr);
   if (st == FL_OK) st = fib_task(&b);
   fl_status_t w = fl_task_group_wait(g);
   fl_task_group_destroy(g);
@@ -86,7 +86,7 @@ void BM_FibTaskGroupFlowlane(benchmark::State& state) {
   check(fl_task_group_create(engine(), &root), "fl_task_group_create");
   for (auto _ : state) {
     Fib f{n, 0};
-    check(fl_task_group_spawn(root, &fib_task, &f), "fl_task_group_spawn");
+    check(fl_task_group_spawn(root, &fib_task, &f, nullptr), "fl_task_group_spawn");
     check(fl_task_group_wait(root), "fl_task_group_wait");
     if (f.result != expect) state.SkipWithError("wrong result");
   }

@@ -147,7 +147,8 @@ FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** o
   });
 }
 
-FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, void* user_data) {
+FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, void* user_data,
+                                       fl_release_fn cleanup) {
   return guard([&]() -> fl_status_t {
     GroupBox* g = group_from(group, "fl_task_group_spawn");
     if (fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_task_group_spawn: fn is NULL");
@@ -155,7 +156,7 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine is being destroyed");
     if (e->draining() && !core::in_any_engine_context())
       fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine was drained (fl_engine_drain)");
-    g->group.spawn(fn, user_data);
+    g->group.spawn(fn, user_data, cleanup);
     return FL_OK;
   });
 }

@@ -27,15 +27,17 @@ struct TaskGroup::Item : Task {
   TaskGroup* group = nullptr;
   fl_task_fn fn = nullptr;
   void* user_data = nullptr;
+  fl_release_fn cleanup = nullptr;
 };
 
-void TaskGroup::spawn(fl_task_fn fn, void* user_data) {
+void TaskGroup::spawn(fl_task_fn fn, void* user_data, fl_release_fn cleanup) {
   Item* item = Recycler<Item>::get();
   item->run = &TaskGroup::run_item;
   item->tag = kRegionTop;  // Pool::submit sets the caller's region
   item->group = this;
   item->fn = fn;
   item->user_data = user_data;
+  item->cleanup = cleanup;
   // The unit is taken before the task can run (its drop is the task's last access).
   latch_.add(1);
   pool_->submit(item);
@@ -46,6 +48,7 @@ void TaskGroup::run_item(Task* t) {
   TaskGroup* g = item->group;
   fl_task_fn fn = item->fn;
   void* ud = item->user_data;
+  fl_release_fn cleanup = item->cleanup;
   Recycler<Item>::put(item);  // nothing of the item is used below
   // Relaxed: a task started after the failure became visible is skipped; one racing with
   // it may run, which is allowed (as in task graphs).
@@ -72,6 +75,13 @@ void TaskGroup::run_item(Task* t) {
           g->message_.clear();
         }
       }
+    }
+  }
+  if (cleanup != nullptr) {
+    try {
+      cleanup(ud);
+    } catch (...) {
+      // A cleanup must not throw; the task's result stands.
     }
   }
   g->latch_.count_down();  // the last access to the group: a waiter may free it now

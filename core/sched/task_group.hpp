@@ -32,8 +32,9 @@ class TaskGroup {
     failed_.store(false, std::memory_order_relaxed);
   }
 
-  // Schedules fn(user_data). May throw std::bad_alloc (nothing is scheduled then).
-  void spawn(fl_task_fn fn, void* user_data);
+  // Schedules fn(user_data); cleanup(user_data) (may be null) runs once after fn ran or
+  // was skipped. May throw std::bad_alloc (nothing is scheduled then).
+  void spawn(fl_task_fn fn, void* user_data, fl_release_fn cleanup);
 
   // Waits for every task; returns FL_OK or the first failure (its text in *message), and
   // clears the failure so the group can be used again.

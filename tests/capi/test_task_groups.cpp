@@ -29,7 +29,7 @@ struct Fib {
     fl_task_group_t* g = nullptr;
     fl_status_t st = fl_task_group_create(g_engine, &g);
     if (st != FL_OK) return st;
-    if ((st = fl_task_group_spawn(g, &Fib::run, &a)) != FL_OK) return st;
+    if ((st = fl_task_group_spawn(g, &Fib::run, &a, nullptr)) != FL_OK) return st;
     fl_status_t mine = run(&b);  // the calling task does half the work itself
     st = fl_task_group_wait(g);
     fl_task_group_destroy(g);
@@ -57,8 +57,8 @@ struct Sort {
     Sort left{s->lo, mid1}, right{mid2, s->hi};
     fl_task_group_t* g = nullptr;
     if (fl_task_group_create(g_engine, &g) != FL_OK) return FL_ERR_INTERNAL;
-    fl_task_group_spawn(g, &Sort::run, &left);
-    fl_task_group_spawn(g, &Sort::run, &right);
+    fl_task_group_spawn(g, &Sort::run, &left, nullptr);
+    fl_task_group_spawn(g, &Sort::run, &right, nullptr);
     fl_status_t st = fl_task_group_wait(g);
     fl_task_group_destroy(g);
     return st;
@@ -86,7 +86,7 @@ struct Tree {
       for (uint64_t c = 0; c < 2; ++c) {
         Node* child = t->nodes[t->next.fetch_add(1)].get();
         *child = Node{t, n->index * 2 + c, n->level + 1};
-        fl_status_t st = fl_task_group_spawn(t->group, &Tree::visit, child);
+        fl_status_t st = fl_task_group_spawn(t->group, &Tree::visit, child, nullptr);
         if (st != FL_OK) return st;
       }
     }
@@ -109,7 +109,7 @@ TEST_P(TaskGroups, FibWithOneTaskPerCall) {
   Fib root{n};
   fl_task_group_t* g = nullptr;
   ASSERT_FL_OK(fl_task_group_create(g_engine, &g));
-  ASSERT_FL_OK(fl_task_group_spawn(g, &Fib::run, &root));
+  ASSERT_FL_OK(fl_task_group_spawn(g, &Fib::run, &root, nullptr));
   ASSERT_FL_OK(fl_task_group_wait(g));
   ASSERT_FL_OK(fl_task_group_destroy(g));
   EXPECT_EQ(root.result, fib_seq(n));
@@ -127,7 +127,7 @@ TEST_P(TaskGroups, QuicksortSortsAndKeepsTheElements) {
   Sort root{v.data(), v.data() + v.size()};
   fl_task_group_t* g = nullptr;
   ASSERT_FL_OK(fl_task_group_create(g_engine, &g));
-  ASSERT_FL_OK(fl_task_group_spawn(g, &Sort::run, &root));
+  ASSERT_FL_OK(fl_task_group_spawn(g, &Sort::run, &root, nullptr));
   ASSERT_FL_OK(fl_task_group_wait(g));
   ASSERT_FL_OK(fl_task_group_destroy(g));
   EXPECT_EQ(v, expect);
@@ -141,7 +141,7 @@ TEST_P(TaskGroups, TreeWalkSpawnsIntoItsOwnGroupWhileItIsWaitedFor) {
   ASSERT_FL_OK(fl_task_group_create(g_engine, &t.group));
   Tree::Node* root = t.nodes[t.next.fetch_add(1)].get();
   *root = Tree::Node{&t, 1, 0};
-  ASSERT_FL_OK(fl_task_group_spawn(t.group, &Tree::visit, root));
+  ASSERT_FL_OK(fl_task_group_spawn(t.group, &Tree::visit, root, nullptr));
   ASSERT_FL_OK(fl_task_group_wait(t.group));  // returns only once the whole tree was visited
   EXPECT_EQ(t.next.load(), count);
   EXPECT_EQ(t.sum.load(), uint64_t(count) * (count + 1) / 2);
@@ -157,12 +157,12 @@ TEST_P(TaskGroups, TheFirstFailureIsReturnedOnceAndTheGroupIsReusable) {
     ++*static_cast<std::atomic<int>*>(p);
     return FL_OK;
   };
-  ASSERT_FL_OK(fl_task_group_spawn(g, fails, nullptr));
-  for (int k = 0; k < 100; ++k) ASSERT_FL_OK(fl_task_group_spawn(g, counts, &ran));
+  ASSERT_FL_OK(fl_task_group_spawn(g, fails, nullptr, nullptr));
+  for (int k = 0; k < 100; ++k) ASSERT_FL_OK(fl_task_group_spawn(g, counts, &ran, nullptr));
   EXPECT_FL_ERR(fl_task_group_wait(g), FL_ERR_OUT_OF_RANGE, "a task of the group failed with FL_ERR_OUT_OF_RANGE");
   EXPECT_LE(ran.load(), 100);
   ran = 0;
-  for (int k = 0; k < 10; ++k) ASSERT_FL_OK(fl_task_group_spawn(g, counts, &ran));
+  for (int k = 0; k < 10; ++k) ASSERT_FL_OK(fl_task_group_spawn(g, counts, &ran, nullptr));
   EXPECT_FL_OK(fl_task_group_wait(g));  // the failure was returned once; the group runs again
   EXPECT_EQ(ran.load(), 10);
   ASSERT_FL_OK(fl_task_group_destroy(g));
@@ -182,7 +182,7 @@ TEST(TaskGroupsInInstructions, AGroupWaitedForInsideAnInstructionNeverDeadlocks)
     Fib root{18};
     fl_task_group_t* g = nullptr;
     if (fl_task_group_create(f.engine, &g) != FL_OK) return FL_ERR_INTERNAL;
-    fl_task_group_spawn(g, &Fib::run, &root);
+    fl_task_group_spawn(g, &Fib::run, &root, nullptr);
     fl_status_t st = fl_task_group_wait(g);
     fl_task_group_destroy(g);
     result = root.result;
@@ -204,8 +204,8 @@ TEST(TaskGroupErrors, EveryCallChecksItsArguments) {
   EXPECT_FL_ERR(fl_task_group_create(nullptr, &g), FL_ERR_INVALID_HANDLE, "engine is NULL");
   EXPECT_FL_ERR(fl_task_group_create(f.engine, nullptr), FL_ERR_INVALID_ARGUMENT, "out_group is NULL");
   ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
-  EXPECT_FL_ERR(fl_task_group_spawn(g, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "fn is NULL");
-  EXPECT_FL_ERR(fl_task_group_spawn(nullptr, [](void*) { return FL_OK; }, nullptr), FL_ERR_INVALID_HANDLE,
+  EXPECT_FL_ERR(fl_task_group_spawn(g, nullptr, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "fn is NULL");
+  EXPECT_FL_ERR(fl_task_group_spawn(nullptr, [](void*) { return FL_OK; }, nullptr, nullptr), FL_ERR_INVALID_HANDLE,
                 "group is NULL");
   EXPECT_FL_ERR(fl_task_group_wait(reinterpret_cast<fl_task_group_t*>(f.engine)), FL_ERR_INVALID_HANDLE,
                 "an engine handle");
@@ -227,7 +227,7 @@ TEST(TaskGroupErrors, WaitingForOrDestroyingAGroupFromItsOwnTaskIsRefused) {
     c->wait_st = fl_task_group_wait(c->g);
     c->destroy_st = fl_task_group_destroy(c->g);
     return FL_OK;
-  }, &c));
+  }, &c, nullptr));
   ASSERT_FL_OK(fl_task_group_wait(c.g));
   EXPECT_EQ(c.wait_st.load(), FL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(c.destroy_st.load(), FL_ERR_INVALID_ARGUMENT);
@@ -244,12 +244,40 @@ TEST(TaskGroupErrors, AGroupOutlivingItsEngineRefusesSpawnsAndCanBeDestroyed) {
     ASSERT_FL_OK(fl_task_group_spawn(g, [](void* p) {
       ++*static_cast<std::atomic<int>*>(p);
       return FL_OK;
-    }, &ran));
+    }, &ran, nullptr));
   ASSERT_FL_OK(fl_engine_destroy(e));  // the group's tasks finish first
   EXPECT_EQ(ran.load(), 1000);
-  EXPECT_FL_ERR(fl_task_group_spawn(g, [](void*) { return FL_OK; }, nullptr), FL_ERR_INVALID_HANDLE, "engine");
+  EXPECT_FL_ERR(fl_task_group_spawn(g, [](void*) { return FL_OK; }, nullptr, nullptr), FL_ERR_INVALID_HANDLE, "engine");
   EXPECT_FL_OK(fl_task_group_wait(g));
   EXPECT_FL_OK(fl_task_group_destroy(g));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TaskGroupCleanup, RunsOnceForEveryTaskRunOrSkipped) {
+  EngineFixture f(2);
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  struct Owned {
+    std::atomic<int>* cleanups;
+    bool fail;
+  };
+  std::atomic<int> cleanups{0};
+  const int n = 200;
+  for (int k = 0; k < n; ++k)
+    ASSERT_FL_OK(fl_task_group_spawn(
+        g, [](void* p) { return static_cast<Owned*>(p)->fail ? FL_ERR_INSTRUCTION_FAILED : FL_OK; },
+        new Owned{&cleanups, k == 0},
+        [](void* p) {
+          auto* o = static_cast<Owned*>(p);
+          ++*o->cleanups;
+          delete o;  // under ASan a missed cleanup is a leak, a second one a double free
+        }));
+  EXPECT_EQ(fl_task_group_wait(g), FL_ERR_INSTRUCTION_FAILED);
+  EXPECT_EQ(cleanups.load(), n);
+  ASSERT_FL_OK(fl_task_group_destroy(g));
 }
 
 }  // namespace

@@ -602,9 +602,13 @@ FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** o
 /* METHOD: fl_task_group_t
    Schedules fn(user_data) to run once on a worker. Never blocks. Once a task of the group
    has failed (returned non-OK), tasks that have not started are skipped (fn not called).
+   cleanup (may be NULL) is called exactly once with user_data, after fn ran or after the
+   task was skipped (a task that owns its user_data frees it there); if this call fails,
+   neither fn nor cleanup is ever called.
    FL_ERR_INVALID_HANDLE (group, or its engine destroyed), FL_ERR_INVALID_ARGUMENT (NULL fn),
    FL_ERR_SHUTDOWN (the engine is being destroyed or drained), FL_ERR_NO_MEMORY. */
-FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, void* user_data);
+FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, void* user_data,
+                                       fl_release_fn cleanup);
 /* METHOD: fl_task_group_t
    Waits until every task spawned into the group (before or during the wait) has finished.
    Returns FL_OK, or the first failure a task returned (the message names the status and,

@@ -2496,6 +2496,7 @@ extern "C" {
         group: *mut fl_task_group_t,
         fn_: fl_task_fn,
         user_data: *mut ::std::os::raw::c_void,
+        cleanup: fl_release_fn,
     ) -> fl_status_t;
 }
 extern "C" {
