@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU checks, meant for the GPU test host (facts and floors: ../shared/gpu/README.md).
-# From the project root of a checkout that carries .deps/ (staged on the build machine
-# with ../shared/gpu/stage-deps.sh):
+# GPU checks, meant for the GPU test host (what they prove: gpu/README.md).
+# From the project root of a checkout that carries .deps/ (Debian packages the GPU host
+# cannot download, staged there beforehand):
 #   OUT=/some/dir scripts/gpu-check.sh
 # Unpacks .deps/*.deb (concurrentqueue) into /tmp/deps, configures a CUDA build
 # for sm_90, builds everything with -j16, then runs the GPU tests (ctest -L gpu), the GPU

@@ -1,4 +1,4 @@
-// fl_parallel_for on the pool: dynamic chunk claiming. See core/parallel_for.hpp.
+// fl_parallel_for on the pool: dynamic chunk claiming. See sched/parallel_for.hpp.
 //
 // The caller does not wait for helper tasks that have not started: a parked worker may take
 // tens of microseconds (much more on a loaded machine) to wake up, and by then the caller

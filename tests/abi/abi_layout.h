@@ -3,7 +3,7 @@
  * and the byte layout of every public struct. Included from the C99 test and from the
  * C++ test, so both languages see the same layout.
  *
- * Rules these checks encode (STYLE.md, "The C ABI"):
+ * Rules these checks encode (docs/design.md, "Commitments of the C API"):
  *  - status codes and enum values are pinned forever and only appended;
  *  - a size-prefixed descriptor (struct_size first) may only grow at its tail, so the
  *    offset of every existing field is pinned, and its size may only grow;

@@ -1,6 +1,6 @@
-// Host-memory communicators (FL_COMM_HOST_FAKE): the issue-5 API in a CPU-only build,
-// real data movement, ordering by one COLLECTIVE stream per communicator (DESIGN.md rule
-// 8), signature checks, and the collective-ordering deadlock explained by the watchdog.
+// Host-memory communicators (FL_COMM_HOST_FAKE): the collective API in a CPU-only build,
+// real data movement, ordering by one COLLECTIVE stream per communicator (docs/design.md,
+// guarantee 8), signature checks, and the collective-ordering deadlock explained by the watchdog.
 #include <cmath>
 #include <cstring>
 #include <limits>

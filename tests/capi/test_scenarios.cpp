@@ -1,4 +1,4 @@
-// The scenarios of DESIGN.md that need no GPU, through the public API. None of them
+// The scenarios of docs/design.md that need no GPU, through the public API. None of them
 // relies on timing for its verdict: where "X does not wait for Y" is the property, Y is
 // held behind a gate that only opens after X has been observed, so a wrong engine
 // deadlocks (and the gate's own timeout fails the test) instead of passing by luck.

@@ -1,4 +1,4 @@
-// White-box tests of the event count (core/notifier.hpp).
+// White-box tests of the event count (core/sched/notifier.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
