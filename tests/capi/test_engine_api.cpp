@@ -313,9 +313,9 @@ TEST(Submit, RunsCallbackThenCleanupExactlyOnce) {
   in.fn = [](fl_instr_ctx_t* c, void* ud) {
     auto* x = static_cast<Ctx*>(ud);
     x->ran++;
-    x->lane = fl_instr_lane(c);
+    x->lane = fl_instr_get_lane(c);
     x->id = fl_instr_get_id(c);
-    x->engine_ok = fl_engine_lane_count(fl_instr_engine(c)) == 8;
+    x->engine_ok = fl_engine_lane_count(fl_instr_get_engine(c)) == 8;
     return FL_OK;
   };
   in.cleanup = [](void* ud) {
@@ -334,9 +334,9 @@ TEST(Submit, RunsCallbackThenCleanupExactlyOnce) {
   EXPECT_EQ(ctx.lane, 3u);
   EXPECT_EQ(ctx.id, id);
   EXPECT_TRUE(ctx.engine_ok);
-  EXPECT_EQ(fl_instr_lane(nullptr), 0u);
+  EXPECT_EQ(fl_instr_get_lane(nullptr), 0u);
   EXPECT_EQ(fl_instr_get_id(nullptr), 0u);
-  EXPECT_EQ(fl_instr_engine(nullptr), nullptr);
+  EXPECT_EQ(fl_instr_get_engine(nullptr), nullptr);
   fl_instr_set_error(nullptr, "ignored");
 }
 
