@@ -225,13 +225,18 @@ TEST(Objects, ReleaseCallbackRunsOnceAfterLastUse) {
   std::atomic<bool> gate{false};
   fl_object_t* o = make_object(f.engine, &released, count_release);
   fl_operand_t op{o, FL_WRITE, 0};
-  submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
+  fl_instr_id id = submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
     auto* g = static_cast<std::atomic<bool>*>(ud);
     while (!g->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return FL_OK;
-  }, &gate, {op});
+  }, &gate, {op}, "user");
   ASSERT_FL_OK(fl_object_release(o));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // The state, not a sleep: the user is running and cannot complete before the gate opens.
+  std::string dump = fltest::wait_for_dump(f.engine, {"'user' (#1, lane 1, host) RUNNING"});
+  EXPECT_NE(dump.find("RUNNING"), std::string::npos) << dump;
+  uint32_t state = 99;
+  ASSERT_FL_OK(fl_instr_query(f.host(1), id, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_PENDING));
   EXPECT_EQ(released.load(), 0) << "released while an instruction still uses it";
   gate = true;
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
