@@ -35,20 +35,22 @@ fl_status_t record(fl_instr_ctx_t* ctx, void* ud) {
   return FL_OK;
 }
 
-fl_status_t run_on(fl_stream_t* stream, Seen* seen) {
+// Runs `record` on `lane` and returns what it saw.
+Seen run_on(EngineFixture& f, uint32_t lane) {
+  Seen seen;
   fl_host_instr_t in = FL_HOST_INSTR_INIT;
   in.fn = record;
-  in.user_data = seen;
-  return fl_submit_host(stream, &in, nullptr);
+  in.user_data = &seen;
+  EXPECT_EQ(fl_submit_host(f.host(lane), &in, nullptr), FL_OK) << fl_last_error_message();
+  EXPECT_EQ(fl_engine_synchronize(f.engine), FL_OK) << fl_last_error_message();
+  return seen;
 }
 
 }  // namespace
 
 TEST(InstrContext, NewAndDeprecatedNamesAgree) {
   EngineFixture f;
-  Seen seen;
-  ASSERT_FL_OK(run_on(f.host(2), &seen));
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  Seen seen = run_on(f, 2);
   EXPECT_EQ(seen.lane, 2u);
   EXPECT_EQ(seen.old_lane, 2u);
   EXPECT_EQ(seen.engine, f.engine);
@@ -57,9 +59,7 @@ TEST(InstrContext, NewAndDeprecatedNamesAgree) {
 
 TEST(InstrContext, StaleOrForeignContextIsRefused) {
   EngineFixture f;
-  Seen seen;
-  ASSERT_FL_OK(run_on(f.host(1), &seen));
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  Seen seen = run_on(f, 1);
   // Used from another thread while the function ran: refused, with a message.
   EXPECT_EQ(seen.lane_from_other_thread, 0u);
   EXPECT_NE(seen.other_thread_message.find("fl_instr_get_lane"), std::string::npos) << seen.other_thread_message;
