@@ -109,7 +109,8 @@ def check_citations(root, files):
             if target not in headings:
                 with open(full, encoding="utf-8") as f:
                     headings[target] = {h.strip() for h in re.findall(r"^#+\s+(.*)$", f.read(), flags=re.M)}
-            section = m.group(2)
+            # A citation may wrap onto the next comment line: "Lanes\n// as strands".
+            section = re.sub(r"\s*\n\s*(?://+!?|#+|\*)?\s*", " ", m.group(2))
             if not any(h == section or h.startswith(section + " (") for h in headings[target]):
                 line = text.count("\n", 0, m.start()) + 1
                 errors.append(f"{path}:{line}: cites section \"{section}\" of {target}, which has no such heading")
