@@ -170,7 +170,10 @@ class Engine {
   fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
   bool draining() const { return draining_.load(std::memory_order_acquire); }
   // The lane runner, before starting i: a cancel request covers it (consumes the request).
+  // True (and i marked cancelled) when a cancel request covers i. The common case, no
+  // request on i's stream or lane, is two loads inline.
   static bool cancel_requested(Instr* i);
+  static bool cancel_requested_slow(Instr* i);
 
   fl_engine_stats_t stats() const;
   int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }

@@ -182,9 +182,17 @@ void mark_skipped(Instr* i, const Instr* poisoned_by) {
 }  // namespace
 
 bool Engine::cancel_requested(Instr* i) {
-  Lane* lane = i->stream->lane;
   // acquire pairs with the release stores in cancel_stream() and cancel(); a request made
   // concurrently with this check may miss this instruction, which then runs (documented).
+  if (i->id > i->stream->cancel_upto.load(std::memory_order_acquire) &&
+      i->stream->lane->cancel_requests.load(std::memory_order_acquire) == 0) [[likely]]
+    return false;
+  return cancel_requested_slow(i);
+}
+
+bool Engine::cancel_requested_slow(Instr* i) {
+  Lane* lane = i->stream->lane;
+  // acquire: as in cancel_requested().
   bool hit = i->id <= i->stream->cancel_upto.load(std::memory_order_acquire);
   if (lane->cancel_requests.load(std::memory_order_acquire) != 0) {
     std::lock_guard<std::mutex> lock(lane->cancel_mu);
@@ -271,7 +279,7 @@ void Engine::execute_host(Instr* i) {
     if (st != FL_OK)
       mark_failed(i, st);
     else
-      i->error.clear();
+      i->error.clear();  // a text set by fl_instr_set_error before success is not a failure
   }
   run_cleanup(i);
   complete(i);
