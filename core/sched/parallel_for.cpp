@@ -1,4 +1,4 @@
-// fl_parallel_for on the pool: dynamic chunk claiming. See core/parallel_for.hpp.
+// fl_parallel_for on the pool: dynamic claiming of fixed or guided ranges. See sched/parallel_for.hpp.
 //
 // The caller does not wait for helper tasks that have not started: a parked worker may take
 // tens of microseconds (much more on a loaded machine) to wake up, and by then the caller
@@ -36,9 +36,10 @@ struct ForState {
   void* user_data;
   uint64_t begin;
   uint64_t end;
-  uint64_t grain;
-  uint64_t chunks;
-  alignas(64) std::atomic<uint64_t> next{0};  // the next unclaimed chunk
+  uint64_t grain;   // fixed chunks: their size; guided: the smallest claim
+  uint64_t chunks;  // fixed chunks: how many; guided: the number of indices
+  uint64_t divisor = 0;  // guided (grain 0): a claim takes remaining / divisor; 0: fixed chunks
+  alignas(64) std::atomic<uint64_t> next{0};  // fixed: the next unclaimed chunk; guided: index - begin
   std::atomic<bool> stop{false};               // a chunk failed: claim nothing more
   std::atomic<bool> failed{false};             // the first failure has been recorded
   ParallelForResult result;                    // written by the first failing chunk only
@@ -53,15 +54,39 @@ struct ForState {
     return finished && active.load(std::memory_order_seq_cst) == 0;
   }
 
-  // Claims and runs chunks until none is left or one failed.
+  // Claims the next range [lo, hi); false when every index has been claimed. Fixed chunks:
+  // one fetch_add. Guided (grain 0): a CAS taking a share of what remains (remaining /
+  // divisor, at least `grain`), so claims shrink towards the end and the participants
+  // finish together even when one started late or ran slower. seq_cst: see the header
+  // comment (a claim that sees the loop exhausted runs no body).
+  bool claim(uint64_t& lo, uint64_t& hi) {
+    if (divisor == 0) {
+      uint64_t c = next.fetch_add(1, std::memory_order_seq_cst);
+      if (c >= chunks) return false;
+      lo = begin + c * grain;
+      hi = end - lo > grain ? lo + grain : end;
+      return true;
+    }
+    uint64_t at = next.load(std::memory_order_seq_cst);
+    for (;;) {
+      if (at >= chunks) return false;
+      uint64_t rest = chunks - at;
+      uint64_t take = std::min(rest, std::max(grain, rest / divisor));
+      if (next.compare_exchange_weak(at, at + take, std::memory_order_seq_cst, std::memory_order_seq_cst)) {
+        lo = begin + at;
+        hi = lo + take;
+        return true;
+      }
+    }
+  }
+
+  // Claims and runs ranges until none is left or one failed.
   void participate() {
     active.fetch_add(1, std::memory_order_seq_cst);  // before any claim: see the header comment
     for (;;) {
       if (stop.load(std::memory_order_seq_cst)) break;
-      uint64_t c = next.fetch_add(1, std::memory_order_seq_cst);
-      if (c >= chunks) break;
-      uint64_t lo = begin + c * grain;
-      uint64_t hi = end - lo > grain ? lo + grain : end;
+      uint64_t lo, hi;
+      if (!claim(lo, hi)) break;
       fl_status_t st = body(lo, hi, user_data);
       if (st != FL_OK) {
         // The winner writes result; the caller reads it after seeing active == 0 (the
@@ -125,17 +150,17 @@ ParallelForResult run_inline(uint64_t begin, uint64_t end, uint64_t grain, Range
 
 }  // namespace
 
-uint64_t default_grain(uint64_t count, unsigned workers) {
-  uint64_t parts = uint64_t(std::max(1u, workers)) * 8;
-  uint64_t g = count / parts + (count % parts != 0);
-  return std::max<uint64_t>(g, 1);
+uint64_t guided_min_claim(uint64_t count, unsigned workers) {
+  uint64_t parts = uint64_t(std::max(1u, workers)) * 64;
+  return std::max<uint64_t>(count / parts, 1);
 }
 
 ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_t grain, RangeFn body,
                                void* user_data) {
   if (begin >= end) return {};
   uint64_t count = end - begin;
-  if (grain == 0) grain = default_grain(count, pool.size());
+  const bool guided = grain == 0;
+  if (guided) grain = guided_min_claim(count, pool.size());
   uint64_t chunks = count / grain + (count % grain != 0);
 
   // The caller is always one of the participants (the C contract: "the calling thread
@@ -149,7 +174,8 @@ ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_
   s->begin = begin;
   s->end = end;
   s->grain = grain;
-  s->chunks = chunks;
+  s->chunks = guided ? count : chunks;
+  s->divisor = guided ? 2 * (helpers + 1) : 0;
   s->helpers.reset(new Helper[helpers]);
   s->refs.store(uint32_t(helpers) + 1, std::memory_order_relaxed);
   for (uint64_t i = 0; i < helpers; ++i) {
