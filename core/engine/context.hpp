@@ -25,6 +25,12 @@ enum class CallbackKind : uint8_t {
 
 // One engine callback running on this thread. Frames nest (a callback that calls
 // fl_parallel_for, a release run by the completion of an instruction).
+//
+// Frames live on the stack of the thread that runs the callback. A parallel_for body or a
+// task-graph task that such a callback runs on another worker sees the caller's frames as
+// its own parents (sched::current_context()): waits it makes are refused by the same rules.
+// What only the callback's own thread may do (use its fl_instr_ctx_t, flush its lane) checks
+// on_this_thread().
 struct CallbackFrame {
   Engine* engine;
   // The instruction whose completion waits for this callback (its fn or cleanup, or the
@@ -32,7 +38,13 @@ struct CallbackFrame {
   Instr* instr;
   CallbackKind kind;
   CallbackFrame* parent;
+  const void* thread;  // the thread running it (this_thread_token())
 };
+
+// A value unique to the calling thread (while it lives).
+const void* this_thread_token();
+
+inline bool on_this_thread(const CallbackFrame* f) { return f->thread == this_thread_token(); }
 
 // Pushes a frame for the lifetime of the scope and opens a fresh isolation region.
 class CallbackScope {
@@ -45,6 +57,7 @@ class CallbackScope {
  private:
   CallbackFrame frame_;
   sched::RegionScope region_;
+  sched::ContextScope context_;
 };
 
 // The innermost frame of the calling thread, or null.

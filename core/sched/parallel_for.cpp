@@ -34,6 +34,7 @@ struct Helper : Task {
 struct ForState {
   RangeFn body;
   void* user_data;
+  const void* context;  // the caller's (current_context()): current while a helper runs bodies
   uint64_t begin;
   uint64_t end;
   uint64_t grain;   // fixed chunks: their size; guided: the smallest claim
@@ -112,7 +113,12 @@ struct ForState {
 
   static void run_helper(Task* t) {
     ForState* s = static_cast<Helper*>(t)->state;
-    s->participate();
+    {
+      // The caller's context is alive while any body runs: the caller waits until no
+      // participant is inside one (a helper that starts later claims nothing).
+      ContextScope context(s->context);
+      s->participate();
+    }
     s->release();
   }
 
@@ -171,6 +177,7 @@ ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_
   auto* s = new ForState;
   s->body = body;
   s->user_data = user_data;
+  s->context = current_context();
   s->begin = begin;
   s->end = end;
   s->grain = grain;

@@ -209,6 +209,7 @@ FL_TLS thread_local Pool* tls_pool_object = nullptr;
 // first asked for; regions are handed out in blocks per thread, so opening one touches no
 // shared cache line.
 FL_TLS thread_local uint64_t t_region = kRegionTop;
+FL_TLS thread_local const void* t_context = nullptr;  // sched/task.hpp: current_context()
 FL_TLS thread_local uint64_t t_next_region = 0;
 FL_TLS thread_local uint64_t t_region_end = 0;
 std::atomic<uint64_t> g_region_blocks{kFirstRegion};
@@ -228,6 +229,10 @@ uint64_t current_region() {
 
 RegionScope::RegionScope(uint64_t region) : saved_(t_region) { t_region = region; }
 RegionScope::~RegionScope() { t_region = saved_; }
+
+const void* current_context() { return t_context; }
+ContextScope::ContextScope(const void* context) : saved_(t_context) { t_context = context; }
+ContextScope::~ContextScope() { t_context = saved_; }
 
 void Pool::Impl::park_spare(Worker& w) {
   // A spare that may not run: its deque's leftovers go to the others, then it sleeps until

@@ -46,4 +46,23 @@ class RegionScope {
   uint64_t saved_;
 };
 
+// The calling thread's context: a pointer the pool never reads, kept by the layer above (the
+// engine's callback frames: core/engine/context.hpp). fl_parallel_for and task graphs
+// capture their caller's context and make it current on whichever thread runs their bodies
+// and tasks, while the caller waits for them: work run on behalf of a callback counts as
+// part of that callback, on every thread (its waits are refused the same way).
+const void* current_context();
+
+// Makes `context` the calling thread's context for the lifetime of the scope.
+class ContextScope {
+ public:
+  explicit ContextScope(const void* context);
+  ~ContextScope();
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  const void* saved_;
+};
+
 }  // namespace flowlane::sched

@@ -333,8 +333,9 @@ TEST_P(PoolThreads, ParallelForWithGrainZeroClaimsShrinkingRanges) {
   EXPECT_EQ(v.back().second, n);
   for (size_t k = 1; k < v.size(); ++k) {
     ASSERT_EQ(v[k].first, v[k - 1].second) << "ranges are contiguous and disjoint";
-    if (k + 1 < v.size())  // (the last one takes what is left)
+    if (k + 1 < v.size()) {  // (the last one takes what is left)
       EXPECT_LE(v[k].second - v[k].first, v[k - 1].second - v[k - 1].first) << "claim " << k << " grew";
+    }
   }
   if (pool.size() > 1) {
     EXPECT_LT((v.back().second - v.back().first) * 8, v.front().second - v.front().first);
