@@ -8,21 +8,11 @@ namespace flowlane::core {
 
 namespace {
 FL_TLS thread_local const Engine* t_completion_engine = nullptr;
-FL_TLS thread_local char t_thread_token = 0;
 
 // The innermost frame: this thread's own, or, on a worker running a body or task for a
 // callback of another thread, that callback's (the pool keeps it as the thread's context).
 CallbackFrame* frames() { return static_cast<CallbackFrame*>(const_cast<void*>(sched::current_context())); }
 }  // namespace
-
-const void* this_thread_token() { return &t_thread_token; }
-
-CallbackScope::CallbackScope(Engine* e, Instr* instr, CallbackKind kind)
-    : frame_{e, instr, kind, frames(), this_thread_token()},
-      region_(sched::RegionScope::kFresh),
-      context_(&frame_) {}
-
-CallbackScope::~CallbackScope() = default;  // context_ restores the parent frame
 
 CallbackFrame* current_frame() { return frames(); }
 

@@ -38,19 +38,20 @@ struct CallbackFrame {
   Instr* instr;
   CallbackKind kind;
   CallbackFrame* parent;
-  const void* thread;  // the thread running it (this_thread_token())
+  const void* thread;  // the thread running it (sched::this_thread_token())
 };
 
-// A value unique to the calling thread (while it lives).
-const void* this_thread_token();
-
-inline bool on_this_thread(const CallbackFrame* f) { return f->thread == this_thread_token(); }
+inline bool on_this_thread(const CallbackFrame* f) { return f->thread == sched::this_thread_token(); }
 
 // Pushes a frame for the lifetime of the scope and opens a fresh isolation region.
 class CallbackScope {
  public:
-  CallbackScope(Engine* e, Instr* instr, CallbackKind kind);
-  ~CallbackScope();
+  CallbackScope(Engine* e, Instr* instr, CallbackKind kind)
+      : frame_{e, instr, kind, static_cast<CallbackFrame*>(const_cast<void*>(sched::current_context())),
+               sched::this_thread_token()},
+        region_(sched::RegionScope::kFresh),
+        context_(&frame_) {}
+  // context_ restores the parent frame.
   CallbackScope(const CallbackScope&) = delete;
   CallbackScope& operator=(const CallbackScope&) = delete;
 

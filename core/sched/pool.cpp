@@ -208,8 +208,6 @@ FL_TLS thread_local Pool* tls_pool_object = nullptr;
 // The calling thread's region (sched/task.hpp). kFresh until a fresh scope's region is
 // first asked for; regions are handed out in blocks per thread, so opening one touches no
 // shared cache line.
-FL_TLS thread_local uint64_t t_region = kRegionTop;
-FL_TLS thread_local const void* t_context = nullptr;  // sched/task.hpp: current_context()
 FL_TLS thread_local uint64_t t_next_region = 0;
 FL_TLS thread_local uint64_t t_region_end = 0;
 std::atomic<uint64_t> g_region_blocks{kFirstRegion};
@@ -217,22 +215,20 @@ constexpr uint64_t kRegionBlock = uint64_t(1) << 16;
 }  // namespace
 
 uint64_t current_region() {
-  if (t_region == RegionScope::kFresh) {
+  if (detail::t_region == RegionScope::kFresh) {
     if (t_next_region == t_region_end) {
       t_next_region = g_region_blocks.fetch_add(kRegionBlock, std::memory_order_relaxed);
       t_region_end = t_next_region + kRegionBlock;
     }
-    t_region = t_next_region++;
+    detail::t_region = t_next_region++;
   }
-  return t_region;
+  return detail::t_region;
 }
 
-RegionScope::RegionScope(uint64_t region) : saved_(t_region) { t_region = region; }
-RegionScope::~RegionScope() { t_region = saved_; }
-
-const void* current_context() { return t_context; }
-ContextScope::ContextScope(const void* context) : saved_(t_context) { t_context = context; }
-ContextScope::~ContextScope() { t_context = saved_; }
+namespace detail {
+constinit FL_TLS thread_local uint64_t t_region = kRegionTop;      // sched/task.hpp: RegionScope
+constinit FL_TLS thread_local const void* t_context = nullptr;  // sched/task.hpp: current_context()
+}  // namespace detail
 
 void Pool::Impl::park_spare(Worker& w) {
   // A spare that may not run: its deque's leftovers go to the others, then it sleeps until
