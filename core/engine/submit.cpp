@@ -64,6 +64,8 @@ bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
   // Count the edge before publishing it: the submitter's own unit keeps pending > 0
   // whatever order the completer's decrement and this increment take.
   succ->pending.fetch_add(1, std::memory_order_relaxed);
+  // Acquire (here and on a failed CAS below) pairs with the acq_rel exchange that seals the
+  // list in complete() / mark_issued(): a sealed list means pred's result is visible.
   Edge* head = head_ref.load(std::memory_order_acquire);
   for (;;) {
     if (head == kSealed) {  // pred completed (or was issued) meanwhile: no wait needed
@@ -96,6 +98,7 @@ void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
 // for device completion.
 void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
   uint8_t flags = reads ? Instr::Dep::kReads : 0;
+  // Acquire pairs with the seq_cst store of the terminal state in complete().
   if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
     flags |= Instr::Dep::kIssueWait;
     if (pred->stream->lane != succ->stream->lane && push_edge(pred->issue_succ_head, succ)) {
@@ -115,6 +118,7 @@ void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) 
     add_device_dep(engine, pred, succ, obj, reads);
     return;
   }
+  // Acquire pairs with the seq_cst store of the terminal state in complete().
   bool edge = !ordered_by_lane(pred, succ) && !is_terminal(pred->load_state(std::memory_order_acquire));
   if (edge) {
     edge = push_edge(pred->succ_head, succ);
@@ -230,6 +234,7 @@ fl_instr_id Engine::enqueue(Instr* i) {
 
   // Drop the submitter's unit. If that was the last one, the lane already reached i and is
   // blocked on it (it stays owned), so resume it; otherwise make sure the lane runs.
+  // acq_rel: pairs with the other droppers of i's units, run_task() and release_successors().
   if (i->pending.fetch_sub(1, std::memory_order_acq_rel) == 1)
     pool_->submit(&lane.task);
   else
