@@ -408,9 +408,9 @@ void Engine::complete(Instr* i) {
   // The last completed id only grows (a stream completes in order; the max guards against
   // a device backend completing a skipped one early). release pairs with the acquire
   // loads in query() and wait_instr(): the outcome history was written before.
-  // Pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
   Stream* s = i->stream;
   fl_instr_id last = s->last_completed_id.load(std::memory_order_relaxed);
+  // Pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
   while (last < i->id && !s->last_completed_id.compare_exchange_weak(last, i->id, std::memory_order_release,
                                                                    std::memory_order_relaxed)) {
   }

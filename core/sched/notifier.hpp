@@ -43,7 +43,7 @@ class Notifier {
     // total order before the re-check's loads, so a producer whose fence comes later sees
     // it, and a producer whose fence comes earlier has its work seen by the re-check.
     state_.fetch_add(kWaiterOne, std::memory_order_seq_cst);
-    full_fence();
+    full_fence();  // pairs with the fence in notify_one()/notify_all() (the Dekker pair above)
   }
 
   // The re-check found work: stop being a waiter. If that leaves more tokens than waiters,
@@ -100,7 +100,7 @@ class Notifier {
 
   // Wakes every waiter (shutdown).
   void notify_all() {
-    full_fence();  // as in notify_one()
+    full_fence();  // as in notify_one(): the Dekker pair of prepare_wait()
     uint32_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
       if (signals(s) >= waiters(s)) break;

@@ -335,7 +335,7 @@ Pool::~Pool() {
   {
     // No spare is started after this: BlockedScope checks `stop` under the same lock.
     std::lock_guard<std::mutex> lock(impl_->spawn_mu);
-    n = impl_->started.load(std::memory_order_acquire);  // pairs with the release stores in Pool(), BlockedScope()
+    n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
   }
   for (unsigned i = 0; i < n; ++i)
     if (impl_->workers[i]->thread.joinable()) impl_->workers[i]->thread.join();
@@ -396,6 +396,7 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
   // seq_cst: pairs with the seq_cst loads in may_run() (see park_spare()).
   unsigned nb = im.blocked.fetch_add(1, std::memory_order_seq_cst) + 1;
   unsigned want = std::min(im.base + nb, im.capacity);  // workers needed to stand in for every blocked one
+  // Pairs with the release stores of started below and in Pool() (re-read under spawn_mu).
   if (im.started.load(std::memory_order_acquire) < want) {
     std::lock_guard<std::mutex> lock(im.spawn_mu);
     unsigned have = im.started.load(std::memory_order_relaxed);
@@ -432,7 +433,7 @@ unsigned Pool::spare_workers() const { return impl_->started.load(std::memory_or
 
 PoolStats Pool::stats() const {
   PoolStats s;
-  unsigned n = impl_->started.load(std::memory_order_acquire);  // pairs with the release stores in Pool(), BlockedScope()
+  unsigned n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
   for (unsigned i = 0; i < n; ++i) {
     s.steals += impl_->workers[i]->steals.load(std::memory_order_relaxed);
     s.parks += impl_->workers[i]->parks.load(std::memory_order_relaxed);

@@ -4,18 +4,22 @@
 Each use of std::memory_order_{acquire,release,acq_rel,seq_cst,consume} (or the C++20
 spelling std::memory_order::acquire, ...) in the library sources must have a comment that
 names the other side of the synchronisation: on a line of the statement that holds it, or
-on one of the 3 lines above that statement's first line. A comment counts when it says
-"pairs"/"paired"/"pairing", "Dekker", "store-load" (or "store->load", "store/load"), or
-"see ... above" (a per-line reference to a block comment that explains a group).
+on one of the 3 lines above that statement's first line (preprocessor lines are not
+counted), up to the nearest code line that does no atomic operation (a comment above other
+code is about that code; one above a run of atomic statements may explain them together).
+A comment counts when it says "pairs"/"paired"/"pairing", "Dekker", "store-load"
+(or "store->load", "store–load", "store/load"), or "see ... above" (a per-line reference to
+a block comment that explains a group). Calls of the helpers in FENCE_WRAPPERS (seq_cst
+fences under another name) need such a comment too.
 
 Uses are found in code only (comments and string literals are skipped), anywhere in a
 statement that may span several lines, including default arguments such as
 `load_state(std::memory_order mo = std::memory_order_acquire)`.
 
-Usage: atomics_pairing.py [--root REPO] [PATH ...]   (default paths: ROOTS below)
+Usage: atomics_pairing.py [--root REPO] [PATH ...]   (default: ROOTS less SKIPPED_ROOTS)
        atomics_pairing.py --self-test
 Exit status: 0 when every use is explained, 1 when some are not (each listed as
-path:line: code), 2 on bad usage.
+path:line: ordering: code), 2 on a path that does not exist.
 """
 import argparse
 import pathlib
@@ -27,8 +31,13 @@ ROOTS = ["core", "capi/src", "gpu", "comm"]
 SKIPPED_ROOTS = ["gpu", "comm"]
 SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".cu", ".cuh"}
 LINES_ABOVE = 3
+# Helpers that are a seq_cst fence (core/base/cpu.hpp): each call needs the comment too.
+FENCE_WRAPPERS = ["full_fence"]
 
 ORDER = re.compile(r"\bmemory_order(?:_|::)(acquire|release|acq_rel|seq_cst|consume)\b")
+FENCE_CALL = re.compile(r"(?<!void )\b(%s)\s*\(\s*\)" % "|".join(FENCE_WRAPPERS))
+# Code lines that a comment may explain together with the statement below them.
+ATOMIC_LINE = re.compile(r"\bmemory_order|\b(?:%s)\s*\(\s*\)" % "|".join(FENCE_WRAPPERS))
 REASON = re.compile(r"\bpair(?:s|ed|ing)?\b|\bdekker\b|\bstore\s*(?:-|–|—|->|→|/|to)\s*load\b|\bsee\b.*\babove\b",
                     re.IGNORECASE)
 
@@ -128,14 +137,26 @@ def statement_bounds(code, line, col):
 
 
 def check_text(text):
-    """Yield (line_number, code_line) for each unexplained non-relaxed ordering."""
+    """Yield (line_number, what) for each unexplained non-relaxed ordering or fence call."""
     code, comments = split_code_comments(text)
     for ln, src in enumerate(code):
-        for m in ORDER.finditer(src):
-            start, end = statement_bounds(code, ln, m.start())
-            window = " ".join(comments[max(0, start - LINES_ABOVE):end + 1])
+        uses = [(m.start(), m.group(0)) for m in ORDER.finditer(src)]
+        uses += [(m.start(), m.group(1) + "()") for m in FENCE_CALL.finditer(src)]
+        for col, what in sorted(uses):
+            start, end = statement_bounds(code, ln, col)
+            # The statement's lines, and the LINES_ABOVE lines above it; preprocessor lines
+            # (a #pragma around a definition) are not counted.
+            above, k = [], start - 1
+            while k >= 0 and len(above) < LINES_ABOVE:
+                line = code[k].strip()
+                if line and not line.startswith("#") and not ATOMIC_LINE.search(line):
+                    break  # other code: its comments are about it
+                if not line.startswith("#"):
+                    above.append(k)
+                k -= 1
+            window = " ".join(comments[j] for j in above + list(range(start, end + 1)))
             if not REASON.search(window):
-                yield ln + 1, m.group(0)
+                yield ln + 1, what
 
 
 def files_under(root, paths):
@@ -159,7 +180,7 @@ def run(root, paths):
         lines = text.splitlines()
         for ln, order in check_text(text):
             missing.append(f"{f.relative_to(root)}:{ln}: {order}: {lines[ln - 1].strip()}")
-        count += sum(len(ORDER.findall(c)) for c in split_code_comments(text)[0])
+        count += sum(len(ORDER.findall(c)) + len(FENCE_CALL.findall(c)) for c in split_code_comments(text)[0])
     return missing, count
 
 
@@ -192,6 +213,24 @@ SELF_TESTS = [
     ("a();  // pairs with b()\n\n\n\nx.load(std::memory_order_acquire);\n", [5]),
     # "see ... above" counts; "see below" alone does not.
     ("x.load(std::memory_order_acquire);  // see below\n", [1]),
+    ("x.load(std::memory_order_acquire);  // acquire: see the protocol above\n", []),
+    # Spellings of store-load.
+    ("// a store–load pattern with get()\nx.store(1, std::memory_order_seq_cst);\n", []),
+    ("// store->load with get()\nx.store(1, std::memory_order_seq_cst);\n", []),
+    ("// stored, then loaded\nx.store(1, std::memory_order_seq_cst);\n", [2]),
+    # A fence wrapper's calls need the comment; its definition is the memory_order use.
+    ("inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }  // Dekker\n", []),
+    ("x.store(1, std::memory_order_relaxed);\nfull_fence();\n", [2]),
+    ("x.store(1, std::memory_order_relaxed);\nfull_fence();  // store-load pair with pop()\n", []),
+    # Preprocessor lines between the comment and the statement are not counted.
+    ("// pairs with get()\n#if A\n#pragma x\n#pragma y\n#endif\nx.load(std::memory_order_acquire);\n", []),
+    # A comment above other code, or on the line of other code, is about that code.
+    ("// pairs with get()\nint a = 1;\nx.load(std::memory_order_acquire);\n", [3]),
+    ("f();  // pairs with g()\nx.load(std::memory_order_acquire);\n", [2]),
+    ("// pairs with get()\nint v = a.load(std::memory_order_relaxed);\na.store(v, std::memory_order_release);\n", []),
+    # Each statement of a group needs a comment within reach; a for statement's parts count.
+    ("// pairs with put()\nfor (Node* q = h.load(std::memory_order_acquire); q != nullptr;\n     q = q->next.load(std::memory_order_acquire)) {\n}\n", []),
+    ("// pairs with put()\n\n\na.load(std::memory_order_acquire);\nb.load(std::memory_order_acquire);\n", [5]),
 ]
 
 
@@ -224,13 +263,13 @@ def main(argv):
         print(f"atomics_pairing: {e}", file=sys.stderr)
         return 2
     if missing:
-        print(f"{len(missing)} of {count} non-relaxed memory orderings in {', '.join(paths)} do not say what "
+        print(f"{len(missing)} of {count} non-relaxed memory orderings and fence calls in {', '.join(paths)} do not say what "
               f"they pair with.\nAdd a comment on the statement or within {LINES_ABOVE} lines above it that "
               f"names the other side (\"release: pairs with the acquire load of x_ in Foo::bar()\") or the "
               f"store-load (Dekker) pattern a seq_cst ordering is for:")
         print("\n".join(missing))
         return 1
-    print(f"atomics_pairing: all {count} non-relaxed memory orderings in {', '.join(paths)} say what they pair with")
+    print(f"atomics_pairing: all {count} non-relaxed memory orderings and fence calls in {', '.join(paths)} say what they pair with")
     skipped = [r for r in SKIPPED_ROOTS if not args.paths]
     if skipped:
         print(f"(not checked yet: {', '.join(skipped)})")
