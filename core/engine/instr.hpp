@@ -141,8 +141,8 @@ struct Instr {
     return InstrState(state.load(mo));
   }
   void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
-  // Returns true when this dropped the last reference. acq_rel pairs with the other
-  // holders' unref(): the last one sees their accesses before the record is recycled.
+  // Returns true when this dropped the last reference.
+  // acq_rel pairs with the other holders' unref(): the last one sees their accesses first.
   bool unref() { return refs.fetch_sub(1, std::memory_order_acq_rel) == 1; }
   std::string describe() const;  // "'name' (#7, lane 1, host)"
 };

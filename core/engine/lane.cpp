@@ -395,8 +395,8 @@ void Engine::complete(Instr* i) {
   // any successor that sees the list sealed.
   release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
   // An asynchronous instruction that was skipped or failed to issue never sealed its issue
-  // list: its issue successors are released now (same orders as above: pairs with the
-  // release CAS in push_edge(); a successor that finds the list sealed acquires it).
+  // list: its issue successors are released now (same orders as above).
+  // Pairs with the release CAS in push_edge(); a submitter that finds the list sealed acquires it.
   if (!i->stream->is_host_executed())
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 

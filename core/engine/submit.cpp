@@ -75,8 +75,8 @@ bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
     }
     e.next = head;
     // release publishes the edge to the completer's acq_rel exchange in complete() (or to
-    // mark_issued()'s, for an issue edge): pairs with those exchanges. Acquire on failure as
-    // for the load above.
+    // mark_issued()'s, for an issue edge).
+    // Pairs with those exchanges; acquire on failure as for the load above.
     if (head_ref.compare_exchange_weak(head, &e, std::memory_order_release, std::memory_order_acquire)) return true;
   }
 }
@@ -355,8 +355,9 @@ int64_t Engine::low_water() const {
 void Engine::retire_window_slot() {
   // To go from above the low-water mark to below it, the count must be decremented to
   // exactly the mark (it moves by one), so notifying on that transition alone never
-  // strands a submitter parked above the mark. seq_cst: the store-load pair with admit(),
-  // which increments window_waiters_ and then loads inflight_.
+  // strands a submitter parked above the mark.
+  // seq_cst: the store-load pair with admit(), which counts itself in window_waiters_ and
+  // then loads inflight_.
   int64_t now = inflight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
   if (now == low_water() && window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
 }

@@ -274,8 +274,9 @@ void Pool::Impl::worker_main(Worker& w) {
       t = find_any(w, &retry);
       if (t == nullptr && !retry) {
         // stop: seq_cst load after prepare_wait's fence; the destructor stores stop and
-        // then notifies, so either we see it here or we receive its token. Store-load pair:
-        // ~Pool() stores stop, then notify_all()'s fence; we count ourselves, fence, load stop.
+        // then notifies, so either we see it here or we receive its token.
+        // Store-load pair: ~Pool() stores stop, then fences in notify_all(); we counted
+        // ourselves and fenced in prepare_wait(), then load stop.
         if (stop.load(std::memory_order_seq_cst)) {
           notifier.cancel_wait();
           break;
