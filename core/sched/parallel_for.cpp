@@ -51,6 +51,9 @@ struct ForState {
   std::unique_ptr<Helper[]> helpers;
 
   bool done() const {
+    // seq_cst, see the header comment above: next pairs with claim(), stop with the store
+    // in participate(), active with participate()'s fetch_add/fetch_sub (and store-load
+    // with sleeping: block() stores it before calling us, participate() loads it after).
     bool finished = next.load(std::memory_order_seq_cst) >= chunks || stop.load(std::memory_order_seq_cst);
     return finished && active.load(std::memory_order_seq_cst) == 0;
   }
@@ -62,17 +65,19 @@ struct ForState {
   // comment (a claim that sees the loop exhausted runs no body).
   bool claim(uint64_t& lo, uint64_t& hi) {
     if (divisor == 0) {
+      // Pairs with the seq_cst load of next in done().
       uint64_t c = next.fetch_add(1, std::memory_order_seq_cst);
       if (c >= chunks) return false;
       lo = begin + c * grain;
       hi = end - lo > grain ? lo + grain : end;
       return true;
     }
-    uint64_t at = next.load(std::memory_order_seq_cst);
+    uint64_t at = next.load(std::memory_order_seq_cst);  // pairs with the claims of other participants
     for (;;) {
       if (at >= chunks) return false;
       uint64_t rest = chunks - at;
       uint64_t take = std::min(rest, std::max(grain, rest / divisor));
+      // Pairs with the seq_cst load of next in done() and other participants' claims.
       if (next.compare_exchange_weak(at, at + take, std::memory_order_seq_cst, std::memory_order_seq_cst)) {
         lo = begin + at;
         hi = lo + take;
@@ -83,9 +88,10 @@ struct ForState {
 
   // Claims and runs ranges until none is left or one failed.
   void participate() {
+    // Pairs with the seq_cst load of active in done().
     active.fetch_add(1, std::memory_order_seq_cst);  // before any claim: see the header comment
     for (;;) {
-      if (stop.load(std::memory_order_seq_cst)) break;
+      if (stop.load(std::memory_order_seq_cst)) break;  // pairs with the store of stop below
       uint64_t lo, hi;
       if (!claim(lo, hi)) break;
       fl_status_t st = body(lo, hi, user_data);
@@ -93,21 +99,24 @@ struct ForState {
         // The winner writes result; the caller reads it after seeing active == 0 (the
         // seq_cst decrement below orders it).
         if (!failed.exchange(true, std::memory_order_relaxed)) result = {st, lo, hi};
-        stop.store(true, std::memory_order_seq_cst);
+        stop.store(true, std::memory_order_seq_cst);  // pairs with the loads of stop above and in done()
         break;
       }
     }
+    // Store-load (Dekker) pair with block(), described just below.
     if (active.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       // Dekker pair with the caller's sleeping increment and its done() check: either it
       // sees active == 0, or we see it sleeping and wake it (the bump makes a futex_wait
       // that has not started yet return at once).
-      wake.fetch_add(1, std::memory_order_seq_cst);
+      wake.fetch_add(1, std::memory_order_seq_cst);  // pairs with the load of wake in block()
+      // Pairs with the seq_cst store of sleeping in block() (the Dekker pair above).
       if (sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&wake, INT_MAX);
     }
   }
 
   void release() {
     // acq_rel: the last owner sees every other owner's accesses before freeing.
+    // Pairs with the other owners' fetch_sub here.
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
@@ -133,9 +142,11 @@ struct ForState {
   }
 
   void block() {
+    // Store-load (Dekker) pair with participate(): we store sleeping, then load active in
+    // done(); the last participant stores active, then loads sleeping.
     sleeping.store(1, std::memory_order_seq_cst);
     for (;;) {
-      uint32_t w = wake.load(std::memory_order_seq_cst);
+      uint32_t w = wake.load(std::memory_order_seq_cst);  // pairs with the fetch_add of wake in participate()
       if (done()) break;
       futex_wait(&wake, w);
     }

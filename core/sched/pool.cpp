@@ -238,7 +238,10 @@ void Pool::Impl::park_spare(Worker& w) {
   // changes the word and the wait returns at once.
   if (!w.deque.empty()) notifier.notify_one();
   for (;;) {
+    // Pairs with the fetch_add of spare_epoch in BlockedScope() and ~Pool(), which come
+    // after their increment of blocked / store of stop (the pattern described above).
     uint32_t epoch = spare_epoch.load(std::memory_order_seq_cst);
+    // Pairs with the seq_cst store of stop in ~Pool() (and may_run() with BlockedScope()).
     if (stop.load(std::memory_order_seq_cst) || may_run(w)) return;
     futex_wait(&spare_epoch, epoch);
   }
@@ -253,6 +256,7 @@ void Pool::Impl::worker_main(Worker& w) {
   for (;;) {
     if (spare && !may_run(w)) {
       park_spare(w);
+      // Pairs with the seq_cst store of stop in ~Pool() (seen by park_spare() already).
       if (stop.load(std::memory_order_seq_cst)) break;
       continue;
     }
@@ -272,6 +276,8 @@ void Pool::Impl::worker_main(Worker& w) {
       if (t == nullptr && !retry) {
         // stop: seq_cst load after prepare_wait's fence; the destructor stores stop and
         // then notifies, so either we see it here or we receive its token.
+        // Store-load pair: ~Pool() stores stop, then fences in notify_all(); we counted
+        // ourselves and fenced in prepare_wait(), then load stop.
         if (stop.load(std::memory_order_seq_cst)) {
           notifier.cancel_wait();
           break;
@@ -319,15 +325,19 @@ Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Imp
 }
 
 Pool::~Pool() {
+  // Store-load pair with worker_main()'s load of stop after prepare_wait() (through the
+  // fence in notify_all()), and read by park_spare() after the epoch bump below.
   impl_->stop.store(true, std::memory_order_seq_cst);
   impl_->notifier.notify_all();
+  // Pairs with the seq_cst load of spare_epoch in park_spare(): a spare that read the old
+  // epoch either sees stop or has its futex_wait return at once.
   impl_->spare_epoch.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&impl_->spare_epoch, INT_MAX);
   unsigned n;
   {
     // No spare is started after this: BlockedScope checks `stop` under the same lock.
     std::lock_guard<std::mutex> lock(impl_->spawn_mu);
-    n = impl_->started.load(std::memory_order_acquire);
+    n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
   }
   for (unsigned i = 0; i < n; ++i)
     if (impl_->workers[i]->thread.joinable()) impl_->workers[i]->thread.join();
@@ -388,6 +398,7 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
   // seq_cst: pairs with the seq_cst loads in may_run() (see park_spare()).
   unsigned nb = im.blocked.fetch_add(1, std::memory_order_seq_cst) + 1;
   unsigned want = std::min(im.base + nb, im.capacity);  // workers needed to stand in for every blocked one
+  // Pairs with the release stores of started below and in Pool() (re-read under spawn_mu).
   if (im.started.load(std::memory_order_acquire) < want) {
     std::lock_guard<std::mutex> lock(im.spawn_mu);
     unsigned have = im.started.load(std::memory_order_relaxed);
@@ -406,12 +417,15 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
       });
     }
   }
+  // After the increment of blocked: pairs with the seq_cst load of spare_epoch in
+  // park_spare(), which reads the epoch before blocked (the pattern described there).
   im.spare_epoch.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&im.spare_epoch, INT_MAX);
 }
 
 Pool::BlockedScope::~BlockedScope() {
   // The spare standing in for us notices at its next task boundary and parks again.
+  // Pairs with the seq_cst load of blocked in may_run().
   pool_.impl_->blocked.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -421,7 +435,7 @@ unsigned Pool::spare_workers() const { return impl_->started.load(std::memory_or
 
 PoolStats Pool::stats() const {
   PoolStats s;
-  unsigned n = impl_->started.load(std::memory_order_acquire);
+  unsigned n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
   for (unsigned i = 0; i < n; ++i) {
     s.steals += impl_->workers[i]->steals.load(std::memory_order_relaxed);
     s.parks += impl_->workers[i]->parks.load(std::memory_order_relaxed);
@@ -434,10 +448,14 @@ bool Pool::quiescent() const {
   // Finished counts first, submitted counts second. A task's submits are counted before
   // its own finish (release), so a finish we count carries its children's submits into
   // the sums read after it (acquire): equal sums mean every task submitted so far ran.
+  // started: pairs with the release stores in Pool() and BlockedScope() (slots are valid).
   unsigned n = impl_->started.load(std::memory_order_acquire);
   uint64_t finished = 0, submitted = 0;
+  // Pairs with the release bump of finished in Impl::run().
   for (unsigned i = 0; i < n; ++i) finished += impl_->workers[i]->finished.load(std::memory_order_acquire);
-  n = impl_->started.load(std::memory_order_acquire);
+  n = impl_->started.load(std::memory_order_acquire);  // pairs with the release stores of started, as above
+  // These two pair with no release (submit() and yield() count relaxed): the acquire loads
+  // of finished above are what order them after the counted tasks' submits.
   for (unsigned i = 0; i < n; ++i) submitted += impl_->workers[i]->submitted.load(std::memory_order_acquire);
   submitted += impl_->injected.load(std::memory_order_acquire);
   return submitted == finished;

@@ -115,6 +115,8 @@ void TaskGraph::run_node(Task* t) {
     for (uint32_t s : node.succ) {
       // acq_rel: the last predecessor to finish sees every other predecessor's writes
       // (release) and passes them on to the successor it starts (acquire).
+      // Pairs with the other predecessors' fetch_sub on pending_[s] here (reset relaxed in
+      // run(), before the roots are published by submit()).
       if (g->pending_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         if (next == kNone)
           next = s;  // run it on this thread, below
