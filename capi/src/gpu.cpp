@@ -129,6 +129,7 @@ FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority,
   return guard([&]() -> fl_status_t {
     const char* fn = "fl_stream_set_priority";
     core::Stream* s = cuda_stream_from(stream, fn);
+    // Pairs with the release store of submitted in Engine::submit().
     if (s->submitted.load(std::memory_order_acquire) != 0)
       fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": the stream (" + s->describe() +
                                         ") already has instructions; set its priority before the first one");

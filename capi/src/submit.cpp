@@ -43,7 +43,8 @@ core::Instr* instr_from_ctx(const fl_instr_ctx_t* ctx, const char* fn) {
   // it: it is looked up among this thread's callback frames, never dereferenced blindly
   // (a stale or forged pointer reads nothing).
   for (core::CallbackFrame* f = core::current_frame(); f != nullptr; f = f->parent)
-    if (f->kind == core::CallbackKind::kFn && static_cast<const void*>(f->instr) == static_cast<const void*>(ctx))
+    if (f->kind == core::CallbackKind::kFn && core::on_this_thread(f) &&
+        static_cast<const void*>(f->instr) == static_cast<const void*>(ctx))
       return f->instr;
   set_last_error(std::string(fn) + ": " +
                  (ctx == nullptr ? std::string("ctx is NULL")

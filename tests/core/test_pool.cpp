@@ -1,12 +1,14 @@
 // White-box tests of the pool, Latch, the parallel loop, task graphs and topology.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -319,6 +321,41 @@ TEST_P(PoolThreads, ParallelForCoversEveryIndexOnceForOddSizesAndGrains) {
         EXPECT_LE(c.max_len.load(), grain);
       }
     }
+  }
+}
+
+// grain 0: guided claims. Every claim takes a share of what remains, so in index order the
+// ranges never grow, the last ones are much smaller than the first (the participants finish
+// together), and there are few of them (fixed chunks of the smallest size would be 64 per
+// participant).
+TEST_P(PoolThreads, ParallelForWithGrainZeroClaimsShrinkingRanges) {
+  Pool pool(GetParam());
+  struct Ranges {
+    std::mutex mu;
+    std::vector<std::pair<uint64_t, uint64_t>> seen;
+  } ranges;
+  auto body = [](uint64_t lo, uint64_t hi, void* ud) -> fl_status_t {
+    auto* r = static_cast<Ranges*>(ud);
+    std::lock_guard<std::mutex> lock(r->mu);
+    r->seen.emplace_back(lo, hi);
+    return FL_OK;
+  };
+  const uint64_t n = 1000000;
+  ASSERT_EQ(parallel_for(pool, 0, n, 0, body, &ranges).status, FL_OK);
+  auto& v = ranges.seen;
+  std::sort(v.begin(), v.end());
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.front().first, 0u);
+  EXPECT_EQ(v.back().second, n);
+  for (size_t k = 1; k < v.size(); ++k) {
+    ASSERT_EQ(v[k].first, v[k - 1].second) << "ranges are contiguous and disjoint";
+    if (k + 1 < v.size()) {  // (the last one takes what is left)
+      EXPECT_LE(v[k].second - v[k].first, v[k - 1].second - v[k - 1].first) << "claim " << k << " grew";
+    }
+  }
+  if (pool.size() > 1) {
+    EXPECT_LT((v.back().second - v.back().first) * 8, v.front().second - v.front().first);
+    EXPECT_LT(v.size(), 64u * pool.size()) << "too many claims";
   }
 }
 

@@ -61,6 +61,8 @@
  *      fl_engine_drain and fl_engine_destroy from any code the engine runs (including its
  *        worker threads and the watchdog callback);
  *      fl_task_group_wait / fl_task_group_destroy of a group from one of its own tasks.
+ *    Bodies and tasks that a callback's fl_parallel_for or fl_taskgraph_run runs on other
+ *    workers count as part of that callback: their waits are refused the same way.
  *  - Other waits are allowed: a worker that waits helps only with its own callback's work
  *    (never another instruction) and a spare worker stands in while it blocks, so waits
  *    inside callbacks deadlock only if they form a cycle (a hang the state dump names).
