@@ -389,7 +389,8 @@ FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t
    FL_ERR_INVALID_ARGUMENT (NULL out_graph), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_taskgraph_create(fl_engine_t* engine, fl_taskgraph_t** out_graph);
 /* METHOD: fl_taskgraph_t — adds a node; name copied, may be NULL. Node ids are dense from 0.
-   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL fn or out_node, graph running). */
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL fn or out_node, graph running),
+   FL_ERR_OUT_OF_RANGE (the graph is full), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_taskgraph_add(fl_taskgraph_t* graph, fl_task_fn fn, void* user_data,
                                     const char* name, uint64_t* out_node);
 /* METHOD: fl_taskgraph_t — `after` starts only once `before` has finished.
@@ -795,7 +796,8 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
 /* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
    wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of
-   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). */
+   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE (stale, or
+   destroyed concurrently). */
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
 
 #ifdef __cplusplus
