@@ -52,7 +52,7 @@ cudaError_t event_get(int device, cudaEvent_t* out) {
       return cudaSuccess;
     }
   }
-  return cudaEventCreateWithFlags(out, cudaEventDisableTiming);
+  return cu().cudaEventCreateWithFlags(out, cudaEventDisableTiming);
 }
 
 void event_put(int device, cudaEvent_t e) {
@@ -64,9 +64,9 @@ void event_put(int device, cudaEvent_t e) {
 // Makes `dev` current on this thread (a user callback may have changed it).
 cudaError_t make_current(int dev) {
   int cur = -1;
-  cudaError_t r = cudaGetDevice(&cur);
+  cudaError_t r = cu().cudaGetDevice(&cur);
   if (r == cudaSuccess && cur == dev) return cudaSuccess;
-  return cudaSetDevice(dev);
+  return cu().cudaSetDevice(dev);
 }
 
 // The instructions this lane launched on one CUDA stream since that stream last recorded
@@ -92,11 +92,11 @@ void cover(core::Lane* lane) {
   }
   if (r == cudaSuccess) {
     call = "cudaEventRecord";
-    r = cudaEventRecord(ev, ss->cs);
+    r = cu().cudaEventRecord(ev, ss->cs);
     if (r != cudaSuccess) event_put(ss->device, ev);
   }
   if (r != cudaSuccess) {
-    (void)cudaGetLastError();  // not to be blamed on the next launch of this thread
+    (void)cu().cudaGetLastError();  // not to be blamed on the next launch of this thread
     // The work is on the GPU but its completion can never be observed (a broken context):
     // fail the run, naming CUDA's error, rather than wait forever.
     std::string detail = cuda_message(r, call);
@@ -134,8 +134,8 @@ class CudaBackend final : public core::DeviceBackend {
     StreamState* ss = state_of(s);
     if (ss == nullptr) return;
     if (ss->cs != nullptr) {
-      if (make_current(ss->device) == cudaSuccess) (void)cudaStreamDestroy(ss->cs);  // drained: nothing pending
-      (void)cudaGetLastError();
+      if (make_current(ss->device) == cudaSuccess) (void)cu().cudaStreamDestroy(ss->cs);  // drained: nothing pending
+      (void)cu().cudaGetLastError();
     }
     delete ss;
     s->device_state = nullptr;
@@ -152,7 +152,7 @@ class CudaBackend final : public core::DeviceBackend {
       return r == cudaErrorInvalidDevice || r == cudaErrorNoDevice ? FL_ERR_NO_DEVICE : FL_ERR_CUDA;
     }
     if (ss->cs == nullptr) {
-      r = cudaStreamCreateWithPriority(&ss->cs, cudaStreamNonBlocking, ss->priority);
+      r = cu().cudaStreamCreateWithPriority(&ss->cs, cudaStreamNonBlocking, ss->priority);
       if (r != cudaSuccess) {
         ss->cs = nullptr;
         i->error = cuda_message(r, "cudaStreamCreateWithPriority");
@@ -171,14 +171,14 @@ class CudaBackend final : public core::DeviceBackend {
       if (d.pred->load_state(std::memory_order_acquire) != InstrState::kIssued) continue;  // completed: nothing to wait for
       const DeviceRecord& pr = record_of(d.pred);
       cudaEvent_t ev = pr.event != nullptr ? pr.event : record_of(pr.cover).event;
-      r = cudaStreamWaitEvent(ss->cs, ev, 0);
+      r = cu().cudaStreamWaitEvent(ss->cs, ev, 0);
       if (r != cudaSuccess) {
         i->error = cuda_message(r, "cudaStreamWaitEvent") + " waiting for " + d.pred->describe();
         return FL_ERR_CUDA;
       }
     }
     fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
-    cudaError_t last = cudaGetLastError();
+    cudaError_t last = cu().cudaGetLastError();
     if (st == FL_OK && last != cudaSuccess) {
       if (i->error.empty()) i->error = cuda_message(last, "the launch");
       st = FL_ERR_CUDA;
@@ -230,19 +230,27 @@ DeviceRecord& record_of(Instr* i) {
 }
 
 std::string cuda_message(cudaError_t e, const char* call) {
-  return std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") from " + call;
+  return std::string("CUDA error ") + cu().cudaGetErrorName(e) + " (" + cu().cudaGetErrorString(e) + ") from " + call;
 }
 
 core::DeviceBackend* backend() {
-  static CudaBackend* b = new CudaBackend();  // never destroyed: engines may outlive statics
+  // Null where the CUDA runtime cannot be loaded (gpu/runtime.hpp): engines then have no
+  // device streams, and the C API's CUDA calls answer FL_ERR_UNSUPPORTED with the reason.
+  static CudaBackend* b = cuda_loaded() ? new CudaBackend() : nullptr;  // never destroyed
   return b;
+}
+
+std::string unavailable(const char* fn) {
+  if (cuda_loaded()) return std::string();
+  return std::string(fn) + ": the CUDA backend is not available: " + cuda_unavailable();
 }
 
 int device_count() {
   static const int n = [] {
+    if (!cuda_loaded()) return 0;
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the (non-sticky) error: no driver or no device
+    if (cu().cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cu().cudaGetLastError();  // clear the (non-sticky) error: no driver or no device
       count = 0;
     }
     return count;
@@ -260,6 +268,10 @@ void* cuda_stream(core::Stream* s) { return state_of(s)->cs; }
 
 namespace flowlane::gpu {
 core::DeviceBackend* backend() { return nullptr; }
+std::string unavailable(const char* fn) {
+  return std::string(fn) + ": this libflowlane was built without CUDA (FLOWLANE_WITH_CUDA=OFF or no toolkit at "
+                           "build time)";
+}
 int device_count() { return 0; }
 void on_completion(core::Instr*, CompletionHook) {}
 void* cuda_stream(core::Stream*) { return nullptr; }

@@ -7,7 +7,7 @@
 #error "gpu/cuda.hpp is for CUDA builds only"
 #endif
 
-#include <cuda_runtime.h>
+#include "gpu/runtime.hpp"
 
 #include <cstdint>
 #include <deque>

@@ -67,11 +67,11 @@ fl_status_t launch_kernel(fl_instr_ctx_t* ctx, void*) {
     std::memcpy(&o, base + sizeof(KernelHeader) + k * sizeof(uint32_t), sizeof o);
     ptrs[k] = const_cast<unsigned char*>(base + o);
   }
-  cudaError_t r = cudaLaunchKernel(h.func, dim3(h.grid[0], h.grid[1], h.grid[2]),
+  cudaError_t r = cu().cudaLaunchKernel(h.func, dim3(h.grid[0], h.grid[1], h.grid[2]),
                                    dim3(h.block[0], h.block[1], h.block[2]), ptrs, size_t(h.shared_mem_bytes),
                                    static_cast<cudaStream_t>(cuda_stream(i->stream)));
   if (r != cudaSuccess) {
-    (void)cudaGetLastError();  // consumed here: reported as this instruction's failure
+    (void)cu().cudaGetLastError();  // consumed here: reported as this instruction's failure
     i->error = cuda_message(r, "cudaLaunchKernel");
     return FL_ERR_CUDA;
   }
@@ -111,16 +111,16 @@ fl_status_t launch_memcpy(fl_instr_ctx_t* ctx, void*) {
   cudaError_t r;
   const char* call = "cudaMemcpyAsync";
   switch (h.kind) {
-    case FL_MEMCPY_H2D: r = cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyHostToDevice, cs); break;
-    case FL_MEMCPY_D2H: r = cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToHost, cs); break;
-    case FL_MEMCPY_D2D: r = cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToDevice, cs); break;
+    case FL_MEMCPY_H2D: r = cu().cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyHostToDevice, cs); break;
+    case FL_MEMCPY_D2H: r = cu().cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToHost, cs); break;
+    case FL_MEMCPY_D2D: r = cu().cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToDevice, cs); break;
     default:
       call = "cudaMemsetAsync";
-      r = cudaMemsetAsync(h.dst, int(h.value & 0xff), size_t(h.bytes), cs);
+      r = cu().cudaMemsetAsync(h.dst, int(h.value & 0xff), size_t(h.bytes), cs);
       break;
   }
   if (r != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)cu().cudaGetLastError();
     i->error = cuda_message(r, call);
     return FL_ERR_CUDA;
   }
@@ -184,7 +184,7 @@ fl_status_t status_of(cudaError_t r) {
 }
 
 [[noreturn]] void cuda_fail(cudaError_t r, const char* fn, const char* call) {
-  (void)cudaGetLastError();
+  (void)cu().cudaGetLastError();
   fail(status_of(r), std::string(fn) + ": " + cuda_message(r, call));
 }
 
@@ -193,13 +193,13 @@ fl_status_t status_of(cudaError_t r) {
 void* host_alloc_pinned(uint64_t bytes) {
   if (bytes == 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_host_alloc_pinned: bytes is 0");
   void* p = nullptr;
-  cudaError_t r = cudaHostAlloc(&p, size_t(bytes), cudaHostAllocDefault);
+  cudaError_t r = cu().cudaHostAlloc(&p, size_t(bytes), cudaHostAllocDefault);
   if (r != cudaSuccess) cuda_fail(r, "fl_host_alloc_pinned", "cudaHostAlloc");
   return p;
 }
 
 void host_free_pinned(void* p) {
-  cudaError_t r = cudaFreeHost(p);
+  cudaError_t r = cu().cudaFreeHost(p);
   if (r != cudaSuccess) cuda_fail(r, "fl_host_free_pinned", "cudaFreeHost");
 }
 
@@ -209,12 +209,12 @@ void priority_range(int32_t device, int32_t* out_least, int32_t* out_greatest) {
     fail(FL_ERR_NO_DEVICE, "fl_cuda_priority_range: CUDA device " + std::to_string(device) +
                                " does not exist: this process sees " + std::to_string(n) + " CUDA device(s)");
   int saved = -1;
-  cudaError_t r = cudaGetDevice(&saved);
+  cudaError_t r = cu().cudaGetDevice(&saved);
   if (r != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaGetDevice");
-  if (saved != device && (r = cudaSetDevice(device)) != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaSetDevice");
+  if (saved != device && (r = cu().cudaSetDevice(device)) != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaSetDevice");
   int least = 0, greatest = 0;
-  r = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-  if (saved != device) (void)cudaSetDevice(saved);  // leave the caller's current device as it was
+  r = cu().cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  if (saved != device) (void)cu().cudaSetDevice(saved);  // leave the caller's current device as it was
   if (r != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaDeviceGetStreamPriorityRange");
   *out_least = least;
   *out_greatest = greatest;

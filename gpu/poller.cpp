@@ -86,12 +86,12 @@ bool Poller::poll(std::vector<StreamState*>& active) {
     while (!ss->launched.empty()) {
       // The FIFO's head and the instructions up to its covering event complete together.
       Instr* head = ss->launched.front();
-      cudaError_t r = cudaEventQuery(completion_event(head));
+      cudaError_t r = cu().cudaEventQuery(completion_event(head));
       if (r == cudaErrorNotReady) break;
       progress = true;
       std::string detail;
       if (r != cudaSuccess) {
-        (void)cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
+        (void)cu().cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
         detail = cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery on the event recorded "
                                  "after this instruction's run of its stream)");
       }
