@@ -401,6 +401,8 @@ fl_status_t launch_collective(fl_instr_ctx_t* ctx, void* ud) {
     cudaStream_t cs = static_cast<cudaStream_t>(gpu::cuda_stream(i->stream));
     r = nccl().ncclGroupStart();
     if (r != ncclSuccess) return fail_launch(w, i, r, "ncclGroupStart");
+    // From here a failure may leave parts of the group enqueued: it completes after an event.
+    gpu::record_of(i).may_enqueue = true;
     ncclResult_t first = ncclSuccess;
     const char* first_call = "";
     for (const fl_coll_part_t& p : w->parts) {

@@ -102,7 +102,11 @@ void cover(core::Lane* lane) {
     std::string detail = cuda_message(r, call);
     std::vector<Instr*> failed;
     failed.swap(run);
-    for (Instr* x : failed) e->complete_async(x, FL_ERR_CUDA, detail);
+    for (Instr* x : failed) {
+      const bool deferred = record_of(x).deferred;  // its outcome stands
+      e->complete_async(x, deferred ? FL_OK : FL_ERR_CUDA, deferred ? std::string() : detail);
+      ss->inflight.fetch_sub(1, std::memory_order_release);  // pairs with defer_completion's acquire
+    }
     return;
   }
   record_of(last).event = ev;
@@ -111,13 +115,27 @@ void cover(core::Lane* lane) {
       last->ref();  // dropped when x is recycled
       record_of(x).cover = last;
     }
-    e->mark_issued(x);
+    // A deferred one (skipped or failed) is never kIssued: its successors wait for its
+    // completion and then see its outcome.
+    if (!record_of(x).deferred) e->mark_issued(x);
   }
   track(run.data(), run.size());  // the poller may complete and recycle them from here on
   run.clear();
 }
 
 void free_record(void* p) { delete static_cast<DeviceRecord*>(p); }
+
+// The first instruction whose GPU work faulted with an error that breaks the CUDA context
+// (an illegal address and the like: every later call of the process on that device fails
+// with it), per device, so that later failures name it rather than blame themselves.
+struct FaultLedger {
+  std::mutex mu;
+  std::vector<std::string> first;  // per device: "instruction 'x' (#id, ...)" or empty
+};
+FaultLedger& fault_ledger() {
+  static FaultLedger* l = new FaultLedger();  // never destroyed: pollers may outlive statics
+  return *l;
+}
 
 class CudaBackend final : public core::DeviceBackend {
  public:
@@ -177,13 +195,17 @@ class CudaBackend final : public core::DeviceBackend {
         return FL_ERR_CUDA;
       }
     }
+    // This thread's last CUDA error belongs to whoever left it (a user callback's
+    // cudaStreamQuery, an earlier failure): cleared before, checked after the launch.
+    (void)cu().cudaGetLastError();
     fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
     cudaError_t last = cu().cudaGetLastError();
     if (st == FL_OK && last != cudaSuccess) {
-      if (i->error.empty()) i->error = cuda_message(last, "the launch");
+      if (i->error.empty()) i->error = cuda_message(last, "the launch") + broken_note(dev, last);
       st = FL_ERR_CUDA;
     }
     if (st != FL_OK) return st;
+    ss->inflight.fetch_add(1, std::memory_order_relaxed);  // lane runner only; see StreamState
     // On its CUDA stream. It becomes kIssued once an event is recorded after it: at once
     // when a cross-stream successor already waits for it (acquire pairs with the release
     // CAS that published the edge: nothing to read, but the count must be current), else
@@ -193,6 +215,25 @@ class CudaBackend final : public core::DeviceBackend {
     run.push_back(i);
     *flush_now = i->issue_succ_head.load(std::memory_order_acquire) != nullptr || run.size() >= kMaxUncovered;
     return FL_OK;
+  }
+
+  bool defer_completion(Instr* i) override {
+    StreamState* ss = state_of(i->stream);
+    DeviceRecord& rec = record_of(i);
+    const bool may_enqueue = rec.may_enqueue;
+    rec.may_enqueue = false;
+    if (ss == nullptr || ss->cs == nullptr) return false;  // nothing was ever issued on its stream
+    // acquire pairs with the poller's release decrement: 0 means every earlier instruction
+    // of the stream has completed, so completing i now keeps stream order.
+    if (!may_enqueue && ss->inflight.load(std::memory_order_acquire) == 0) return false;
+    rec.deferred = true;
+    ss->inflight.fetch_add(1, std::memory_order_relaxed);
+    core::Lane* lane = i->stream->lane;
+    std::vector<Instr*>& run = run_of(lane);
+    if (!run.empty() && run.back()->stream != i->stream) cover(lane);  // one stream per run
+    run.push_back(i);
+    cover(lane);  // an event after everything before it (and its own leftovers): rare path
+    return true;
   }
 
   void flush(core::Lane* lane) override { cover(lane); }
@@ -208,6 +249,8 @@ class CudaBackend final : public core::DeviceBackend {
   void recycle(Instr* i) override {
     auto* rec = static_cast<DeviceRecord*>(i->device);
     rec->hook = nullptr;
+    rec->deferred = false;
+    rec->may_enqueue = false;
     if (rec->event != nullptr) {  // every dependent that could wait on it has completed
       event_put(state_of(i->stream)->device, rec->event);
       rec->event = nullptr;
@@ -259,6 +302,47 @@ int device_count() {
 }
 
 void on_completion(Instr* i, CompletionHook hook) { record_of(i).hook = hook; }
+
+bool breaks_context(cudaError_t r) {
+  switch (r) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string note_fault(int device, cudaError_t r, Instr* i) {
+  if (!breaks_context(r)) return std::string();
+  FaultLedger& l = fault_ledger();
+  std::lock_guard<std::mutex> lock(l.mu);
+  if (device < 0) device = 0;
+  if (l.first.size() <= size_t(device)) l.first.resize(size_t(device) + 1);
+  if (l.first[size_t(device)].empty()) {
+    l.first[size_t(device)] = i->describe();
+    return std::string();  // the first: its own fault
+  }
+  return "; the CUDA context of device " + std::to_string(device) +
+         " was broken by an earlier fault in instruction " + l.first[size_t(device)];
+}
+
+std::string broken_note(int device, cudaError_t r) {
+  if (!breaks_context(r)) return std::string();
+  FaultLedger& l = fault_ledger();
+  std::lock_guard<std::mutex> lock(l.mu);
+  if (device < 0 || size_t(device) >= l.first.size() || l.first[size_t(device)].empty()) return std::string();
+  return "; the CUDA context of device " + std::to_string(device) +
+         " was broken by an earlier fault in instruction " + l.first[size_t(device)];
+}
 
 void* cuda_stream(core::Stream* s) { return state_of(s)->cs; }
 

@@ -9,6 +9,7 @@
 
 #include "gpu/runtime.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -29,6 +30,11 @@ struct StreamState {
   // stream is created, at the first launch (lane runner).
   int priority = 0;
   cudaStream_t cs = nullptr;  // lane runner only; destroyed after the engine drained
+  // Instructions handed to the backend and not completed yet (issued, or deferred:
+  // DeviceBackend::defer_completion). Incremented by the lane runner; decremented by the
+  // poller after it completed one (release, pairs with the acquire load in
+  // defer_completion: a lane runner that reads 0 completes after every earlier one).
+  std::atomic<uint64_t> inflight{0};
   // Poller thread only: issued instructions in issue (= stream) order.
   std::deque<Instr*> launched;
   bool polled = false;  // poller only: in the poller's list of streams with issued work
@@ -51,6 +57,12 @@ struct DeviceRecord {
   // Asked by the poller once the GPU work completed without a CUDA error (NCCL: whether an
   // abort cut the collective short).
   CompletionHook hook = nullptr;
+  // Its outcome (skipped, cancelled, failed) was decided at issue; it completes in stream
+  // order through the poller (DeviceBackend::defer_completion), never as its own failure.
+  bool deferred = false;
+  // Set while issuing: the launch may have enqueued work even if it then fails (a device
+  // function, a collective after ncclGroupStart); its failure completes after an event.
+  bool may_enqueue = false;
 };
 
 // i's record, created on first use.
@@ -58,6 +70,14 @@ DeviceRecord& record_of(Instr* i);
 
 // "CUDA error cudaErrorInvalidConfiguration (invalid configuration argument) from cudaLaunchKernel"
 std::string cuda_message(cudaError_t e, const char* call);
+
+// Errors that break the CUDA context (sticky): the first instruction whose GPU work failed
+// with one is noted per device; note_fault returns "" for that first one and for other
+// errors, else a note naming it, to append to the failure; broken_note(device, r) is the
+// same note for a launch that failed with r after it ("" when no fault was noted).
+bool breaks_context(cudaError_t r);
+std::string note_fault(int device, cudaError_t r, Instr* i);
+std::string broken_note(int device, cudaError_t r);
 
 // Payload layouts (DeviceRecord::payload), written at submit by launch.cpp.
 enum class Op : uint32_t { kKernel = 1, kDeviceFn = 2, kMemcpy = 3 };

@@ -3,6 +3,7 @@
 // record at submit, and the C API's other CUDA calls (pinned memory, stream priorities).
 #include "gpu/backend.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@ namespace flowlane::gpu {
 namespace {
 
 constexpr uint64_t kMaxArgs = 1024;
-constexpr uint64_t kMaxArgBytes = 32768;  // CUDA's kernel parameter limit is 32764 bytes (sm_70+)
+constexpr uint64_t kMaxArgBytes = 32764;  // CUDA's kernel parameter limit (sm_70+, CUDA 12.1+)
 constexpr size_t kArgAlign = 16;
 
 size_t align_up(size_t n) { return (n + kArgAlign - 1) & ~(kArgAlign - 1); }
@@ -72,7 +73,11 @@ fl_status_t launch_kernel(fl_instr_ctx_t* ctx, void*) {
                                    static_cast<cudaStream_t>(cuda_stream(i->stream)));
   if (r != cudaSuccess) {
     (void)cu().cudaGetLastError();  // consumed here: reported as this instruction's failure
-    i->error = cuda_message(r, "cudaLaunchKernel");
+    i->error = cuda_message(r, "cudaLaunchKernel") + broken_note(state_of(i->stream)->device, r);
+    if (r == cudaErrorInvalidDeviceFunction)
+      i->error += ": the kernel is not registered with the CUDA runtime libflowlane uses (" + cuda_library() +
+                  "); a program linked with another runtime instance (cudart_static, a second libcudart) must "
+                  "link the shared libcudart, or launch from an fl_submit_device function";
     return FL_ERR_CUDA;
   }
   return FL_OK;
@@ -90,7 +95,9 @@ void fill_device_fn(Instr* i, const fl_device_instr_t& in) {
 fl_status_t launch_device_fn(fl_instr_ctx_t* ctx, void* user_data) {
   auto* i = reinterpret_cast<Instr*>(ctx);
   DeviceFnHeader h;
-  std::memcpy(&h, record_of(i).payload.data(), sizeof h);
+  DeviceRecord& rec = record_of(i);
+  std::memcpy(&h, rec.payload.data(), sizeof h);
+  rec.may_enqueue = true;  // it may enqueue work and then fail: that failure completes after an event
   return h.fn(ctx, static_cast<void*>(static_cast<cudaStream_t>(cuda_stream(i->stream))), user_data);
 }
 
@@ -121,10 +128,26 @@ fl_status_t launch_memcpy(fl_instr_ctx_t* ctx, void*) {
   }
   if (r != cudaSuccess) {
     (void)cu().cudaGetLastError();
-    i->error = cuda_message(r, call);
+    i->error = cuda_message(r, call) + broken_note(state_of(i->stream)->device, r);
     return FL_ERR_CUDA;
   }
   return FL_OK;
+}
+
+// Pageable host memory: cudaMemcpyAsync would return only after the copy, a host wait on
+// the lane runner behind whatever the stream runs first (device edges never block the
+// host; behind a spinning kernel it deadlocks). Refused at submit rather than staged.
+void refuse_pageable(const void* p, const char* which) {
+  cudaPointerAttributes a{};
+  cudaError_t r = cu().cudaPointerGetAttributes(&a, p);
+  if (r != cudaSuccess) (void)cu().cudaGetLastError();  // older runtimes: cudaErrorInvalidValue for pageable memory
+  if (r == cudaSuccess && a.type != cudaMemoryTypeUnregistered) return;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  fail(FL_ERR_INVALID_ARGUMENT,
+       std::string("fl_submit_memcpy: ") + which + " " + buf +
+           " is pageable host memory, which cudaMemcpyAsync copies synchronously (the lane would wait on the "
+           "host for the stream); allocate it with fl_host_alloc_pinned, or pin it with cudaHostRegister");
 }
 
 }  // namespace
@@ -169,6 +192,8 @@ fl_host_fn prepare_memcpy(Instr* i, const fl_memcpy_instr_t& in) {
   if (in.kind == FL_MEMSET && in.value > 0xff)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_memcpy: FL_MEMSET value " + std::to_string(in.value) +
                                       " is not a byte (0..255)");
+  if (in.bytes > 0 && in.kind == FL_MEMCPY_H2D) refuse_pageable(in.src, "src");
+  if (in.bytes > 0 && in.kind == FL_MEMCPY_D2H) refuse_pageable(in.dst, "dst");
   fill_memcpy(i, in);
   return &launch_memcpy;
 }

@@ -87,26 +87,34 @@ bool Poller::poll(std::vector<StreamState*>& active) {
       // The FIFO's head and the instructions up to its covering event complete together.
       Instr* head = ss->launched.front();
       cudaError_t r = cu().cudaEventQuery(completion_event(head));
-      if (r == cudaErrorNotReady) break;
+      if (r == cudaErrorNotReady) {
+        (void)cu().cudaGetLastError();  // the runtime also keeps it as this thread's last error
+        break;
+      }
       progress = true;
       std::string detail;
       if (r != cudaSuccess) {
         (void)cu().cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
         detail = cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery on the event recorded "
-                                 "after this instruction's run of its stream)");
+                                 "after this instruction's run of its stream)") +
+                 note_fault(ss->device, r, head);
       }
       for (;;) {
         Instr* i = ss->launched.front();
         ss->launched.pop_front();
         DeviceRecord& rec = record_of(i);
         bool owner = rec.event != nullptr;  // read before completion may recycle i
-        if (r == cudaSuccess && rec.hook != nullptr) {
+        if (rec.deferred) {
+          engine->complete_async(i, FL_OK, std::string());  // its outcome was decided at issue
+        } else if (r == cudaSuccess && rec.hook != nullptr) {
           std::string why;  // e.g. an NCCL collective cut short by an abort completes on the GPU too
           fl_status_t st = rec.hook(i, &why);
           engine->complete_async(i, st, why);
         } else {
           engine->complete_async(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
         }
+        // release pairs with the acquire load in defer_completion: i's completion first.
+        ss->inflight.fetch_sub(1, std::memory_order_release);
         if (owner) break;
       }
     }
