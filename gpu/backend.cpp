@@ -25,50 +25,6 @@ namespace {
 // bound on how late a successor that arrived after a launch learns about it.
 constexpr size_t kMaxUncovered = 8;
 
-// ---- the event pool ------------------------------------------------------------------------
-// One free list per device, process-wide (a process-wide pool needs no teardown order).
-// Events are created with cudaEventDisableTiming when the list is empty, so after warm-up
-// (the high-water mark of events alive at once) nothing is created on the hot path.
-
-struct EventPool {
-  std::mutex mu;
-  std::vector<cudaEvent_t> free;
-};
-
-EventPool& event_pool(int device) {
-  static const int n = std::max(1, device_count());
-  static EventPool* pools = new EventPool[size_t(n)];  // never destroyed
-  return pools[std::clamp(device, 0, n - 1)];
-}
-
-// The device must be current (the launch made it so).
-cudaError_t event_get(int device, cudaEvent_t* out) {
-  EventPool& p = event_pool(device);
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (!p.free.empty()) {
-      *out = p.free.back();
-      p.free.pop_back();
-      return cudaSuccess;
-    }
-  }
-  return cu().cudaEventCreateWithFlags(out, cudaEventDisableTiming);
-}
-
-void event_put(int device, cudaEvent_t e) {
-  EventPool& p = event_pool(device);
-  std::lock_guard<std::mutex> lock(p.mu);
-  p.free.push_back(e);
-}
-
-// Makes `dev` current on this thread (a user callback may have changed it).
-cudaError_t make_current(int dev) {
-  int cur = -1;
-  cudaError_t r = cu().cudaGetDevice(&cur);
-  if (r == cudaSuccess && cur == dev) return cudaSuccess;
-  return cu().cudaSetDevice(dev);
-}
-
 // The instructions this lane launched on one CUDA stream since that stream last recorded
 // an event, in launch order (core::Lane::device_state). Lane runner only.
 std::vector<Instr*>& run_of(core::Lane* lane) {
@@ -88,12 +44,12 @@ void cover(core::Lane* lane) {
   const char* call = "cudaSetDevice";
   if (r == cudaSuccess) {
     call = "cudaEventCreateWithFlags";
-    r = event_get(ss->device, &ev);
+    r = event_get(ss->poller, ss->device, &ev);
   }
   if (r == cudaSuccess) {
     call = "cudaEventRecord";
     r = cu().cudaEventRecord(ev, ss->cs);
-    if (r != cudaSuccess) event_put(ss->device, ev);
+    if (r != cudaSuccess) event_put(ss->poller, ss->device, ev);
   }
   if (r != cudaSuccess) {
     (void)cu().cudaGetLastError();  // not to be blamed on the next launch of this thread
@@ -145,6 +101,8 @@ class CudaBackend final : public core::DeviceBackend {
     auto* ss = new StreamState();
     ss->stream = s;
     ss->device = s->device.index;
+    ss->poller = poller_of(s->engine);
+    stream_attached(ss->poller);
     s->device_state = ss;
   }
 
@@ -155,6 +113,7 @@ class CudaBackend final : public core::DeviceBackend {
       if (make_current(ss->device) == cudaSuccess) (void)cu().cudaStreamDestroy(ss->cs);  // drained: nothing pending
       (void)cu().cudaGetLastError();
     }
+    stream_detached(ss->poller);  // the last one frees the engine's poller and its pools
     delete ss;
     s->device_state = nullptr;
   }
@@ -162,7 +121,6 @@ class CudaBackend final : public core::DeviceBackend {
   fl_status_t issue(Instr* i, bool* flush_now) override {
     core::Stream* s = i->stream;
     StreamState* ss = state_of(s);
-    (void)poller_of(i->engine);  // started before anything is tracked
     const int dev = ss->device;
     cudaError_t r = make_current(dev);
     if (r != cudaSuccess) {
@@ -252,7 +210,8 @@ class CudaBackend final : public core::DeviceBackend {
     rec->deferred = false;
     rec->may_enqueue = false;
     if (rec->event != nullptr) {  // every dependent that could wait on it has completed
-      event_put(state_of(i->stream)->device, rec->event);
+      StreamState* ss = state_of(i->stream);
+      event_put(ss->poller, ss->device, rec->event);
       rec->event = nullptr;
     }
     if (Instr* c = rec->cover) {

@@ -23,9 +23,12 @@ namespace flowlane::gpu {
 using core::Instr;
 
 // Backend state of one CUDA stream (core::Stream::device_state).
+struct Poller;
+
 struct StreamState {
   core::Stream* stream = nullptr;
   int device = 0;
+  Poller* poller = nullptr;  // the engine's (gpu/poller.hpp): outlives every stream state
   // Set by fl_stream_set_priority before the first instruction; applied when the CUDA
   // stream is created, at the first launch (lane runner).
   int priority = 0;

@@ -50,6 +50,13 @@ struct Poller {
   std::atomic<bool> has_incoming{false};
   std::thread thread;
 
+  // The engine's event pool, per device, and the count of its CUDA stream states (the
+  // last one destroyed after the drain frees this poller). Under pool_mu.
+  std::mutex pool_mu;
+  std::vector<std::vector<cudaEvent_t>> free_events;
+  bool closed = false;  // after the drain: returned events are destroyed, not pooled
+  int streams = 0;
+
   void run();
   bool poll(std::vector<StreamState*>& active);
   void spin_while_idle();
@@ -79,10 +86,20 @@ cudaEvent_t completion_event(Instr* i) {
 
 }  // namespace
 
+cudaError_t make_current(int dev) {
+  int cur = -1;
+  cudaError_t r = cu().cudaGetDevice(&cur);
+  if (r == cudaSuccess && cur == dev) return cudaSuccess;
+  return cu().cudaSetDevice(dev);
+}
+
 bool Poller::poll(std::vector<StreamState*>& active) {
   bool progress = false;
   for (size_t k = 0; k < active.size();) {
     StreamState* ss = active[k];
+    // The stream's device is current while its events are queried and the release and
+    // cleanup callbacks of its instructions run (they may use CUDA themselves).
+    if (make_current(ss->device) != cudaSuccess) (void)cu().cudaGetLastError();
     while (!ss->launched.empty()) {
       // The FIFO's head and the instructions up to its covering event complete together.
       Instr* head = ss->launched.front();
@@ -213,7 +230,63 @@ void stop_poller(core::Engine* e) {
   }
   p->cv.notify_one();
   p->thread.join();
-  delete p;
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    p->closed = true;
+    for (size_t dev = 0; dev < p->free_events.size(); ++dev) {
+      if (p->free_events[dev].empty()) continue;
+      if (make_current(int(dev)) == cudaSuccess)
+        for (cudaEvent_t ev : p->free_events[dev]) (void)cu().cudaEventDestroy(ev);
+      (void)cu().cudaGetLastError();
+      p->free_events[dev].clear();
+    }
+    last = p->streams == 0;
+  }
+  if (last) delete p;
+}
+
+cudaError_t event_get(Poller* p, int device, cudaEvent_t* out) {
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    if (size_t(device) < p->free_events.size() && !p->free_events[size_t(device)].empty()) {
+      *out = p->free_events[size_t(device)].back();
+      p->free_events[size_t(device)].pop_back();
+      return cudaSuccess;
+    }
+  }
+  return cu().cudaEventCreateWithFlags(out, cudaEventDisableTiming);
+}
+
+void event_put(Poller* p, int device, cudaEvent_t e) {
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    if (!p->closed) {
+      if (p->free_events.size() <= size_t(device)) p->free_events.resize(size_t(device) + 1);
+      p->free_events[size_t(device)].push_back(e);
+      return;
+    }
+  }
+  // After the drain (an instruction recycled late, e.g. from the failure ledger).
+  int saved = -1;
+  (void)cu().cudaGetDevice(&saved);
+  if (make_current(device) == cudaSuccess) (void)cu().cudaEventDestroy(e);
+  if (saved >= 0 && saved != device) (void)cu().cudaSetDevice(saved);
+  (void)cu().cudaGetLastError();
+}
+
+void stream_attached(Poller* p) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  ++p->streams;
+}
+
+void stream_detached(Poller* p) {
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    last = --p->streams == 0 && p->closed;
+  }
+  if (last) delete p;
 }
 
 }  // namespace flowlane::gpu

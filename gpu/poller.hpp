@@ -6,17 +6,31 @@
 #include <cstddef>
 
 #include "engine/engine.hpp"
+#include "gpu/runtime.hpp"
 
 namespace flowlane::gpu {
 
 struct Poller;
 
-// The engine's poller, started on first use.
+// The engine's poller, started on first use (its first CUDA stream). It also holds the
+// engine's GPU resources: the event pool (per device), freed after the drain.
 Poller* poller_of(core::Engine* e);
+// The pooled events of the engine (events are created with cudaEventDisableTiming when the
+// device's free list is empty, so after warm-up nothing is created on the hot path). The
+// device must be current. After the drain (stop_poller) a returned event is destroyed.
+cudaError_t event_get(Poller* p, int device, cudaEvent_t* out);
+void event_put(Poller* p, int device, cudaEvent_t e);
+// A CUDA stream of the engine was created / destroyed (after the drain): the last one
+// destroyed frees the poller and what it holds.
+void stream_attached(Poller* p);
+void stream_detached(Poller* p);
 // Hands a run of issued instructions of one CUDA stream, in issue order, to their engine's
 // poller: the last one owns the covering event, the others point to it.
 void track(core::Instr* const* run, size_t n);
-// Engine destroy, after the drain: stops and joins the poller thread.
+// Engine destroy, after the drain: stops and joins the poller thread, destroys the pooled
+// events (those still attached to instruction records are destroyed when returned).
 void stop_poller(core::Engine* e);
+// Makes `dev` current on this thread when it is not (a user callback may have changed it).
+cudaError_t make_current(int dev);
 
 }  // namespace flowlane::gpu

@@ -24,6 +24,8 @@ extern "C" void fake_cudart_set_last_error(cudaError_t e);
 extern "C" void fake_cudart_register_pageable(const void* p, size_t n);
 extern "C" void fake_cudart_unregister(const void* p);
 extern "C" void fake_cudart_mark_foreign_kernel(const void* f);
+extern "C" long fake_cudart_events_alive();
+extern "C" long fake_cudart_streams_alive();
 
 namespace {
 
@@ -254,6 +256,30 @@ TEST(FakeGpuHardening, AFailingDeviceFunctionCompletesAfterTheWorkItEnqueued) {
   EXPECT_NE(std::string(fl_last_error_message()).find("enqueues-then-fails"), std::string::npos);
   EXPECT_FALSE(d.cleanup_seen_by_probe) << "its cleanup ran while the work it enqueued was still queued";
   EXPECT_EQ(d.done_at_cleanup, 1) << "cleanup before the enqueued kernel finished";
+}
+
+// ---- the engine's CUDA resources -------------------------------------------------------
+
+TEST(FakeGpuHardening, EventsAndCudaStreamsAreDestroyedWithTheirEngine) {
+  const long events = fake_cudart_events_alive(), streams = fake_cudart_streams_alive();
+  {
+    Eng g;
+    fl_object_t* bad = g.obj();
+    poison(g, bad);
+    int x = 0;
+    int* p = &x;
+    int one = 1;
+    for (int k = 0; k < 64; ++k) {
+      ASSERT_EQ(kernel(g.s(1 + k % 2, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {}, "add"), FL_OK);
+      ASSERT_EQ(kernel(g.s(3, kGpu, FL_STREAM_D2H), kAdd, {&p, &one}, {{bad, FL_READ, 0}}, "skipped"), FL_OK);
+    }
+    fl_engine_synchronize(g.e);
+    EXPECT_GT(fake_cudart_events_alive(), events);
+    fl_object_release(bad);
+    // Not synchronized again: failures still in the ledger are recycled at destroy.
+  }
+  EXPECT_EQ(fake_cudart_events_alive(), events) << "events outlived their engine";
+  EXPECT_EQ(fake_cudart_streams_alive(), streams) << "CUDA streams outlived their engine";
 }
 
 // ---- sticky faults, foreign kernels, the argument limit ----------------------------------
