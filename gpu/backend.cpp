@@ -109,10 +109,7 @@ class CudaBackend final : public core::DeviceBackend {
   void stream_destroyed(core::Stream* s) override {
     StreamState* ss = state_of(s);
     if (ss == nullptr) return;
-    if (ss->cs != nullptr) {
-      if (make_current(ss->device) == cudaSuccess) (void)cu().cudaStreamDestroy(ss->cs);  // drained: nothing pending
-      (void)cu().cudaGetLastError();
-    }
+    if (ss->cs != nullptr) release_cuda_stream(ss->poller, ss->device, ss->cs);  // drained: nothing pending
     stream_detached(ss->poller);  // the last one frees the engine's poller and its pools
     delete ss;
     s->device_state = nullptr;
@@ -128,9 +125,10 @@ class CudaBackend final : public core::DeviceBackend {
       return r == cudaErrorInvalidDevice || r == cudaErrorNoDevice ? FL_ERR_NO_DEVICE : FL_ERR_CUDA;
     }
     if (ss->cs == nullptr) {
-      r = cu().cudaStreamCreateWithPriority(&ss->cs, cudaStreamNonBlocking, ss->priority);
+      r = acquire_cuda_stream(ss->poller, dev, uint32_t(s->kind), ss->priority, &ss->cs);
       if (r != cudaSuccess) {
         ss->cs = nullptr;
+        (void)cu().cudaGetLastError();
         i->error = cuda_message(r, "cudaStreamCreateWithPriority");
         return FL_ERR_CUDA;
       }

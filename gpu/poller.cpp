@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,14 @@ struct Poller {
   std::vector<std::vector<cudaEvent_t>> free_events;
   bool closed = false;  // after the drain: returned events are destroyed, not pooled
   int streams = 0;
+  // The engine's CUDA streams, per device (at most cuda_stream_budget() of them): under
+  // pool_mu.
+  struct Shared {
+    cudaStream_t cs = nullptr;
+    uint32_t kind = 0;  // fl_stream_kind_t of its first user
+    int users = 0;
+  };
+  std::vector<std::vector<Shared>> cuda_streams;
 
   void run();
   bool poll(std::vector<StreamState*>& active);
@@ -273,6 +282,63 @@ void event_put(Poller* p, int device, cudaEvent_t e) {
   if (make_current(device) == cudaSuccess) (void)cu().cudaEventDestroy(e);
   if (saved >= 0 && saved != device) (void)cu().cudaSetDevice(saved);
   (void)cu().cudaGetLastError();
+}
+
+int cuda_stream_budget() {
+  static const int n = [] {
+    for (const char* var : {"FLOWLANE_CUDA_STREAMS", "CUDA_DEVICE_MAX_CONNECTIONS"}) {
+      const char* v = std::getenv(var);
+      if (v == nullptr || *v == 0) continue;
+      char* end = nullptr;
+      long x = std::strtol(v, &end, 10);
+      if (end != nullptr && *end == 0 && x > 0) return int(std::min<long>(x, 1024));
+    }
+    return 8;  // CUDA_DEVICE_MAX_CONNECTIONS' default
+  }();
+  return n;
+}
+
+cudaError_t acquire_cuda_stream(Poller* p, int device, uint32_t kind, int priority, cudaStream_t* out) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  if (p->cuda_streams.size() <= size_t(device)) p->cuda_streams.resize(size_t(device) + 1);
+  std::vector<Poller::Shared>& v = p->cuda_streams[size_t(device)];
+  const bool collective = kind == FL_STREAM_COLLECTIVE;
+  if (!collective && int(v.size()) >= cuda_stream_budget()) {
+    // Over the budget: share the least used non-collective stream, preferring one of the
+    // same kind (copies queue behind copies, kernels behind kernels).
+    Poller::Shared* best = nullptr;
+    for (Poller::Shared& x : v) {
+      if (x.kind == FL_STREAM_COLLECTIVE) continue;
+      if (best == nullptr || (x.kind == kind && best->kind != kind) ||
+          ((x.kind == kind) == (best->kind == kind) && x.users < best->users))
+        best = &x;
+    }
+    if (best != nullptr) {
+      ++best->users;
+      *out = best->cs;
+      return cudaSuccess;
+    }
+  }
+  cudaStream_t cs = nullptr;
+  cudaError_t r = cu().cudaStreamCreateWithPriority(&cs, cudaStreamNonBlocking, priority);
+  if (r != cudaSuccess) return r;
+  v.push_back(Poller::Shared{cs, kind, 1});
+  *out = cs;
+  return cudaSuccess;
+}
+
+void release_cuda_stream(Poller* p, int device, cudaStream_t cs) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  std::vector<Poller::Shared>& v = p->cuda_streams[size_t(device)];
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (v[k].cs != cs) continue;
+    if (--v[k].users == 0) {
+      if (make_current(device) == cudaSuccess) (void)cu().cudaStreamDestroy(cs);  // drained: nothing pending
+      (void)cu().cudaGetLastError();
+      v.erase(v.begin() + long(k));
+    }
+    return;
+  }
 }
 
 void stream_attached(Poller* p) {

@@ -20,6 +20,14 @@ Poller* poller_of(core::Engine* e);
 // device must be current. After the drain (stop_poller) a returned event is destroyed.
 cudaError_t event_get(Poller* p, int device, cudaEvent_t* out);
 void event_put(Poller* p, int device, cudaEvent_t e);
+// The CUDA streams of the engine (lane runner at a stream's first launch; after the drain
+// for release). At most cuda_stream_budget() per device: FLOWLANE_CUDA_STREAMS, else
+// CUDA_DEVICE_MAX_CONNECTIONS (the device's hardware queues), else 8. Beyond it, a device
+// stream shares the least used CUDA stream (of its kind where possible); COLLECTIVE
+// streams are never shared (NCCL kernels wait for their peers). The device must be current.
+int cuda_stream_budget();
+cudaError_t acquire_cuda_stream(Poller* p, int device, uint32_t kind, int priority, cudaStream_t* out);
+void release_cuda_stream(Poller* p, int device, cudaStream_t cs);
 // A CUDA stream of the engine was created / destroyed (after the drain): the last one
 // destroyed frees the poller and what it holds.
 void stream_attached(Poller* p);

@@ -31,13 +31,17 @@
 
 #include "fake_kernel.hpp"
 
-struct CUstream_st {
-  int device = 0;
+// A hardware queue: one host thread running what its streams pushed, in order. Streams of a
+// device share FAKE_CUDA_HW_QUEUES queues (default CUDA_DEVICE_MAX_CONNECTIONS, else 8),
+// each new stream on the least used one: a wait at the head of a queue holds back every
+// stream on it, as on a GPU.
+struct HwQueue {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> q;
   bool stop = false;
   std::thread th;
+  int users = 0;  // under the registry's lock
   void run() {
     for (;;) {
       std::function<void()> f;
@@ -60,6 +64,19 @@ struct CUstream_st {
   }
 };
 
+struct CUstream_st {
+  int device = 0;
+  HwQueue* hw = nullptr;
+  std::atomic<long> pending{0};  // pushed and not yet run
+  void push(std::function<void()> f) {
+    pending.fetch_add(1);
+    hw->push([this, f = std::move(f)] {
+      f();
+      pending.fetch_sub(1);
+    });
+  }
+};
+
 struct CUevent_st {
   int device = 0;
   std::atomic<uint64_t> recorded{0};
@@ -74,6 +91,54 @@ std::atomic<long> g_events_created{0};
 std::atomic<long> g_events_destroyed{0};
 std::atomic<long> g_streams_created{0};
 std::atomic<long> g_streams_destroyed{0};
+
+int hw_queue_count() {
+  static const int n = [] {
+    const char* v = std::getenv("FAKE_CUDA_HW_QUEUES");
+    if (v == nullptr || *v == 0) v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    int q = v != nullptr && *v != 0 ? std::atoi(v) : 8;
+    return q < 1 ? 1 : q;
+  }();
+  return n;
+}
+
+std::mutex g_hw_mu;
+std::map<int, std::vector<HwQueue*>> g_hw;  // per device, hw_queue_count() slots (null: unused)
+
+HwQueue* attach_hw_queue(int device) {
+  std::lock_guard<std::mutex> lock(g_hw_mu);
+  std::vector<HwQueue*>& qs = g_hw[device];
+  qs.resize(size_t(hw_queue_count()), nullptr);
+  size_t best = 0;
+  for (size_t k = 0; k < qs.size(); ++k) {
+    int users = qs[k] != nullptr ? qs[k]->users : 0;
+    int best_users = qs[best] != nullptr ? qs[best]->users : 0;
+    if (users < best_users) best = k;
+  }
+  if (qs[best] == nullptr) {
+    qs[best] = new HwQueue();
+    HwQueue* h = qs[best];
+    h->th = std::thread([h] { h->run(); });
+  }
+  ++qs[best]->users;
+  return qs[best];
+}
+
+void detach_hw_queue(int device, HwQueue* h) {
+  {
+    std::lock_guard<std::mutex> lock(g_hw_mu);
+    if (--h->users > 0) return;
+    for (HwQueue*& q : g_hw[device])
+      if (q == h) q = nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(h->mu);
+    h->stop = true;
+  }
+  h->cv.notify_one();
+  h->th.join();
+  delete h;
+}
 
 int device_count() {
   static const int n = [] {
@@ -200,18 +265,15 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int, int) {
   if (g_sticky.load() != cudaSuccess) return set_err(cudaError_t(g_sticky.load()));
   auto* st = new CUstream_st();
   st->device = t_device;
+  st->hw = attach_hw_queue(st->device);
   g_streams_created.fetch_add(1);
-  st->th = std::thread([st] { st->run(); });
   *s = st;
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->stop = true;
-  }
-  s->cv.notify_one();
-  s->th.join();
+  // Like CUDA, the stream's pending work still runs; the fake waits for it here.
+  while (s->pending.load() != 0) std::this_thread::yield();
+  detach_hw_queue(s->device, s->hw);
   delete s;
   g_streams_destroyed.fetch_add(1);
   return cudaSuccess;
