@@ -6,6 +6,8 @@
 #include <cstddef>
 
 #include "engine/engine.hpp"
+
+#if FLOWLANE_HAVE_CUDA
 #include "gpu/runtime.hpp"
 
 namespace flowlane::gpu {
@@ -42,3 +44,5 @@ void stop_poller(core::Engine* e);
 cudaError_t make_current(int dev);
 
 }  // namespace flowlane::gpu
+
+#endif  // FLOWLANE_HAVE_CUDA
