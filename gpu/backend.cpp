@@ -55,7 +55,9 @@ void cover(core::Lane* lane) {
     (void)cu().cudaGetLastError();  // not to be blamed on the next launch of this thread
     // The work is on the GPU but its completion can never be observed (a broken context):
     // fail the run, naming CUDA's error, rather than wait forever.
-    std::string detail = cuda_message(r, call);
+    // A fault of this run's own kernels is the likeliest cause: noted as the first one
+    // unless an earlier fault was.
+    std::string detail = cuda_message(r, call) + note_fault(ss->device, r, run.front());
     std::vector<Instr*> failed;
     failed.swap(run);
     for (Instr* x : failed) {
@@ -157,7 +159,7 @@ class CudaBackend final : public core::DeviceBackend {
     fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
     cudaError_t last = cu().cudaGetLastError();
     if (st == FL_OK && last != cudaSuccess) {
-      if (i->error.empty()) i->error = cuda_message(last, "the launch") + broken_note(dev, last);
+      if (i->error.empty()) i->error = cuda_message(last, "the launch") + note_fault(dev, last, i);
       st = FL_ERR_CUDA;
     }
     if (st != FL_OK) return st;
@@ -292,14 +294,6 @@ std::string note_fault(int device, cudaError_t r, Instr* i) {
          " was broken by an earlier fault in instruction " + l.first[size_t(device)];
 }
 
-std::string broken_note(int device, cudaError_t r) {
-  if (!breaks_context(r)) return std::string();
-  FaultLedger& l = fault_ledger();
-  std::lock_guard<std::mutex> lock(l.mu);
-  if (device < 0 || size_t(device) >= l.first.size() || l.first[size_t(device)].empty()) return std::string();
-  return "; the CUDA context of device " + std::to_string(device) +
-         " was broken by an earlier fault in instruction " + l.first[size_t(device)];
-}
 
 void* cuda_stream(core::Stream* s) { return state_of(s)->cs; }
 

@@ -74,13 +74,12 @@ DeviceRecord& record_of(Instr* i);
 // "CUDA error cudaErrorInvalidConfiguration (invalid configuration argument) from cudaLaunchKernel"
 std::string cuda_message(cudaError_t e, const char* call);
 
-// Errors that break the CUDA context (sticky): the first instruction whose GPU work failed
-// with one is noted per device; note_fault returns "" for that first one and for other
-// errors, else a note naming it, to append to the failure; broken_note(device, r) is the
-// same note for a launch that failed with r after it ("" when no fault was noted).
+// Errors that break the CUDA context (sticky: every later call on the device fails with
+// them). The first instruction that reports one — its GPU work faulted, or its launch or
+// covering event saw the error first — is noted per device: note_fault returns "" for it
+// and for other errors, and for later ones a note naming it, appended to their failure.
 bool breaks_context(cudaError_t r);
 std::string note_fault(int device, cudaError_t r, Instr* i);
-std::string broken_note(int device, cudaError_t r);
 
 // Payload layouts (DeviceRecord::payload), written at submit by launch.cpp.
 enum class Op : uint32_t { kKernel = 1, kDeviceFn = 2, kMemcpy = 3 };

@@ -73,7 +73,7 @@ fl_status_t launch_kernel(fl_instr_ctx_t* ctx, void*) {
                                    static_cast<cudaStream_t>(cuda_stream(i->stream)));
   if (r != cudaSuccess) {
     (void)cu().cudaGetLastError();  // consumed here: reported as this instruction's failure
-    i->error = cuda_message(r, "cudaLaunchKernel") + broken_note(state_of(i->stream)->device, r);
+    i->error = cuda_message(r, "cudaLaunchKernel") + note_fault(state_of(i->stream)->device, r, i);
     if (r == cudaErrorInvalidDeviceFunction)
       i->error += ": the kernel is not registered with the CUDA runtime libflowlane uses (" + cuda_library() +
                   "); a program linked with another runtime instance (cudart_static, a second libcudart) must "
@@ -128,7 +128,7 @@ fl_status_t launch_memcpy(fl_instr_ctx_t* ctx, void*) {
   }
   if (r != cudaSuccess) {
     (void)cu().cudaGetLastError();
-    i->error = cuda_message(r, call) + broken_note(state_of(i->stream)->device, r);
+    i->error = cuda_message(r, call) + note_fault(state_of(i->stream)->device, r, i);
     return FL_ERR_CUDA;
   }
   return FL_OK;

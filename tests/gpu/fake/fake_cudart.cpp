@@ -81,6 +81,12 @@ struct CUevent_st {
   int device = 0;
   std::atomic<uint64_t> recorded{0};
   std::atomic<uint64_t> completed{0};
+  // The owner's reference plus one per queued record or wait: as in CUDA, an event may be
+  // destroyed while work that uses it is still queued; it goes once that work ran.
+  std::atomic<int> refs{1};
+  void unref() {
+    if (refs.fetch_sub(1) == 1) delete this;
+  }
 };
 
 namespace {
@@ -286,7 +292,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
+  e->unref();
   g_events_destroyed.fetch_add(1);
   return cudaSuccess;
 }
@@ -297,7 +303,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e->device != s->device) return set_err(cudaErrorInvalidResourceHandle);  // as CUDA: same device
   g_event_records.fetch_add(1);
   uint64_t g = e->recorded.fetch_add(1) + 1;
-  s->push([e, g] { e->completed.store(g); });
+  e->refs.fetch_add(1);
+  s->push([e, g] {
+    e->completed.store(g);
+    e->unref();
+  });
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -308,8 +318,10 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   g_stream_waits.fetch_add(1);
   uint64_t g = e->recorded.load();
+  e->refs.fetch_add(1);
   s->push([e, g] {
     while (e->completed.load() < g && g_sticky.load() == cudaSuccess) std::this_thread::yield();
+    e->unref();
   });
   return cudaSuccess;
 }

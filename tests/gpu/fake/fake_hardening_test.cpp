@@ -265,17 +265,21 @@ TEST(FakeGpuHardening, EventsAndCudaStreamsAreDestroyedWithTheirEngine) {
   {
     Eng g;
     fl_object_t* bad = g.obj();
+    fl_object_t* ox = g.obj();
     poison(g, bad);
     int x = 0;
     int* p = &x;
     int one = 1;
     for (int k = 0; k < 64; ++k) {
-      ASSERT_EQ(kernel(g.s(1 + k % 2, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {}, "add"), FL_OK);
+      ASSERT_EQ(kernel(g.s(1 + k % 2, kGpu, FL_STREAM_COMPUTE), kAdd, {&p, &one}, {{ox, FL_READ_WRITE, 0}}, "add"),
+                FL_OK);
       ASSERT_EQ(kernel(g.s(3, kGpu, FL_STREAM_D2H), kAdd, {&p, &one}, {{bad, FL_READ, 0}}, "skipped"), FL_OK);
     }
     fl_engine_synchronize(g.e);
     EXPECT_GT(fake_cudart_events_alive(), events);
+    EXPECT_EQ(x, 64);
     fl_object_release(bad);
+    fl_object_release(ox);
     // Not synchronized again: failures still in the ledger are recycled at destroy.
   }
   EXPECT_EQ(fake_cudart_events_alive(), events) << "events outlived their engine";

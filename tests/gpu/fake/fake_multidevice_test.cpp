@@ -13,11 +13,11 @@
 namespace {
 
 int run_add(const void* const* a) {
-  int* p = *static_cast<int* const*>(a[0]);
-  *p += *static_cast<const int*>(a[1]);
+  auto* p = *static_cast<std::atomic<int>* const*>(a[0]);
+  p->fetch_add(*static_cast<const int*>(a[1]));  // the two devices' kernels may overlap
   return 0;
 }
-const fake::Kernel kAdd{2, {sizeof(int*), sizeof(int)}, &run_add};
+const fake::Kernel kAdd{2, {sizeof(void*), sizeof(int)}, &run_add};
 
 struct Seen {
   std::atomic<int> release_device{-1};
@@ -46,11 +46,11 @@ TEST(FakeMultiDevice, CallbacksOfDeviceWorkRunWithItsDeviceCurrent) {
   fl_stream_t* s1 = nullptr;
   ASSERT_EQ(fl_stream_get(e, 1, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_COMPUTE, &s0), FL_OK);
   ASSERT_EQ(fl_stream_get(e, 2, fl_device_t{FL_DEVICE_CUDA, 1}, FL_STREAM_COMPUTE, &s1), FL_OK);
-  int x = 0;
-  int* p = &x;
+  std::atomic<int> x{0};
+  std::atomic<int>* p = &x;
   int one = 1;
   const void* args[2] = {&p, &one};
-  uint64_t sizes[2] = {sizeof(int*), sizeof(int)};
+  uint64_t sizes[2] = {sizeof(void*), sizeof(int)};
   fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
   k.func = &kAdd;
   k.args = args;
@@ -72,7 +72,7 @@ TEST(FakeMultiDevice, CallbacksOfDeviceWorkRunWithItsDeviceCurrent) {
   ASSERT_EQ(fl_submit_device(s1, &di, nullptr), FL_OK);
   fl_object_release(o);  // its release callback runs once the device-1 kernel completed
   ASSERT_EQ(fl_engine_synchronize(e), FL_OK) << fl_last_error_message();
-  EXPECT_EQ(x, 2);
+  EXPECT_EQ(x.load(), 2);
   EXPECT_EQ(seen.release_device.load(), 1) << "a release callback of device-1 work saw another device current";
   EXPECT_EQ(seen.cleanup_device.load(), 1) << "a cleanup of device-1 work saw another device current";
   fl_engine_destroy(e);
