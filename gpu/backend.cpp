@@ -25,11 +25,36 @@ namespace {
 // bound on how late a successor that arrived after a launch learns about it.
 constexpr size_t kMaxUncovered = 8;
 
-// The instructions this lane launched on one CUDA stream since that stream last recorded
-// an event, in launch order (core::Lane::device_state). Lane runner only.
-std::vector<Instr*>& run_of(core::Lane* lane) {
-  if (lane->device_state == nullptr) lane->device_state = new std::vector<Instr*>();
-  return *static_cast<std::vector<Instr*>*>(lane->device_state);
+// The backend's state of one lane (core::Lane::device_state). Lane runner only.
+struct LaneState {
+  // The instructions this lane launched on one CUDA stream since that stream last
+  // recorded an event, in launch order.
+  std::vector<Instr*> run;
+  // Instructions of this lane that were skipped, cancelled or failed at issue and whose
+  // completion was deferred (defer_completion), each with a reference: until they
+  // complete, a later reader on this lane (lane order, no edge) sees their poison here.
+  std::vector<Instr*> deferred;
+};
+
+LaneState& lane_state(core::Lane* lane) {
+  if (lane->device_state == nullptr) lane->device_state = new LaneState();
+  return *static_cast<LaneState*>(lane->device_state);
+}
+
+std::vector<Instr*>& run_of(core::Lane* lane) { return lane_state(lane).run; }
+
+// Drops the deferred instructions that have completed (poisoned_input sees them now).
+void prune_deferred(LaneState& ls) {
+  size_t out = 0;
+  for (Instr* x : ls.deferred) {
+    // acquire pairs with complete()'s store of the final state.
+    if (core::is_terminal(x->load_state(std::memory_order_acquire))) {
+      if (x->unref()) x->engine->recycle(x);
+    } else {
+      ls.deferred[out++] = x;
+    }
+  }
+  ls.deferred.resize(out);
 }
 
 // Records the event covering the lane's run and hands the run to the poller.
@@ -187,11 +212,29 @@ class CudaBackend final : public core::DeviceBackend {
     rec.deferred = true;
     ss->inflight.fetch_add(1, std::memory_order_relaxed);
     core::Lane* lane = i->stream->lane;
-    std::vector<Instr*>& run = run_of(lane);
+    LaneState& ls = lane_state(lane);
+    prune_deferred(ls);
+    i->ref();  // dropped by prune_deferred once i completed
+    ls.deferred.push_back(i);
+    std::vector<Instr*>& run = ls.run;
     if (!run.empty() && run.back()->stream != i->stream) cover(lane);  // one stream per run
     run.push_back(i);
     cover(lane);  // an event after everything before it (and its own leftovers): rare path
     return true;
+  }
+
+  Instr* deferred_poison(const Instr* i) override {
+    core::Lane* lane = i->stream->lane;
+    if (lane->device_state == nullptr) return nullptr;
+    LaneState& ls = lane_state(lane);
+    if (ls.deferred.empty()) return nullptr;
+    prune_deferred(ls);
+    for (const Instr::Dep& d : i->deps) {
+      if ((d.flags & Instr::Dep::kReads) == 0) continue;
+      for (Instr* x : ls.deferred)
+        if (x == d.pred) return x;  // referenced: never a recycled record
+    }
+    return nullptr;
   }
 
   void flush(core::Lane* lane) override { cover(lane); }
@@ -199,7 +242,10 @@ class CudaBackend final : public core::DeviceBackend {
   void engine_stopped(core::Engine* e) override {
     stop_poller(e);
     for (const auto& lane : e->lanes()) {
-      delete static_cast<std::vector<Instr*>*>(lane->device_state);
+      auto* ls = static_cast<LaneState*>(lane->device_state);
+      if (ls == nullptr) continue;
+      prune_deferred(*ls);  // drained: every one has completed
+      delete ls;
       lane->device_state = nullptr;
     }
   }

@@ -60,6 +60,12 @@ class DeviceBackend {
   // always follow submission order, which synchronize and per-id waits rely on.
   virtual bool defer_completion(Instr* i) = 0;
 
+  // Lane runner, before issuing i: a predecessor that i reads, of i's lane, whose
+  // completion this backend deferred (its outcome is failed, skipped or cancelled but not
+  // yet published): i is skipped for it. Null when there is none. (Lane order runs i
+  // after it without an edge, so the engine's own check cannot see that outcome yet.)
+  virtual Instr* deferred_poison(const Instr* i) = 0;
+
   // Lane runner: the lane is about to run something else, to block or to go idle; every
   // instruction it issued since the last flush must be marked issued (step 1) now, or it
   // could wait forever. Until this call the backend must not complete them.

@@ -280,6 +280,7 @@ void Engine::execute_host(Instr* i) {
 void Engine::execute_async(Instr* i) {
   Lane* lane = i->stream->lane;
   Instr* poisoned_by = poisoned_input(i);
+  if (poisoned_by == nullptr) poisoned_by = services_.device->deferred_poison(i);  // failed earlier on this lane
   if (cancel_requested(i) || poisoned_by != nullptr) {
     if (i->outcome == InstrState::kDone) {  // not cancelled: skipped
       mark_skipped(i, poisoned_by);

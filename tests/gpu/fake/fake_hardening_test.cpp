@@ -245,7 +245,18 @@ TEST(FakeGpuHardening, AFailingDeviceFunctionCompletesAfterTheWorkItEnqueued) {
   };
   di.user_data = &d;
   di.name = "enqueues-then-fails";
+  fl_object_t* o = g.obj();
+  fl_operand_t w{o, FL_WRITE, 0};
+  di.operands = &w;
+  di.num_operands = 1;
   ASSERT_EQ(fl_submit_device(g.s(1, kGpu, FL_STREAM_COMPUTE), &di, nullptr), FL_OK);
+  // A reader on the same lane (lane order, no edge) must still be skipped.
+  int x = 0;
+  int* px = &x;
+  int one = 1;
+  fl_instr_id reader = 0;
+  fl_stream_t* d2h = g.s(1, kGpu, FL_STREAM_D2H);
+  ASSERT_EQ(kernel(d2h, kAdd, {&px, &one}, {{o, FL_READ, 0}}, "reader", 1, &reader), FL_OK);
   auto probe = [&d]() -> fl_status_t {
     d.cleanup_seen_by_probe = d.cleanup_ran.load();
     d.flag.store(1);
@@ -256,6 +267,9 @@ TEST(FakeGpuHardening, AFailingDeviceFunctionCompletesAfterTheWorkItEnqueued) {
   EXPECT_NE(std::string(fl_last_error_message()).find("enqueues-then-fails"), std::string::npos);
   EXPECT_FALSE(d.cleanup_seen_by_probe) << "its cleanup ran while the work it enqueued was still queued";
   EXPECT_EQ(d.done_at_cleanup, 1) << "cleanup before the enqueued kernel finished";
+  EXPECT_EQ(x, 0) << "a reader of the failed device function's output ran";
+  EXPECT_EQ(state(d2h, reader), uint32_t(FL_INSTR_SKIPPED));
+  fl_object_release(o);
 }
 
 // ---- the engine's CUDA resources -------------------------------------------------------
