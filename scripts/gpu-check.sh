@@ -97,7 +97,7 @@ fi
 ran=$(sed -n 's/^\[==========\] \([0-9][0-9]*\) tests\? from .* ran\..*/\1/p' "$log" | tail -1)
 bad_skips=$(grep -E '^\[  SKIPPED \] ' "$log" | grep -v -E '^\[  SKIPPED \] GpuChild\.' | grep -v ' tests\?, listed below' |
             sort -u || true)
-grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | sort -u | tee -a "$OUT/summary.txt"
+grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | grep -v -E ' \([0-9]+ ms\)$' | sort -u | tee -a "$OUT/summary.txt"
 say "GPU suite: $listed listed, ${ran:-0} ran"
 if [[ -z "${ran:-}" || "${listed:-0}" -eq 0 || "$ran" -lt "$listed" ]]; then
   fail gpu-test-count "listed ${listed:-0}, ran ${ran:-0}"
