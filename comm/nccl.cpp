@@ -258,6 +258,7 @@ void abort_locked(NcclComm* c) {
 // itself; otherwise the watchdog retries every period).
 void try_abort(NcclComm* c) {
   std::unique_lock<std::mutex> nl(c->nccl_mu, std::try_to_lock);
+  // acquire: pairs with the release store in request_abort.
   if (nl.owns_lock() && c->abort_req.load(std::memory_order_acquire)) abort_locked(c);
 }
 

@@ -169,7 +169,8 @@ class CudaBackend final : public core::DeviceBackend {
     // switching streams.
     for (const Instr::Dep& d : i->deps) {
       if ((d.flags & Instr::Dep::kIssueWait) == 0) continue;
-      if (d.pred->load_state(std::memory_order_acquire) != InstrState::kIssued) continue;  // completed: nothing to wait for
+      // acquire: pairs with mark_issued's release store (see above); completed: nothing to wait for
+      if (d.pred->load_state(std::memory_order_acquire) != InstrState::kIssued) continue;
       const DeviceRecord& pr = record_of(d.pred);
       cudaEvent_t ev = pr.event != nullptr ? pr.event : record_of(pr.cover).event;
       r = cu().cudaStreamWaitEvent(ss->cs, ev, 0);
@@ -196,6 +197,7 @@ class CudaBackend final : public core::DeviceBackend {
     std::vector<Instr*>& run = run_of(s->lane);
     if (!run.empty() && run.back()->stream != s) cover(s->lane);  // one stream per run
     run.push_back(i);
+    // acquire: pairs with the release CAS in push_edge() (see above).
     *flush_now = i->issue_succ_head.load(std::memory_order_acquire) != nullptr || run.size() >= kMaxUncovered;
     return FL_OK;
   }

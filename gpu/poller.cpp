@@ -74,7 +74,7 @@ struct Poller {
 void Poller::spin_while_idle() {
   auto until = std::chrono::steady_clock::now() + kIdleSpin;
   for (int n = 1;; ++n) {
-    if (has_incoming.load(std::memory_order_acquire)) return;
+    if (has_incoming.load(std::memory_order_acquire)) return;  // pairs with the release store in track()
     if ((n & 31) == 0) {
       if (std::chrono::steady_clock::now() >= until) return;
       std::this_thread::yield();  // an oversubscribed machine's lanes need the core more
@@ -163,6 +163,7 @@ void Poller::run() {
   for (;;) {
     if (active.empty()) spin_while_idle();
     const bool quiet = idle >= kSpinPolls + kYieldPolls;
+    // acquire: pairs with the release store of has_incoming in track() and stop_poller().
     if (active.empty() || quiet || has_incoming.load(std::memory_order_acquire)) {
       std::unique_lock<std::mutex> lock(mu);
       if (active.empty() && incoming.empty()) {
@@ -213,11 +214,13 @@ Poller* poller_of(core::Engine* e) {
     raw->run();
   });
   Poller* raw = p.release();
-  e->device_state.store(raw, std::memory_order_release);  // publishes the started poller
+  // release: publishes the started poller; pairs with the acquire loads above and in track().
+  e->device_state.store(raw, std::memory_order_release);
   return raw;
 }
 
 void track(Instr* const* run, size_t n) {
+  // acquire: pairs with the release store in poller_of() (the poller exists: the stream made it).
   Poller* p = static_cast<Poller*>(run[0]->engine->device_state.load(std::memory_order_acquire));
   bool wake;
   {
@@ -230,12 +233,13 @@ void track(Instr* const* run, size_t n) {
 }
 
 void stop_poller(core::Engine* e) {
+  // acq_rel: pairs with the release store in poller_of(); after the drain, so nothing races.
   Poller* p = static_cast<Poller*>(e->device_state.exchange(nullptr, std::memory_order_acq_rel));
   if (p == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     p->stop = true;
-    p->has_incoming.store(true, std::memory_order_release);  // ends an idle spin
+    p->has_incoming.store(true, std::memory_order_release);  // ends an idle spin; pairs with the poller's acquire loads
   }
   p->cv.notify_one();
   p->thread.join();
