@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU checks for the GPU test host. From the project root of a checkout that carries .deps/
-# (the Debian packages the host lacks, staged on a build machine):
+# GPU checks, meant for the GPU test host (what they prove: gpu/README.md).
+# From the project root of a checkout that carries .deps/ (Debian packages the GPU host
+# cannot download, staged there beforehand):
 #   OUT=/some/dir scripts/gpu-check.sh
 # It cannot pass without having exercised a GPU:
 #   * no device seen (nvidia-smi, cudaGetDeviceCount) fails the run; the GPU suite runs with

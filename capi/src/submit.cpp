@@ -71,14 +71,25 @@ FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message) {
   }
 }
 
-FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_lane");
+FL_API uint32_t fl_instr_get_lane(const fl_instr_ctx_t* ctx) {
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_lane");
   return i ? i->stream->lane->id : 0;
 }
 
 FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx) {
   core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_id");
   return i ? i->id : 0;
+}
+
+FL_API fl_engine_t* fl_instr_get_engine(const fl_instr_ctx_t* ctx) {
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_engine");
+  return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
+}
+
+// The deprecated spellings: the same lookup, with their own names in messages.
+FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_lane");
+  return i ? i->stream->lane->id : 0;
 }
 
 FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) {

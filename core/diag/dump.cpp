@@ -1,4 +1,4 @@
-// The state dump and the wait-for graph (see core/dump.hpp).
+// The state dump and the wait-for graph (diag/dump.hpp).
 #include "diag/dump.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Timeline traces in Chrome trace-event JSON (see core/trace.hpp).
+// Timeline traces in Chrome trace-event JSON (diag/trace.hpp).
 #include "diag/trace.hpp"
 
 #include <atomic>

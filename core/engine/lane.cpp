@@ -399,7 +399,7 @@ void Engine::complete(Instr* i) {
   if (Observer* ob = observer()) ob->on_end(*i);
 
   // Seal the successor list and release every successor. acq_rel: acquire pairs with the
-  // release CAS that published each edge in add_edge(); release orders our result before
+  // release CAS that published each edge in push_edge(); release orders our result before
   // any successor that sees the list sealed.
   release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
   // An asynchronous instruction that was skipped or failed to issue never sealed its issue

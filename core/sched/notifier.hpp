@@ -112,6 +112,8 @@ class Notifier {
   }
 
   uint32_t waiters() const { return waiters(state_.load(std::memory_order_relaxed)); }
+  // Wake-up tokens handed out and not consumed yet (a snapshot, for tests and diagnostics).
+  uint32_t signals() const { return signals(state_.load(std::memory_order_relaxed)); }
 
  private:
   static uint32_t waiters(uint32_t s) { return s & kCountMask; }

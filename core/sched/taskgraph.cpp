@@ -1,4 +1,4 @@
-// Task graph execution with dependency counters. See core/taskgraph.hpp.
+// Task graph execution with dependency counters. See sched/taskgraph.hpp.
 #include "sched/taskgraph.hpp"
 
 #include <string>

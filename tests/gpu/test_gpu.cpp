@@ -1,4 +1,4 @@
-// GPU backend tests (issue 5). Every test that needs a device skips cleanly when
+// GPU backend tests (gpu/README.md). Every test that needs a device skips cleanly when
 // cudaGetDeviceCount finds none (build machines and CI have the toolkit but no GPU).
 #include <cuda_runtime.h>
 #include <sys/wait.h>
