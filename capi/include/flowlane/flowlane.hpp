@@ -178,7 +178,7 @@ class instr_context {
  public:
   explicit instr_context(fl_instr_ctx_t* ctx) : ctx_(ctx) {}
   fl_instr_id id() const { return fl_instr_get_id(ctx_); }
-  uint32_t lane() const { return fl_instr_lane(ctx_); }
+  uint32_t lane() const { return fl_instr_get_lane(ctx_); }
   // The message of this instruction's failure (if the callable then fails).
   void set_error(const std::string& message) const { fl_instr_set_error(ctx_, message.c_str()); }
   fl_instr_ctx_t* get() const { return ctx_; }
