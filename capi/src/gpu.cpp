@@ -14,9 +14,7 @@ namespace flowlane::capi {
 namespace {
 
 void require_cuda(const char* fn) {
-  if (gpu::backend() == nullptr)
-    fail(FL_ERR_UNSUPPORTED, std::string(fn) + ": this libflowlane was built without CUDA (FLOWLANE_WITH_CUDA=OFF "
-                                               "or no toolkit at build time)");
+  if (gpu::backend() == nullptr) fail(FL_ERR_UNSUPPORTED, gpu::unavailable(fn));
 }
 
 core::Stream* cuda_stream_from(fl_stream_t* stream, const char* fn) {

@@ -300,10 +300,13 @@ void Engine::execute_host(Instr* i) {
 void Engine::execute_async(Instr* i) {
   Lane* lane = i->stream->lane;
   Instr* poisoned_by = poisoned_input(i);
+  if (poisoned_by == nullptr) poisoned_by = services_.device->deferred_poison(i);  // failed earlier on this lane
   if (cancel_requested(i) || poisoned_by != nullptr) {
     if (i->outcome == InstrState::kDone) {  // not cancelled: skipped
       mark_skipped(i, poisoned_by);
     }
+    // In stream order: after the device work issued before it on its stream.
+    if (services_.device->defer_completion(i)) return;
     run_cleanup(i);
     complete(i);
     return;
@@ -316,6 +319,11 @@ void Engine::execute_async(Instr* i) {
   fl_status_t st = run_callback(i, [this, &flush_now](Instr* x) { return services_.device->issue(x, &flush_now); });
   if (st != FL_OK) {
     mark_failed(i, st);
+    // In stream order, and after whatever a failing device function left enqueued.
+    if (services_.device->defer_completion(i)) {
+      lane->clear_active(i);
+      return;
+    }
     run_cleanup(i);
     complete(i);
     return;

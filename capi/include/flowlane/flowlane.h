@@ -61,8 +61,10 @@
  *      fl_engine_drain and fl_engine_destroy from any code the engine runs (including its
  *        worker threads and the watchdog callback);
  *      fl_task_group_wait / fl_task_group_destroy of a group from one of its own tasks.
- *    Bodies and tasks that a callback's fl_parallel_for or fl_taskgraph_run runs on other
- *    workers count as part of that callback: their waits are refused the same way.
+ *    A fl_parallel_for body or task-graph task that an instruction's callback runs counts
+ *    as part of that callback on whichever worker runs it (the same refusals apply there).
+ *    A task-group task does not (it may outlive the callback that spawned it): a task that
+ *    waits for the instruction whose callback waits for its group forms a cycle.
  *  - Other waits are allowed: a worker that waits helps only with its own callback's work
  *    (never another instruction) and a spare worker stands in while it blocks, so waits
  *    inside callbacks deadlock only if they form a cycle (a hang the state dump names).
@@ -377,8 +379,8 @@ typedef fl_status_t (*fl_range_fn)(uint64_t lo, uint64_t hi, void* user_data);
 
 /* METHOD: fl_engine_t
    Calls body on disjoint subranges [lo, hi) covering [begin, end), each at most `grain`
-   long (grain 0 = chosen by the engine), in parallel on the engine's workers; the calling
-   thread helps. Returns the first failure a body returned (remaining chunks are not
+   long (grain 0: guided, each claim a share of what remains, so that the participants
+   finish together), in parallel on the engine's workers; the calling thread helps. Returns the first failure a body returned (remaining chunks are not
    started). May be called from inside a task or instruction. FL_ERR_INVALID_HANDLE,
    FL_ERR_INVALID_ARGUMENT (NULL body, begin > end), FL_ERR_SHUTDOWN. */
 FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t end, uint64_t grain,
@@ -414,9 +416,10 @@ FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph);
 /* ======================================================================== */
 
 /* Every call of this section is EXPERIMENTAL: the CUDA backend is tested against a fake
-   CUDA runtime on every CUDA build, but has not yet been validated at scale on GPUs, and a
-   CUDA build still needs the CUDA runtime at load time (it is meant to load it on first
-   use). Descriptors and semantics may still change. */
+   CUDA runtime on every CUDA build, but has not yet been validated at scale on GPUs.
+   Descriptors and semantics may still change. A CUDA build loads the CUDA runtime and
+   NCCL on first use: where they are missing, these calls answer FL_ERR_UNSUPPORTED with
+   the reason, and everything else works. */
 
 /* FUNCTION, EXPERIMENTAL (see above) — number of CUDA devices visible (0 when none).
    FL_ERR_INVALID_ARGUMENT (NULL out_count), FL_ERR_UNSUPPORTED in a CPU-only build. */
