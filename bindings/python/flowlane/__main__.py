@@ -22,7 +22,7 @@ def _checks() -> List[Tuple[str, Callable[[], str]]]:
             x = engine.object(0)
             engine.submit(lambda: 21, writes=[x], name="produce", lane=1)
             doubled = engine.object()
-            engine.submit(lambda v: v * 2, reads=[x], writes=[doubled], name="consume", lane=2)
+            engine.submit(lambda v: int(v) * 2, reads=[x], writes=[doubled], name="consume", lane=2)
             value = doubled.wait()
             if value != 42:
                 raise AssertionError("expected 42 from the two lanes, got %r" % (value,))

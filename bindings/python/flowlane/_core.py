@@ -35,12 +35,13 @@ from typing import (
 
 from . import _capi, _ffi
 from ._ffi import lib
+from ._future import Completer, Future, run_blocking_async, wait_sliced
 from ._managed import Managed, _tls, callback_depth
-from .errors import ClosedError, FlowlaneError, InstructionFailed, InvalidArgument, check, error_for
+from .errors import ClosedError, FlowlaneError, InstructionFailed, InvalidArgument, Shutdown, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gpu import Comm, CommBackend, CommUniqueId, MemcpyKind
-    from .graph import TaskGraph
+    from .graph import TaskGraph, TaskGroup
 
 T = TypeVar("T")
 
@@ -232,6 +233,8 @@ def _release(key: int) -> None:
         payload = _keep.pop(key, None)
         if payload is not None:
             _pin_thread_state(getattr(payload, "engine", None))
+            if isinstance(payload, _Instr) and payload.future is not None:
+                payload.future._on_cleanup()  # fn ran, or the instruction was skipped/cancelled
         # Dropping the payload may drop the last reference to an engine (or to anything
         # whose __del__ calls flowlane): count as "inside a callback" while it happens,
         # so an engine collected here is destroyed by a helper thread, not by a worker.
@@ -320,17 +323,22 @@ def current_instruction() -> Optional[InstrContext]:
 class _Instr:
     """One submitted Python instruction: the payload its key maps to until cleanup."""
 
-    __slots__ = ("engine", "fn", "reads", "writes", "name")
+    __slots__ = ("engine", "fn", "reads", "writes", "name", "future")
 
     def __init__(self, engine: "Engine", fn: Callable[..., Any], reads: List["Object[Any]"],
-                 writes: List["Object[Any]"], name: Optional[str]):
+                 writes: List["Object[Any]"], name: Optional[str], future: "Optional[Future[Any]]"):
         self.engine = engine
         self.fn = fn
         self.reads = reads
         self.writes = writes
         self.name = name
+        self.future = future
 
     def run(self, ctx: Any) -> int:
+        future = self.future
+        if future is not None and not future._start():
+            lib.fl_instr_set_error(ctx, b"cancelled by Future.cancel() before it started")
+            return _capi.FL_ERR_CANCELLED
         info = InstrContext(self.engine, ctx, self.name)
         prev = getattr(_tls, "instr", None)
         _tls.instr = info
@@ -353,8 +361,12 @@ class _Instr:
                 for o, v in zip(writes, result):
                     if v is not KEEP:
                         o._value = v
+            if future is not None:
+                future._outcome = (True, result)
             return _capi.FL_OK
         except BaseException as exc:  # noqa: B902 - a callback must not unwind into C
+            if future is not None:
+                future._outcome = (False, exc)
             fail_instruction(self.engine, ctx, info.id, self.name, exc)
             return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
@@ -463,17 +475,23 @@ class Engine(Managed):
         self._watchdogs: List[Any] = []
         self._close_lock = threading.Lock()
         self._pinned: List[int] = []
+        self._completer = Completer()
+        self._closing = False
         self._handle = out
         _live_engines.add(self)
 
     # -- lifetime -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drains every submitted instruction, runs pending cleanups and releases, joins the
-        workers. Failures of Python callables that no wait, synchronize() or value observed
-        are logged then (logger "flowlane", level ERROR, with the exception and traceback).
-        Every stream, object, lane and graph of the engine is unusable afterwards.
-        Idempotent."""
+        """Drains every submitted instruction, completes their futures, runs pending
+        cleanups and releases, joins the workers. Failures of Python callables that no wait,
+        synchronize(), value or future observed are logged then (logger "flowlane", level
+        ERROR, with the exception and traceback). Every stream, object, lane and graph of the
+        engine is unusable afterwards. Idempotent.
+
+        The drain can be interrupted with Ctrl-C (KeyboardInterrupt): the engine then stays
+        open but refuses new submissions from the program's threads (:class:`Shutdown`);
+        call close() again to finish."""
         if self._handle is None:
             return
         if callback_depth() > 0:
@@ -483,13 +501,18 @@ class Engine(Managed):
             h = self._handle
             if h is None:
                 return
+            # Drain first (Ctrl-C can interrupt it), so every future is completed while the
+            # engine can still answer queries. Callbacks that still run can use the engine,
+            # but submitting (from them or any thread) raises Shutdown, as destroy would.
+            self._closing = True
+            wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), None, "Engine.close")
+            self._completer.flush()
             _live_engines.discard(self)
-            # The handle stays valid while destroy drains, so callbacks that still run can
-            # use the engine: submitting then raises Shutdown (from C), not ClosedError.
             st = lib.fl_engine_destroy(h)
             if st != _capi.FL_OK:
                 check(st, "Engine.close")
             self._handle = None
+            self._completer.stop()
             self._watchdogs.clear()
             _unpin_thread_states(self._pinned)
             with self._failures_lock:
@@ -501,13 +524,20 @@ class Engine(Managed):
         if callback_depth() > 0:
             # Garbage-collected on a worker: destroying here would wait for the running
             # callback itself. Hand the drain to a helper thread.
-            h, self._handle = self._handle, None
+            h = self._handle
             _live_engines.discard(self)
             pinned, unretrieved, overflow = self._pinned, self._unretrieved, self._unretrieved_overflow
+            completer = self._completer
+
+            self._closing = True
 
             def destroy() -> None:
+                lib.fl_engine_drain(h, _capi.FL_WAIT_FOREVER)
+                completer.flush()
+                self._handle = None
                 if lib.fl_engine_destroy(h) == _capi.FL_OK:
                     _unpin_thread_states(pinned)
+                completer.stop()
                 _report_unretrieved(unretrieved, overflow, "Engine (garbage-collected)")
 
             threading.Thread(target=destroy, name="flowlane-engine-destroy").start()
@@ -623,21 +653,50 @@ class Engine(Managed):
 
     # -- submission ------------------------------------------------------------------
 
-    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
+    def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
-               lane: Optional[int] = None, block: bool = True) -> int:
-        """Submits ``fn`` on the host stream of ``lane`` (default: the current lane);
-        see :meth:`Stream.submit`."""
+               lane: Optional[int] = None, block: bool = True) -> "Future[T]":
+        """Submits ``fn`` on the host stream of ``lane`` (default: the current lane) and
+        returns its :class:`Future`; see :meth:`Stream.submit`."""
         return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit")
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout: Optional[float] = None) -> None:
         """Waits for every instruction submitted before the call; raises the first failure
         among them not yet reported by another wait (each failure is reported once): the
-        callable's own exception, chained from the flowlane error. Blocking releases the
-        GIL. Not allowed inside a callback (InvalidArgument)."""
-        st = lib.fl_engine_synchronize(self._ptr())
+        callable's own exception, chained from the flowlane error. ``timeout`` (seconds,
+        None: forever) raises :class:`Timeout` (a TimeoutError) and consumes nothing: the
+        call can be repeated. Blocking releases the GIL; Ctrl-C interrupts it. Not allowed
+        inside a callback (InvalidArgument)."""
+        h = self._ptr()
+        st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize")
         if st != _capi.FL_OK:
             self._raise(st, "Engine.synchronize")
+
+    async def synchronize_async(self, timeout: Optional[float] = None) -> None:
+        """``await engine.synchronize_async()``: synchronize() on a helper thread, so the
+        event loop keeps running (it neither blocks nor polls)."""
+        h = self._ptr()
+
+        def wait(stop: threading.Event) -> None:
+            st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize_async",
+                             stop)
+            if st != _capi.FL_OK:
+                self._raise(st, "Engine.synchronize_async")
+
+        await run_blocking_async(wait)
+
+    def cancel(self) -> None:
+        """Cancels every instruction submitted before the call that has not started
+        (``fl_engine_cancel``): they do not run, their futures are cancelled, and what reads
+        their outputs is skipped. synchronize() then raises :class:`Cancelled` once."""
+        check(lib.fl_engine_cancel(self._ptr()), "Engine.cancel")
+
+    def task_group(self) -> "TaskGroup":
+        """A new :class:`TaskGroup`: ``with engine.task_group() as g: g.spawn(fn, ...)``
+        runs the tasks on the workers and waits for them at the end of the block."""
+        from .graph import TaskGroup
+
+        return TaskGroup(self)
 
     def stats(self) -> EngineStats:
         """A snapshot of the engine's counters."""
@@ -810,14 +869,15 @@ class Lane:
             raise ClosedError("lane %d was released" % self.id, function="Lane.stream")
         return self.engine.stream(self.id, device=device, kind=kind)
 
-    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
-               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
+    def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
+               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
+               block: bool = True) -> "Future[T]":
         """Submits on this lane's host stream; see :meth:`Stream.submit`."""
         return self.stream()._submit(fn, reads, writes, name, block, "Lane.submit")
 
-    def synchronize(self) -> None:
-        """Waits for this lane's host stream."""
-        self.stream()._synchronize("Lane.synchronize")
+    def synchronize(self, timeout: Optional[float] = None) -> None:
+        """Waits for this lane's host stream; see :meth:`Stream.synchronize`."""
+        self.stream()._synchronize(timeout, "Lane.synchronize")
 
     def close(self) -> None:
         """Releases an acquired lane (work already submitted on it still runs). Named
@@ -909,9 +969,12 @@ class Stream:
         check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "Stream.info")
         return int(lane.value), Device(DeviceType(dev.type), dev.index), StreamKind(kind.value)
 
-    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
-               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
-        """Submits ``fn`` as a host instruction and returns its id (asynchronous).
+    def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
+               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
+               block: bool = True) -> "Future[T]":
+        """Submits ``fn`` as a host instruction and returns its :class:`Future`
+        (asynchronous): ``future.result(timeout)`` is fn's return value, ``future.id`` the
+        instruction's id, ``future.cancel()`` cancels it if it has not started.
 
         ``fn(*values)`` is called on a worker thread with the values of ``reads``, in
         order, once every earlier writer of those objects (and every earlier reader and
@@ -923,16 +986,19 @@ class Stream:
         If ``fn`` raises, the instruction fails: its written objects are poisoned, the
         instructions that read them are skipped, and the wait that observes it raises
         ``fn``'s own exception, chained from an :class:`InstructionFailed` (or
-        :class:`DependencyFailed`, for a skipped dependent) that names the instruction.
+        :class:`DependencyFailed`, for a skipped dependent) that names the instruction; so
+        does the future's ``result()``.
 
         ``block=False`` raises :class:`WouldBlock` instead of waiting when the engine's
         in-flight window is full. Submissions from inside a callback never block.
         """
         return self._submit(fn, reads, writes, name, block, "Stream.submit")
 
-    def _submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
-                name: Optional[str], block: bool, where: str) -> int:
+    def _submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
+                name: Optional[str], block: bool, where: str) -> "Future[T]":
         h = self._ptr()
+        if self.engine._closing:
+            raise Shutdown("the engine is being closed (Engine.close drains and destroys it): it admits no new instructions", function=where)
         if not callable(fn):
             raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
         r = _objects("reads", reads, self.engine, where)
@@ -940,7 +1006,8 @@ class Stream:
         label = name if name is not None else getattr(fn, "__qualname__", None)
         cname = _ffi.encode_name(label)
         ops, n = _operands(r, w)
-        payload = _Instr(self.engine, fn, r, w, label)
+        future: Future[T] = Future(self, label)
+        payload = _Instr(self.engine, fn, r, w, label, future)
         key = _register(payload)
         instr = _ffi.init(_capi.fl_host_instr)
         instr.fn = _host_trampoline
@@ -958,17 +1025,39 @@ class Stream:
             err = error_for(st, None, where)
             _keep.pop(key, None)
             raise err
-        return int(out.value)
+        future._set_id(int(out.value))
+        return future
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout: Optional[float] = None) -> None:
         """Waits for everything submitted to this stream before the call; raises the
-        first failure among them not yet reported (releases the GIL while waiting)."""
-        self._synchronize("Stream.synchronize")
+        first failure among them not yet reported. ``timeout`` (seconds, None: forever)
+        raises :class:`Timeout` (a TimeoutError) and consumes nothing. Releases the GIL
+        while waiting; Ctrl-C interrupts it."""
+        self._synchronize(timeout, "Stream.synchronize")
 
-    def _synchronize(self, where: str) -> None:
-        st = lib.fl_stream_synchronize(self._ptr())
+    def _synchronize(self, timeout: Optional[float], where: str) -> None:
+        h = self._ptr()
+        st = wait_sliced(lambda ns: lib.fl_stream_synchronize_for(h, ns), timeout, where)
         if st != _capi.FL_OK:
             self.engine._raise(st, where)
+
+    async def synchronize_async(self, timeout: Optional[float] = None) -> None:
+        """``await stream.synchronize_async()``: synchronize() on a helper thread, so the
+        event loop keeps running."""
+        h = self._ptr()
+
+        def wait(stop: threading.Event) -> None:
+            st = wait_sliced(lambda ns: lib.fl_stream_synchronize_for(h, ns), timeout, "Stream.synchronize_async",
+                             stop)
+            if st != _capi.FL_OK:
+                self.engine._raise(st, "Stream.synchronize_async")
+
+        await run_blocking_async(wait)
+
+    def cancel(self) -> None:
+        """Cancels every instruction submitted to this stream before the call that has not
+        started (``fl_stream_cancel``); see :meth:`Engine.cancel`."""
+        check(lib.fl_stream_cancel(self._ptr()), "Stream.cancel")
 
     # GPU entry points live in gpu.py; bound here so streams grow with the API.
     def set_priority(self, priority: int) -> int:
@@ -1113,18 +1202,29 @@ class Object(Managed, Generic[T]):
             return  # the engine's destroy already released everything
         check(lib.fl_object_release(handle), "Object.close")
 
-    def wait(self, access: AccessLike = Access.READ) -> T:
+    def wait(self, access: AccessLike = Access.READ, timeout: Optional[float] = None) -> T:
         """Blocks (releasing the GIL) until the object may be accessed: READ waits for
         every earlier write, WRITE/READ_WRITE also for every earlier read. Returns the
         value. If the value is poisoned, raises the failing callable's own exception,
-        chained from an InstructionFailed/DependencyFailed naming the instruction."""
-        return self._wait(access, "Object.wait")
+        chained from an InstructionFailed/DependencyFailed naming the instruction.
+        ``timeout`` (seconds, None: forever) raises :class:`Timeout` (a TimeoutError);
+        Ctrl-C interrupts the wait."""
+        return self._wait(access, "Object.wait", timeout)
 
-    def _wait(self, access: AccessLike, where: str) -> T:
-        st = lib.fl_object_wait(self._ptr(), _access(access))
+    def _wait(self, access: AccessLike, where: str, timeout: Optional[float] = None,
+              stop: Optional[threading.Event] = None) -> T:
+        h, a = self._ptr(), _access(access)
+        st = wait_sliced(lambda ns: lib.fl_object_wait_for(h, a, ns), timeout, where, stop)
         if st != _capi.FL_OK:
             self.engine._raise(st, where)
         return self._box.value  # type: ignore[no-any-return]
+
+    async def wait_async(self, access: AccessLike = Access.READ, timeout: Optional[float] = None) -> T:
+        """``await obj.wait_async()``: wait() on a helper thread (the event loop's default
+        executor), so the event loop neither blocks nor polls. Cancelling the awaiting task
+        releases the helper thread within a fraction of a second."""
+        self._ptr()
+        return await run_blocking_async(lambda stop: self._wait(access, "Object.wait_async", timeout, stop))
 
     @property
     def value(self) -> T:
