@@ -583,8 +583,9 @@ impl Stream {
         Instr::new(self.clone())
     }
 
-    /// Submits a closure with no operands (ordered only by this stream).
-    pub fn submit<F, E>(&self, f: F) -> Result<u64>
+    /// Submits a closure with no operands (ordered only by this stream); returns its
+    /// [`InstrHandle`](crate::InstrHandle).
+    pub fn submit<F, E>(&self, f: F) -> Result<crate::InstrHandle>
     where
         F: FnOnce() -> std::result::Result<(), E> + Send + 'static,
         E: std::fmt::Display,

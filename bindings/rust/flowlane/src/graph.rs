@@ -16,17 +16,17 @@ use crate::instr::drop_payload;
 
 /// The first failure of a synchronous parallel call: an error text or a panic to resume.
 #[derive(Default)]
-struct FirstFailure {
+pub(crate) struct FirstFailure {
     slot: Mutex<Option<Failure>>,
 }
 
-enum Failure {
+pub(crate) enum Failure {
     Message(String),
     Panic(Box<dyn Any + Send>),
 }
 
 impl FirstFailure {
-    fn record(&self, f: Failure) {
+    pub(crate) fn record(&self, f: Failure) {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
             *slot = Some(f);
@@ -36,7 +36,7 @@ impl FirstFailure {
     }
 
     /// After the C call: resumes a panic on the caller, or builds the error.
-    fn finish(&self, status: sys::fl_status_t) -> Result<()> {
+    pub(crate) fn finish(&self, status: sys::fl_status_t) -> Result<()> {
         let taken = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
         if status == sys::FL_OK {
             return Ok(());
@@ -50,7 +50,7 @@ impl FirstFailure {
     }
 }
 
-fn run_guarded<E: Display>(fail: &FirstFailure, f: impl FnOnce() -> std::result::Result<(), E>) -> sys::fl_status_t {
+pub(crate) fn run_guarded<E: Display>(fail: &FirstFailure, f: impl FnOnce() -> std::result::Result<(), E>) -> sys::fl_status_t {
     let _cb = InCallback::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => sys::FL_OK,

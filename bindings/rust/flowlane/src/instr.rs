@@ -9,6 +9,7 @@ use std::ptr::NonNull;
 
 use flowlane_sys as sys;
 
+use crate::control::InstrHandle;
 use crate::engine::{cstring, Engine, InCallback, Stream};
 use crate::error::{Error, Result};
 use crate::object::{Access, Object};
@@ -116,12 +117,12 @@ impl Instr {
         self
     }
 
-    /// Submits `f`; returns the instruction id. `f` runs once on a worker after its
+    /// Submits `f`; returns its [`InstrHandle`] (id, state, wait, cancel). `f` runs once on a worker after its
     /// dependencies; `Err(e)` or a panic fails the instruction (the message is `e`'s
     /// Display or the panic message), poisons what it writes and skips its dependents.
     /// The closure is dropped exactly once: after it ran, or when it is skipped, or here
     /// if submission fails.
-    pub fn submit<F, E>(self, f: F) -> Result<u64>
+    pub fn submit<F, E>(self, f: F) -> Result<InstrHandle>
     where
         F: FnOnce() -> std::result::Result<(), E> + Send + 'static,
         E: Display,
@@ -130,7 +131,7 @@ impl Instr {
     }
 
     /// Like [`submit`](Instr::submit), with the instruction's context (lane, id, engine).
-    pub fn submit_with_ctx<F, E>(self, f: F) -> Result<u64>
+    pub fn submit_with_ctx<F, E>(self, f: F) -> Result<InstrHandle>
     where
         F: FnOnce(&InstrCtx<'_>) -> std::result::Result<(), E> + Send + 'static,
         E: Display,
@@ -158,7 +159,7 @@ impl Instr {
             drop(unsafe { Box::from_raw(payload) });
             return Err(err);
         }
-        Ok(id)
+        Ok(InstrHandle::new(self.stream, id))
     }
 }
 
