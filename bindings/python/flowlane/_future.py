@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Generator, Generic, Opti
 
 from . import _capi
 from ._ffi import lib
+from ._managed import callback_depth
 from .errors import DependencyFailed, FlowlaneError, InstructionFailed, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -230,16 +231,35 @@ class Future(_FutureBase[T]):
                                   function=where)
         main = threading.current_thread() is threading.main_thread()
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._condition:
-            while self._state not in _DONE_STATES:
+        engine = self.stream.engine
+        completer = engine._completer
+        if callback_depth() > 0 and self._state not in _DONE_STATES and self._id and engine._handle is not None:
+            # On a worker: a C wait, so the engine knows this worker is blocked (it keeps
+            # other callbacks' work off it and can run a spare worker meanwhile).
+            h = self.stream._handle
+            st = wait_sliced(lambda ns: lib.fl_instr_wait_for(h, self._id, ns), timeout, where)
+            if st == _capi.FL_ERR_TIMEOUT:
+                raise concurrent.futures.TimeoutError(
+                    "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
+                                                                               timeout or 0.0))
+            deadline = None  # completed: the completer sets the future at once
+        while True:
+            with self._condition:
+                if self._state in _DONE_STATES:
+                    return
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise concurrent.futures.TimeoutError(
                         "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
                                                                                    timeout or 0.0))
-                if main:
+                if main or completer.is_current():
                     left = WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S)
-                self._condition.wait(left)
+                if not completer.is_current():
+                    self._condition.wait(left)
+                    continue
+            # A done-callback waiting for another future: only this thread completes
+            # futures, so it completes the queued ones itself meanwhile.
+            completer.help(left)
 
     def result(self, timeout: Optional[float] = None) -> T:
         """The callable's return value, waiting up to ``timeout`` seconds (None: forever;
@@ -435,18 +455,32 @@ class Completer:
                     self._cond.wait()
                 if not self._items:
                     return
-                batch = list(self._items)
-                self._items.clear()
+                # One at a time: a done-callback that waits for another future completes
+                # the queued ones itself (help), so none may be held aside here.
+                fut: Optional[Future[Any]] = self._items.popleft()
                 self._busy = True
-            for fut in batch:
-                _complete_one(fut)
+            assert fut is not None
+            _complete_one(fut)
             # Hold no future while idle: a future holds its engine, which the garbage
             # collector may then close (from this thread; close() allows that).
-            batch.clear()
-            del fut
+            fut = None
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
+
+    def is_current(self) -> bool:
+        """True on the completer's own thread (inside a done-callback)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def help(self, timeout: Optional[float]) -> None:
+        """On the completer's thread: completes one queued future, or waits up to
+        ``timeout`` for one to be queued."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+            fut = self._items.popleft() if self._items else None
+        if fut is not None:
+            _complete_one(fut)
 
     def flush(self) -> None:
         """Waits until every queued future is completed (on the completer itself, e.g. from

@@ -74,6 +74,42 @@ class Results(unittest.TestCase):
             self.assertEqual(late, [f])
 
 
+    def test_a_done_callback_may_wait_for_another_future(self):
+        # Done-callbacks run on the engine's one completing thread: waiting there for a
+        # future that completes later must not wait for itself.
+        with flowlane.Engine(workers=2, lanes=4) as e:
+            gate, waiting, finished, out = Gate(), threading.Event(), threading.Event(), []
+            later = e.lane(1).submit(lambda: (gate.wait(), "later")[1])
+            first = e.lane(2).submit(lambda: "first")
+
+            def callback(_):
+                waiting.set()
+                try:
+                    out.append(later.result(timeout=_support.GATE_TIMEOUT))
+                finally:
+                    finished.set()
+
+            first.add_done_callback(callback)
+            self.assertTrue(waiting.wait(_support.GATE_TIMEOUT))
+            gate.open()
+            self.assertEqual(later.result(timeout=30), "later")
+            self.assertTrue(finished.wait(_support.GATE_TIMEOUT))
+            self.assertEqual(out, ["later"])
+
+    def test_a_callable_may_wait_for_a_future_of_another_lane(self):
+        with flowlane.Engine(workers=1, lanes=4) as e:
+            box, ready = {}, threading.Event()
+
+            def first():
+                ready.wait()
+                return box["other"].result(timeout=30) + 1
+
+            f = e.submit(first)
+            box["other"] = e.lane(1).submit(lambda: 41)
+            ready.set()
+            self.assertEqual(f.result(timeout=60), 42)
+
+
 class Failures(unittest.TestCase):
     def test_the_callables_exception_comes_back_with_its_own_type(self):
         with flowlane.Engine(workers=1) as e:
