@@ -167,6 +167,10 @@ class Future(_FutureBase[T]):
         self._cleaned = False
         self._outcome: Optional[Tuple[bool, Any]] = None  # (True, value) | (False, exception)
         self._tb: Optional[TracebackType] = None
+        # The flowlane error a callable's exception is chained from. Set as its __cause__
+        # by the thread that retrieves it (the same exception object may also reach a
+        # wait, which chains it from its own error), never by the completer.
+        self._cause: Optional[FlowlaneError] = None
         self._materialized = False
 
     # -- what the engine tells -----------------------------------------------------
@@ -219,7 +223,7 @@ class Future(_FutureBase[T]):
 
     def _wait_done(self, timeout: Optional[float], where: str) -> None:
         timeout = _check_timeout(timeout, where)
-        from ._core import current_instruction
+        from ._base import current_instruction
 
         me = current_instruction()
         if me is not None and me.engine is self.stream.engine and self._id > me.id and self.stream.lane == me.lane \
@@ -274,8 +278,11 @@ class Future(_FutureBase[T]):
             if exc is None:
                 return self._result  # type: ignore[no-any-return]
             tb = self._tb if self._tb is not None else exc.__traceback__
+            cause = self._cause
         try:
-            raise exc.with_traceback(tb)
+            if cause is None:
+                raise exc.with_traceback(tb)
+            raise exc.with_traceback(tb) from cause
         finally:
             exc = None  # no reference cycle through this frame
 
@@ -287,6 +294,9 @@ class Future(_FutureBase[T]):
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
                 raise concurrent.futures.CancelledError()
             self._materialize("Future.exception")
+            if self._cause is not None and self._exception is not None:
+                self._exception.__cause__ = self._cause
+                self._exception.__suppress_context__ = True
             return self._exception
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -361,10 +371,10 @@ class Future(_FutureBase[T]):
         what = "instruction %r (#%d, lane %d)" % (self.name, self._id, self.stream.lane)
         if exc is not None:
             err = InstructionFailed("%s failed: Python %s: %s" % (what, type(exc).__qualname__, exc),
-                                                   _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
+                                    _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
             err.original = exc
-            exc.__cause__ = err
-            from ._core import _user_traceback
+            self._cause = err
+            from ._base import _user_traceback
 
             self._tb = _user_traceback(exc)
             return exc
@@ -400,7 +410,7 @@ class Future(_FutureBase[T]):
         self._materialized = True
         engine = self.stream.engine
         provisional = self._exception
-        context = provisional if isinstance(provisional, FlowlaneError) else provisional.__cause__
+        context = provisional if isinstance(provisional, FlowlaneError) else self._cause
         err: Optional[FlowlaneError] = None
         if engine._handle is not None:
             st = lib.fl_instr_wait_for(self.stream._handle, self._id, 0)
@@ -417,16 +427,14 @@ class Future(_FutureBase[T]):
             original, tb = engine._original(err.message)
         if original is None and not isinstance(provisional, FlowlaneError):
             original, tb = provisional, self._tb
-        from ._core import _without_traceback
+        from ._base import _without_traceback
 
         if original is not None and isinstance(err, InstructionFailed):
             err.original = original
             err.message = _without_traceback(err.message)
-            original.__cause__ = err
-            original.__suppress_context__ = True
-            self._exception, self._tb = original, tb
+            self._exception, self._tb, self._cause = original, tb, err
         else:
-            self._exception, self._tb = err, None
+            self._exception, self._tb, self._cause = err, None, None
 
 
 class Completer:

@@ -9,8 +9,8 @@ from ctypes import POINTER, byref, c_uint64
 from typing import Any, Callable, List, Optional, Union
 
 from . import _capi, _ffi
-from ._core import Engine, _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, \
-    raise_failure
+from ._base import _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, raise_failure
+from ._core import Engine
 from ._ffi import encode_name, lib
 from ._future import WAIT_SLICE_S, _check_timeout
 from ._managed import Managed, _tls, callback_depth

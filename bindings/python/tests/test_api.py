@@ -10,11 +10,11 @@ import weakref
 
 from _support import Gate, flowlane, raises_failure
 
-from flowlane import _capi, _core, _ffi
+from flowlane import _base, _capi, _ffi
 
 
 def payloads():
-    return len(_core._keep)
+    return len(_base._keep)
 
 
 class LibraryLoading(unittest.TestCase):

@@ -126,6 +126,21 @@ class Failures(unittest.TestCase):
             self.assertIs(f.exception(), info.original)
             self.assertEqual(f.state(), flowlane.InstrState.FAILED)
 
+    def test_completing_the_future_leaves_a_waits_chain_alone(self):
+        # One exception object reaches both the wait and the future: each chains it from
+        # its own error when it raises it, and completing the future changes nothing.
+        with flowlane.Engine(workers=1) as e:
+            o = e.object()
+            f = e.submit(lambda: 1 / 0, writes=[o], name="divide")
+            with raises_failure(ZeroDivisionError) as info:
+                o.wait()
+            cf.wait([f], timeout=30)
+            self.assertEqual(info.context.function, "Object.wait")
+            self.assertIs(info.original.__cause__, info.context)
+            with raises_failure(ZeroDivisionError) as again:
+                f.result()
+            self.assertEqual(again.context.function, "Future.result")
+
     def test_a_skipped_dependent_raises_the_origins_exception_from_dependency_failed(self):
         with flowlane.Engine(workers=1) as e:
             o = e.object()
