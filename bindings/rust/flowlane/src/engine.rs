@@ -16,7 +16,7 @@ use crate::instr::Instr;
 thread_local! {
     /// > 0 while this thread runs a flowlane callback of this crate (instruction, cleanup,
     /// release, task, loop body): an engine dropped here must not be destroyed here.
-    static CALLBACK_DEPTH: Cell<u32> = Cell::new(0);
+    static CALLBACK_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks the current thread as inside a callback for the guard's lifetime.
@@ -177,6 +177,9 @@ type DumpCallback = Box<dyn Fn(&str) + Send + Sync + 'static>;
 /// What an owning [`Engine`] shares among its clones: destroyed with the last of them.
 struct EngineInner {
     raw: NonNull<sys::fl_engine_t>,
+    // Boxed twice: the library holds the address of each inner box (its user_data), which
+    // must not move when the vector grows.
+    #[allow(clippy::vec_box)]
     watchdogs: Mutex<Vec<Box<DumpCallback>>>,
 }
 

@@ -142,6 +142,9 @@ pub struct TaskId(pub u64);
 /// take `&mut self`, so one graph never runs twice at once.
 pub struct TaskGraph<'f> {
     raw: NonNull<sys::fl_taskgraph_t>,
+    // Boxed: the library holds each node's address (its user_data), which must not move
+    // when the vector grows.
+    #[allow(clippy::vec_box)]
     nodes: Vec<Box<Node<'f>>>,
     fail: Box<FirstFailure>,
     _engine: Engine,
@@ -259,7 +262,7 @@ impl Engine {
         let base = &base;
         self.parallel_for(0..chunks as u64, 1, |r| -> std::result::Result<(), String> {
             for i in r.start as usize..r.end as usize {
-                if i >= chunks || claimed[i].swap(true, Ordering::Relaxed) {
+                if claimed.get(i).map_or(true, |c| c.swap(true, Ordering::Relaxed)) {
                     return Err(format!("Engine::par_chunks_mut: chunk {} handed out twice or out of range", i));
                 }
                 let start = i * chunk_size;
