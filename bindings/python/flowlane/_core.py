@@ -328,6 +328,18 @@ class Engine(Managed):
 
         await run_blocking_async(wait)
 
+    def drain(self, timeout: Optional[float] = None) -> None:
+        """Drains the engine without closing it: from now on submissions from the
+        program's threads raise :class:`Shutdown` (callbacks may still submit: their work
+        belongs to the drain), and the call waits up to ``timeout`` seconds (None: forever;
+        Ctrl-C interrupts it) for every instruction to complete. Raises what synchronize()
+        would, or :class:`Timeout` (the engine stays draining: call again). Waits, futures,
+        stats and dumps keep working; close() frees the engine."""
+        h = self._ptr()
+        st = wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), timeout, "Engine.drain")
+        if st != _capi.FL_OK:
+            self._raise(st, "Engine.drain")
+
     def cancel(self) -> None:
         """Cancels every instruction submitted before the call that has not started
         (``fl_engine_cancel``): they do not run, their futures are cancelled, and what reads

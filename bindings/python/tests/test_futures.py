@@ -310,6 +310,19 @@ class TimedWaits(unittest.TestCase):
             with raises_failure(ValueError):
                 o.wait(timeout=30)
 
+    def test_drain_waits_and_then_refuses_the_programs_submissions(self):
+        with flowlane.Engine(workers=2) as e:
+            gate, seen = Gate(), []
+            first = e.submit(lambda: (gate.wait(), e.submit(lambda: seen.append("follow-up")))[1], name="first")
+            with self.assertRaises(flowlane.Timeout):
+                e.drain(timeout=0.02)
+            with self.assertRaises(flowlane.Shutdown):  # draining from the first call on
+                e.submit(lambda: None)
+            gate.open()
+            e.drain(timeout=30)
+            self.assertEqual(seen, ["follow-up"])  # a callback's submission belongs to the drain
+            self.assertTrue(first.result(timeout=30).done())
+
     def test_bad_timeouts_are_refused(self):
         with flowlane.Engine(workers=1) as e:
             o = e.object(1)

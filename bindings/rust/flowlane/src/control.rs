@@ -1,5 +1,6 @@
 //! Waits with a timeout, instruction handles (query, wait, cancel), cancel and drain: the
-//! safe side of the header's "Waits with a timeout, queries, cancel and drain" section.
+//! safe side of the header's "Waits with a timeout, queries, cancel and drain" section
+//! (`Object::wait_for` lives with `Object`).
 
 use std::time::Duration;
 
@@ -7,7 +8,6 @@ use flowlane_sys as sys;
 
 use crate::engine::{Engine, Stream};
 use crate::error::{check, Result};
-use crate::object::{Access, Object};
 
 /// `timeout` in nanoseconds for a `*_for` call; never `FL_WAIT_FOREVER` (a timeout of
 /// 584 years is one).
@@ -172,15 +172,5 @@ impl Stream {
     pub fn cancel(&self) -> Result<()> {
         // SAFETY: the stream is live while its engine is.
         check(unsafe { sys::fl_stream_cancel(self.as_raw()) })
-    }
-}
-
-impl<T> Object<T> {
-    /// [`wait`](Object::wait) for at most `timeout`: `Err` of kind `Timeout` (whose message
-    /// names the pending instruction) if the object is not ready by then; nothing is
-    /// consumed. `Duration::ZERO` polls.
-    pub fn wait_for(&self, access: Access, timeout: Duration) -> Result<()> {
-        // SAFETY: the object handle is live until drop.
-        check(unsafe { sys::fl_object_wait_for(self.as_raw(), access.raw(), timeout_ns(timeout)) })
     }
 }
