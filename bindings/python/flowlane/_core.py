@@ -37,9 +37,9 @@ from ._base import (
     raise_failure,
 )
 from ._ffi import lib
-from ._future import Completer, Future, run_blocking_async, wait_sliced
+from ._future import WAIT_SLICE_S, Completer, Future, run_blocking_async, wait_sliced
 from ._managed import Managed, callback_depth
-from .errors import InstructionFailed, InvalidArgument, check, error_for
+from .errors import InstructionFailed, InvalidArgument, Shutdown, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gpu import Comm, CommBackend, CommUniqueId
@@ -119,6 +119,10 @@ class Engine(Managed):
         self._close_lock = threading.Lock()
         self._pinned: List[int] = []
         self._completer = Completer()
+        # Admission of Python submissions: close() stops it, then waits for those under
+        # way, so the drain that follows covers every instruction with a future.
+        self._admit = threading.Condition()
+        self._submitting = 0
         self._closing = False
         self._handle = out
         _live_engines.add(self)
@@ -147,7 +151,7 @@ class Engine(Managed):
             # Drain first (Ctrl-C can interrupt it), so every future is completed while the
             # engine can still answer queries. Callbacks that still run can use the engine,
             # but submitting (from them or any thread) raises Shutdown, as destroy would.
-            self._closing = True
+            self._stop_admitting()
             wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), None, "Engine.close")
             self._completer.flush()
             _live_engines.discard(self)
@@ -161,6 +165,29 @@ class Engine(Managed):
             with self._failures_lock:
                 _report_unretrieved(self._unretrieved, self._unretrieved_overflow, "Engine.close")
 
+    def _enter_submit(self, where: str) -> None:
+        """Before a Python submission: refused once close() has begun."""
+        with self._admit:
+            if self._closing:
+                raise Shutdown("the engine is being closed (Engine.close drains and destroys it): it admits no new "
+                               "instructions", function=where)
+            self._submitting += 1
+
+    def _leave_submit(self) -> None:
+        with self._admit:
+            self._submitting -= 1
+            if not self._submitting:
+                self._admit.notify_all()
+
+    def _stop_admitting(self) -> None:
+        """Refuses further Python submissions and waits (in slices: Ctrl-C) for those under
+        way (from callbacks they never block; from a thread, at most until the window has
+        room again)."""
+        with self._admit:
+            self._closing = True
+            while self._submitting:
+                self._admit.wait(WAIT_SLICE_S)
+
     def _finalize(self) -> None:
         if self._handle is None:
             return
@@ -172,9 +199,10 @@ class Engine(Managed):
             pinned, unretrieved, overflow = self._pinned, self._unretrieved, self._unretrieved_overflow
             completer = self._completer
 
-            self._closing = True
+            self._closing = True  # waiting for submissions under way is the helper's job
 
             def destroy() -> None:
+                self._stop_admitting()
                 lib.fl_engine_drain(h, _capi.FL_WAIT_FOREVER)
                 completer.flush()
                 self._handle = None

@@ -12,7 +12,7 @@ from ._base import Device, DeviceType, StreamKind, T, _host_trampoline, _Instr, 
 from ._core import Engine
 from ._ffi import lib
 from ._future import Future, run_blocking_async, wait_sliced
-from .errors import ClosedError, Shutdown, check, error_for
+from .errors import ClosedError, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gpu import MemcpyKind
@@ -184,13 +184,19 @@ class Stream:
     def _submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
                 name: Optional[str], block: bool, where: str) -> "Future[T]":
         h = self._ptr()
-        if self.engine._closing:
-            raise Shutdown("the engine is being closed (Engine.close drains and destroys it): it admits no new instructions", function=where)
         if not callable(fn):
             raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
         r = _objects("reads", reads, self.engine, where)
         w = _objects("writes", writes, self.engine, where)
         label = name if name is not None else getattr(fn, "__qualname__", None)
+        self.engine._enter_submit(where)
+        try:
+            return self._submit_host(h, fn, r, w, label, block, where)
+        finally:
+            self.engine._leave_submit()
+
+    def _submit_host(self, h: Any, fn: Callable[..., T], r: List["Object[Any]"], w: List["Object[Any]"],
+                     label: Optional[str], block: bool, where: str) -> "Future[T]":
         cname = _ffi.encode_name(label)
         ops, n = _operands(r, w)
         future: Future[T] = Future(self, label)
