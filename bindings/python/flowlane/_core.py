@@ -165,6 +165,14 @@ class Engine(Managed):
             with self._failures_lock:
                 _report_unretrieved(self._unretrieved, self._unretrieved_overflow, "Engine.close")
 
+    def _settle(self, status: int) -> None:
+        """After a synchronize or drain that did not time out: the futures of the
+        instructions it waited for are done (and their done-callbacks have run) when it
+        returns. (Their completion is queued by the cleanup, before the instruction
+        completes, so waiting for the completer's queue is enough.)"""
+        if status != _capi.FL_ERR_TIMEOUT and callback_depth() == 0:
+            self._completer.flush()
+
     def _enter_submit(self, where: str) -> None:
         """Before a Python submission: refused once close() has begun."""
         with self._admit:
@@ -337,9 +345,11 @@ class Engine(Managed):
         callable's own exception, chained from the flowlane error. ``timeout`` (seconds,
         None: forever) raises :class:`Timeout` (a TimeoutError) and consumes nothing: the
         call can be repeated. Blocking releases the GIL; Ctrl-C interrupts it. Not allowed
-        inside a callback (InvalidArgument)."""
+        inside a callback (InvalidArgument). When it returns, the futures of the
+        instructions it waited for are done and their done-callbacks have run."""
         h = self._ptr()
         st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize")
+        self._settle(st)
         if st != _capi.FL_OK:
             self._raise(st, "Engine.synchronize")
 
@@ -351,6 +361,7 @@ class Engine(Managed):
         def wait(stop: threading.Event) -> None:
             st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize_async",
                              stop)
+            self._settle(st)
             if st != _capi.FL_OK:
                 self._raise(st, "Engine.synchronize_async")
 
@@ -365,6 +376,7 @@ class Engine(Managed):
         stats and dumps keep working; close() frees the engine."""
         h = self._ptr()
         st = wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), timeout, "Engine.drain")
+        self._settle(st)
         if st != _capi.FL_OK:
             self._raise(st, "Engine.drain")
 

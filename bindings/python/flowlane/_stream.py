@@ -231,6 +231,7 @@ class Stream:
     def _synchronize(self, timeout: Optional[float], where: str) -> None:
         h = self._ptr()
         st = wait_sliced(lambda ns: lib.fl_stream_synchronize_for(h, ns), timeout, where)
+        self.engine._settle(st)
         if st != _capi.FL_OK:
             self.engine._raise(st, where)
 
@@ -242,6 +243,7 @@ class Stream:
         def wait(stop: threading.Event) -> None:
             st = wait_sliced(lambda ns: lib.fl_stream_synchronize_for(h, ns), timeout, "Stream.synchronize_async",
                              stop)
+            self.engine._settle(st)
             if st != _capi.FL_OK:
                 self.engine._raise(st, "Stream.synchronize_async")
 

@@ -53,6 +53,24 @@ class Results(unittest.TestCase):
             gate.open()
             self.assertEqual(f.result(timeout=30), 7)
 
+    def test_after_synchronize_the_futures_are_done_and_their_callbacks_ran(self):
+        with flowlane.Engine(workers=2, lanes=4) as e:
+            called = []
+            for round_ in range(20):
+                fs = [e.lane(i % 4).submit(lambda i=i: i) for i in range(50)]
+                for f in fs:
+                    f.add_done_callback(called.append)
+                if round_ % 2:
+                    e.synchronize()
+                else:  # stream by stream
+                    for lane in range(4):
+                        e.lane(lane).synchronize(timeout=30)
+                self.assertEqual([f for f in fs if not f.done()], [])
+            self.assertEqual(len(called), 20 * 50)
+            fs = [e.submit(lambda: None) for _ in range(50)]
+            e.drain(timeout=30)
+            self.assertTrue(all(f.done() for f in fs))
+
     def test_done_callbacks_run_after_completion_on_a_helper_thread(self):
         with flowlane.Engine(workers=2) as e:
             seen = []
