@@ -127,19 +127,24 @@ fn engine_and_stream_cancel_everything_not_started() -> Result<(), Error> {
 fn drain_refuses_new_work_from_the_program_and_waits() -> Result<(), Error> {
     let e = Engine::builder().workers(2).build()?;
     let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    e.stream(0)?.instr().submit_with_ctx(move |ctx| {
-        // Work submitted by the engine's own callbacks belongs to the drain.
+    let (c, gate) = (count.clone(), Gate::new());
+    let g = gate.clone();
+    let outer = e.stream(0)?.instr().name("outer").submit_with_ctx(move |ctx| {
+        g.wait().map_err(|m| Error::new(ErrorKind::Internal, m))?;
+        // Submitted by the engine's own callback while draining: accepted, part of the drain.
         ctx.engine().stream(1)?.submit(move || -> R {
             c.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })?;
         Ok::<(), Error>(())
     })?;
-    e.drain(Some(LONG))?;
-    assert_eq!(count.load(Ordering::SeqCst), 1);
+    assert_eq!(e.drain(Some(Duration::from_millis(5))).unwrap_err().kind(), ErrorKind::Timeout);
     let refused = e.stream(0)?.submit(|| -> R { Ok(()) }).unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::Shutdown);
+    gate.open();
+    outer.wait()?; // the follow-up is submitted by now
+    e.drain(Some(LONG))?;
+    assert_eq!(count.load(Ordering::SeqCst), 1);
     e.drain(None)
 }
 
