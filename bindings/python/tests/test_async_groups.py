@@ -126,6 +126,17 @@ class TaskGroups(unittest.TestCase):
                 g.spawn(fib, 12, result, 0)
             self.assertEqual(result[0], 144)
 
+    def test_a_task_group_inside_an_instruction(self):
+        with flowlane.Engine(workers=1) as e:
+            def instruction():
+                parts = [0] * 4
+                with e.task_group() as g:  # on the only worker: the wait runs the tasks
+                    for i in range(4):
+                        g.spawn(parts.__setitem__, i, (i + 1) * 10)
+                return sum(parts)
+
+            self.assertEqual(e.submit(instruction).result(timeout=60), 100)
+
     def test_a_failing_task_raises_its_own_exception_and_the_group_is_reusable(self):
         with flowlane.Engine(workers=2) as e:
             g = e.task_group()

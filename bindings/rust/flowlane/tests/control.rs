@@ -205,6 +205,30 @@ fn scopes_nest_inside_tasks_and_tasks_spawn_tasks() -> Result<(), Error> {
 }
 
 #[test]
+fn a_scope_inside_an_instruction() -> Result<(), Error> {
+    let e = Engine::builder().workers(1).build()?;
+    let out = e.object(0u64)?;
+    let h = out.handle();
+    let job = e.stream(0)?.instr().write(&out).submit_with_ctx(move |ctx| {
+        let mut parts = [0u64; 4];
+        ctx.engine().scope(|s| -> Result<(), Error> {
+            for (i, p) in parts.iter_mut().enumerate() {
+                s.spawn(move |_| -> R {
+                    *p = (i as u64 + 1) * 10;
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        })??;
+        *h.write() = parts.iter().sum();
+        Ok::<(), Error>(())
+    })?;
+    job.wait_for(LONG)?;
+    assert_eq!(out.get()?, 100);
+    Ok(())
+}
+
+#[test]
 fn a_failing_task_fails_the_scope_and_skipped_closures_are_dropped_once() -> Result<(), Error> {
     let e = Engine::builder().workers(1).build()?;
     let drops = Arc::new(AtomicUsize::new(0));
