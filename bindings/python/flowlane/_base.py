@@ -96,8 +96,9 @@ CPU = Device()
 @dataclass(frozen=True)
 class EngineStats:
     """Counters of fl_engine_stats (a snapshot): instructions submitted, completed and
-    failed, in flight now, submissions that waited for the window, work-stealing steals and
-    worker parks."""
+    failed, in flight now, submissions that waited for the window, work-stealing steals,
+    worker parks, instructions cancelled before they started (counted in failed too) and
+    pool tasks run."""
 
     submitted: int
     completed: int
@@ -106,6 +107,8 @@ class EngineStats:
     window_stalls: int
     steals: int
     parks: int
+    cancelled: int = 0
+    tasks: int = 0
 
 
 class _Keep:

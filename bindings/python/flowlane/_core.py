@@ -397,7 +397,8 @@ class Engine(Managed):
         """A snapshot of the engine's counters."""
         s = _ffi.init(_capi.fl_engine_stats)
         check(lib.fl_engine_stats(self._ptr(), byref(s)), "Engine.stats")
-        return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks)
+        return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks,
+                           s.cancelled, s.tasks)
 
     # -- failures: the Python exception behind a failed instruction ------------------
 

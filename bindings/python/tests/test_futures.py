@@ -260,6 +260,7 @@ class Cancel(unittest.TestCase):
             self.assertEqual(dependent.state(), flowlane.InstrState.SKIPPED)
             self.assertEqual(ran, [])
             self.assertEqual(queued.state(), flowlane.InstrState.CANCELLED)
+            self.assertEqual(e.stats().cancelled, 1)
             self.assertFalse(blocker.cancel())  # done
             lane.close()
             with self.assertRaises(flowlane.Cancelled):  # as in C: synchronize reports the cancel

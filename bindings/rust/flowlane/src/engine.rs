@@ -127,6 +127,10 @@ pub struct Stats {
     pub steals: u64,
     /// Times a worker went to sleep.
     pub parks: u64,
+    /// Instructions cancelled before they started (counted in `failed` too).
+    pub cancelled: u64,
+    /// Pool tasks run (lane batches, loop chunks' helpers, graph nodes, scope tasks).
+    pub tasks: u64,
 }
 
 /// Configures an [`Engine`]; zero (the default) means the library default.
@@ -379,6 +383,8 @@ impl Engine {
             window_stalls: s.window_stalls,
             steals: s.steals,
             parks: s.parks,
+            cancelled: s.cancelled,
+            tasks: s.tasks,
         })
     }
 

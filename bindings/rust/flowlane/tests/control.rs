@@ -94,6 +94,7 @@ fn cancel_a_queued_instruction_drops_its_closure_without_running_it() -> Result<
     gate.open();
     assert_eq!(queued.wait().unwrap_err().kind(), ErrorKind::Cancelled);
     assert_eq!(queued.state()?, InstrState::Cancelled);
+    assert_eq!(e.stats()?.cancelled, 1);
     assert_eq!(reader.wait().unwrap_err().kind(), ErrorKind::DependencyFailed);
     assert_eq!((ran.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)), (0, 1));
     blocker.wait()?;
