@@ -1,4 +1,4 @@
-// flowlane host instructions next to OpenMP tasks with depend clauses (issue 16), the
+// flowlane host instructions next to OpenMP tasks with depend clauses, the
 // peers people reach for when they want inferred read/write dependencies.
 //
 // One source, two executables (libgomp and libomp both define omp_* and GOMP_*: they are

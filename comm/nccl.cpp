@@ -54,6 +54,9 @@
 
 namespace flowlane::comm {
 
+using gpu::cu;    // the CUDA runtime's table (gpu/runtime.hpp)
+using gpu::nccl;  // NCCL's, loaded at the first NCCL use
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -90,11 +93,11 @@ bool redop_of(uint32_t r, ncclRedOp_t* out) {
 }
 
 std::string nccl_message(ncclResult_t r, const char* call) {
-  return std::string(ncclGetErrorString(r)) + " (NCCL error " + std::to_string(int(r)) + ") from " + call;
+  return std::string(nccl().ncclGetErrorString(r)) + " (NCCL error " + std::to_string(int(r)) + ") from " + call;
 }
 // ncclGetLastError's text, when NCCL has one.
 std::string nccl_detail(ncclComm_t comm) {
-  const char* s = ncclGetLastError(comm);
+  const char* s = nccl().ncclGetLastError(comm);
   return s != nullptr && *s != 0 ? std::string(": ") + s : std::string();
 }
 
@@ -198,27 +201,27 @@ std::string coll_name(const CollWork& w) {
 void teardown_comm(ncclComm_t comm, bool abort) {
   if (comm == nullptr) return;
   if (abort) {
-    (void)ncclCommAbort(comm);
+    (void)nccl().ncclCommAbort(comm);
     return;
   }
 #if FLOWLANE_NCCL_NONBLOCKING
-  ncclResult_t r = ncclCommFinalize(comm);
+  ncclResult_t r = nccl().ncclCommFinalize(comm);
   if (r == ncclInProgress || r == ncclSuccess) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(
                                              env_ms("FLOWLANE_NCCL_FINALIZE_TIMEOUT_MS", kDefaultFinalizeTimeoutMs));
     ncclResult_t st = ncclInProgress;
     for (Backoff b; Clock::now() < deadline; b.pause()) {
-      if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) st = ncclInternalError;
+      if (nccl().ncclCommGetAsyncError(comm, &st) != ncclSuccess) st = ncclInternalError;
       if (st != ncclInProgress) break;
     }
     if (st == ncclSuccess) {
-      (void)ncclCommDestroy(comm);
+      (void)nccl().ncclCommDestroy(comm);
       return;
     }
   }
-  (void)ncclCommAbort(comm);  // finalize failed or did not finish in time
+  (void)nccl().ncclCommAbort(comm);  // finalize failed or did not finish in time
 #else
-  (void)ncclCommDestroy(comm);
+  (void)nccl().ncclCommDestroy(comm);
 #endif
 }
 
@@ -247,7 +250,7 @@ void abort_locked(NcclComm* c) {
     c->state = CommState::kAborted;
     c->abort_cut = c->last_settled;
   }
-  if (c->comm != nullptr) (void)ncclCommAbort(c->comm);
+  if (c->comm != nullptr) (void)nccl().ncclCommAbort(c->comm);
   c->comm = nullptr;
 }
 
@@ -255,6 +258,7 @@ void abort_locked(NcclComm* c) {
 // itself; otherwise the watchdog retries every period).
 void try_abort(NcclComm* c) {
   std::unique_lock<std::mutex> nl(c->nccl_mu, std::try_to_lock);
+  // acquire: pairs with the release store in request_abort.
   if (nl.owns_lock() && c->abort_req.load(std::memory_order_acquire)) abort_locked(c);
 }
 
@@ -285,7 +289,7 @@ void watch_one(NcclComm* c) {
   }
   if (c->comm == nullptr) return;
   ncclResult_t async = ncclSuccess;
-  ncclResult_t r = ncclCommGetAsyncError(c->comm, &async);
+  ncclResult_t r = nccl().ncclCommGetAsyncError(c->comm, &async);
   if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) return;
   std::string why = "asynchronous NCCL error: " + nccl_message(r != ncclSuccess ? r : async, "ncclCommGetAsyncError") +
                     nccl_detail(c->comm);
@@ -392,12 +396,14 @@ fl_status_t launch_collective(fl_instr_ctx_t* ctx, void* ud) {
   {
     // An asynchronous error found here fails this collective before it is issued.
     ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(c->comm, &async);
+    ncclResult_t r = nccl().ncclCommGetAsyncError(c->comm, &async);
     if (r != ncclSuccess) return fail_launch(w, i, r, "ncclCommGetAsyncError");
     if (async != ncclSuccess && async != ncclInProgress) return fail_launch(w, i, async, "an earlier operation (asynchronous error)");
     cudaStream_t cs = static_cast<cudaStream_t>(gpu::cuda_stream(i->stream));
-    r = ncclGroupStart();
+    r = nccl().ncclGroupStart();
     if (r != ncclSuccess) return fail_launch(w, i, r, "ncclGroupStart");
+    // From here a failure may leave parts of the group enqueued: it completes after an event.
+    gpu::record_of(i).may_enqueue = true;
     ncclResult_t first = ncclSuccess;
     const char* first_call = "";
     for (const fl_coll_part_t& p : w->parts) {
@@ -409,18 +415,18 @@ fl_status_t launch_collective(fl_instr_ctx_t* ctx, void* ud) {
       const int peer = int(p.peer);
       const char* call = "";
       switch (p.op) {
-        case FL_COLL_ALL_REDUCE: r = ncclAllReduce(p.sendbuf, p.recvbuf, n, dt, op, c->comm, cs), call = "ncclAllReduce"; break;
-        case FL_COLL_ALL_GATHER: r = ncclAllGather(p.sendbuf, p.recvbuf, n, dt, c->comm, cs), call = "ncclAllGather"; break;
+        case FL_COLL_ALL_REDUCE: r = nccl().ncclAllReduce(p.sendbuf, p.recvbuf, n, dt, op, c->comm, cs), call = "ncclAllReduce"; break;
+        case FL_COLL_ALL_GATHER: r = nccl().ncclAllGather(p.sendbuf, p.recvbuf, n, dt, c->comm, cs), call = "ncclAllGather"; break;
         case FL_COLL_REDUCE_SCATTER:
-          r = ncclReduceScatter(p.sendbuf, p.recvbuf, n, dt, op, c->comm, cs), call = "ncclReduceScatter";
+          r = nccl().ncclReduceScatter(p.sendbuf, p.recvbuf, n, dt, op, c->comm, cs), call = "ncclReduceScatter";
           break;
-        case FL_COLL_BROADCAST: r = ncclBroadcast(p.sendbuf, p.recvbuf, n, dt, peer, c->comm, cs), call = "ncclBroadcast"; break;
-        case FL_COLL_SEND: r = ncclSend(p.sendbuf, n, dt, peer, c->comm, cs), call = "ncclSend"; break;
-        default: r = ncclRecv(p.recvbuf, n, dt, peer, c->comm, cs), call = "ncclRecv"; break;
+        case FL_COLL_BROADCAST: r = nccl().ncclBroadcast(p.sendbuf, p.recvbuf, n, dt, peer, c->comm, cs), call = "ncclBroadcast"; break;
+        case FL_COLL_SEND: r = nccl().ncclSend(p.sendbuf, n, dt, peer, c->comm, cs), call = "ncclSend"; break;
+        default: r = nccl().ncclRecv(p.recvbuf, n, dt, peer, c->comm, cs), call = "ncclRecv"; break;
       }
       if (r != ncclSuccess && first == ncclSuccess) first = r, first_call = call;
     }
-    r = ncclGroupEnd();  // always closes the group, even after a failed part
+    r = nccl().ncclGroupEnd();  // always closes the group, even after a failed part
     if (first != ncclSuccess) return fail_launch(w, i, first, first_call);
     if (r != ncclSuccess && r != ncclInProgress) return fail_launch(w, i, r, "ncclGroupEnd");
 #if FLOWLANE_NCCL_NONBLOCKING
@@ -432,7 +438,7 @@ fl_status_t launch_collective(fl_instr_ctx_t* ctx, void* ud) {
         abort_locked(c);
         goto refused;
       }
-      ncclResult_t q = ncclCommGetAsyncError(c->comm, &r);
+      ncclResult_t q = nccl().ncclCommGetAsyncError(c->comm, &r);
       if (q != ncclSuccess) return fail_launch(w, i, q, "ncclCommGetAsyncError");
       if (r != ncclSuccess && r != ncclInProgress) return fail_launch(w, i, r, "ncclGroupEnd (asynchronous)");
     }
@@ -523,6 +529,14 @@ void coll_cleanup(void* ud) {
 // ---- the backend's entry points ------------------------------------------------------------
 
 bool nccl_usable(std::string* why_not) {
+  if (gpu::backend() == nullptr) {
+    *why_not = gpu::cuda_unavailable();
+    return false;
+  }
+  if (!gpu::nccl_loaded()) {
+    *why_not = gpu::nccl_unavailable();
+    return false;
+  }
   if (gpu::device_count() > 0) return true;
   *why_not = "this libflowlane has NCCL but no CUDA device is visible to this process";
   return false;
@@ -531,7 +545,7 @@ bool nccl_usable(std::string* why_not) {
 void nccl_unique_id(fl_comm_unique_id_t* out) {
   static_assert(sizeof(ncclUniqueId) <= sizeof(fl_comm_unique_id_t), "NCCL unique id does not fit");
   ncclUniqueId id;
-  ncclResult_t r = ncclGetUniqueId(&id);
+  ncclResult_t r = nccl().ncclGetUniqueId(&id);
   if (r != ncclSuccess) fail(FL_ERR_NCCL, "fl_comm_get_unique_id: " + nccl_message(r, "ncclGetUniqueId") + nccl_detail(nullptr));
   std::memset(out, 0, sizeof *out);
   std::memcpy(out->internal, &id, sizeof id);
@@ -593,16 +607,16 @@ std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, co
 
   // Create on the communicator's device; the caller's current device is restored.
   int saved = -1;
-  (void)cudaGetDevice(&saved);
-  cudaError_t cr = cudaSetDevice(c->device);
+  (void)cu().cudaGetDevice(&saved);
+  cudaError_t cr = cu().cudaSetDevice(c->device);
   if (cr != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)cu().cudaGetLastError();
     fail(FL_ERR_CUDA, fn + ": " + gpu::cuda_message(cr, "cudaSetDevice"));
   }
   struct RestoreDevice {
     int dev, saved;
     ~RestoreDevice() {
-      if (saved >= 0 && saved != dev) (void)cudaSetDevice(saved);
+      if (saved >= 0 && saved != dev) (void)cu().cudaSetDevice(saved);
     }
   } restore{c->device, saved};
   ncclUniqueId id;
@@ -613,28 +627,28 @@ std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, co
 #if FLOWLANE_NCCL_NONBLOCKING
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, int(c->nranks), id, int(c->rank), &cfg);
+  ncclResult_t r = nccl().ncclCommInitRankConfig(&comm, int(c->nranks), id, int(c->rank), &cfg);
   const uint64_t timeout_ms = env_ms("FLOWLANE_NCCL_INIT_TIMEOUT_MS", kDefaultInitTimeoutMs);
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (Backoff b; r == ncclInProgress; b.pause()) {
     if (Clock::now() >= deadline) {
-      (void)ncclCommAbort(comm);
+      (void)nccl().ncclCommAbort(comm);
       fail(FL_ERR_TIMEOUT, fn + ": " + who + ": not every rank joined within " + std::to_string(timeout_ms) +
                                " ms (FLOWLANE_NCCL_INIT_TIMEOUT_MS); the half-made communicator was aborted. Every "
                                "rank must call fl_comm_create with the same unique id and nranks");
     }
     ncclResult_t async = ncclInProgress;
-    ncclResult_t q = ncclCommGetAsyncError(comm, &async);
+    ncclResult_t q = nccl().ncclCommGetAsyncError(comm, &async);
     r = q != ncclSuccess ? q : async;
   }
   const char* call = "ncclCommInitRankConfig";
 #else
-  ncclResult_t r = ncclCommInitRank(&comm, int(c->nranks), id, int(c->rank));  // blocks until every rank joined
+  ncclResult_t r = nccl().ncclCommInitRank(&comm, int(c->nranks), id, int(c->rank));  // blocks until every rank joined
   const char* call = "ncclCommInitRank";
 #endif
   if (r != ncclSuccess) {
     std::string detail = nccl_detail(comm);
-    if (comm != nullptr) (void)ncclCommAbort(comm);
+    if (comm != nullptr) (void)nccl().ncclCommAbort(comm);
     fail(FL_ERR_NCCL, fn + ": " + who + ": " + nccl_message(r, call) + detail);
   }
   c->comm = comm;

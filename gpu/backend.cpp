@@ -25,55 +25,36 @@ namespace {
 // bound on how late a successor that arrived after a launch learns about it.
 constexpr size_t kMaxUncovered = 8;
 
-// ---- the event pool ------------------------------------------------------------------------
-// One free list per device, process-wide (a process-wide pool needs no teardown order).
-// Events are created with cudaEventDisableTiming when the list is empty, so after warm-up
-// (the high-water mark of events alive at once) nothing is created on the hot path.
-
-struct EventPool {
-  std::mutex mu;
-  std::vector<cudaEvent_t> free;
+// The backend's state of one lane (core::Lane::device_state). Lane runner only.
+struct LaneState {
+  // The instructions this lane launched on one CUDA stream since that stream last
+  // recorded an event, in launch order.
+  std::vector<Instr*> run;
+  // Instructions of this lane that were skipped, cancelled or failed at issue and whose
+  // completion was deferred (defer_completion), each with a reference: until they
+  // complete, a later reader on this lane (lane order, no edge) sees their poison here.
+  std::vector<Instr*> deferred;
 };
 
-EventPool& event_pool(int device) {
-  static const int n = std::max(1, device_count());
-  static EventPool* pools = new EventPool[size_t(n)];  // never destroyed
-  return pools[std::clamp(device, 0, n - 1)];
+LaneState& lane_state(core::Lane* lane) {
+  if (lane->device_state == nullptr) lane->device_state = new LaneState();
+  return *static_cast<LaneState*>(lane->device_state);
 }
 
-// The device must be current (the launch made it so).
-cudaError_t event_get(int device, cudaEvent_t* out) {
-  EventPool& p = event_pool(device);
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (!p.free.empty()) {
-      *out = p.free.back();
-      p.free.pop_back();
-      return cudaSuccess;
+std::vector<Instr*>& run_of(core::Lane* lane) { return lane_state(lane).run; }
+
+// Drops the deferred instructions that have completed (poisoned_input sees them now).
+void prune_deferred(LaneState& ls) {
+  size_t out = 0;
+  for (Instr* x : ls.deferred) {
+    // acquire pairs with complete()'s store of the final state.
+    if (core::is_terminal(x->load_state(std::memory_order_acquire))) {
+      if (x->unref()) x->engine->recycle(x);
+    } else {
+      ls.deferred[out++] = x;
     }
   }
-  return cudaEventCreateWithFlags(out, cudaEventDisableTiming);
-}
-
-void event_put(int device, cudaEvent_t e) {
-  EventPool& p = event_pool(device);
-  std::lock_guard<std::mutex> lock(p.mu);
-  p.free.push_back(e);
-}
-
-// Makes `dev` current on this thread (a user callback may have changed it).
-cudaError_t make_current(int dev) {
-  int cur = -1;
-  cudaError_t r = cudaGetDevice(&cur);
-  if (r == cudaSuccess && cur == dev) return cudaSuccess;
-  return cudaSetDevice(dev);
-}
-
-// The instructions this lane launched on one CUDA stream since that stream last recorded
-// an event, in launch order (core::Lane::device_state). Lane runner only.
-std::vector<Instr*>& run_of(core::Lane* lane) {
-  if (lane->device_state == nullptr) lane->device_state = new std::vector<Instr*>();
-  return *static_cast<std::vector<Instr*>*>(lane->device_state);
+  ls.deferred.resize(out);
 }
 
 // Records the event covering the lane's run and hands the run to the poller.
@@ -88,21 +69,27 @@ void cover(core::Lane* lane) {
   const char* call = "cudaSetDevice";
   if (r == cudaSuccess) {
     call = "cudaEventCreateWithFlags";
-    r = event_get(ss->device, &ev);
+    r = event_get(ss->poller, ss->device, &ev);
   }
   if (r == cudaSuccess) {
     call = "cudaEventRecord";
-    r = cudaEventRecord(ev, ss->cs);
-    if (r != cudaSuccess) event_put(ss->device, ev);
+    r = cu().cudaEventRecord(ev, ss->cs);
+    if (r != cudaSuccess) event_put(ss->poller, ss->device, ev);
   }
   if (r != cudaSuccess) {
-    (void)cudaGetLastError();  // not to be blamed on the next launch of this thread
+    (void)cu().cudaGetLastError();  // not to be blamed on the next launch of this thread
     // The work is on the GPU but its completion can never be observed (a broken context):
     // fail the run, naming CUDA's error, rather than wait forever.
-    std::string detail = cuda_message(r, call);
+    // A fault of this run's own kernels is the likeliest cause: noted as the first one
+    // unless an earlier fault was.
+    std::string detail = cuda_message(r, call) + note_fault(ss->device, r, run.front());
     std::vector<Instr*> failed;
     failed.swap(run);
-    for (Instr* x : failed) e->complete_async(x, FL_ERR_CUDA, detail);
+    for (Instr* x : failed) {
+      const bool deferred = record_of(x).deferred;  // its outcome stands
+      e->complete_async(x, deferred ? FL_OK : FL_ERR_CUDA, deferred ? std::string() : detail);
+      ss->inflight.fetch_sub(1, std::memory_order_release);  // pairs with defer_completion's acquire
+    }
     return;
   }
   record_of(last).event = ev;
@@ -111,13 +98,27 @@ void cover(core::Lane* lane) {
       last->ref();  // dropped when x is recycled
       record_of(x).cover = last;
     }
-    e->mark_issued(x);
+    // A deferred one (skipped or failed) is never kIssued: its successors wait for its
+    // completion and then see its outcome.
+    if (!record_of(x).deferred) e->mark_issued(x);
   }
   track(run.data(), run.size());  // the poller may complete and recycle them from here on
   run.clear();
 }
 
 void free_record(void* p) { delete static_cast<DeviceRecord*>(p); }
+
+// The first instruction whose GPU work faulted with an error that breaks the CUDA context
+// (an illegal address and the like: every later call of the process on that device fails
+// with it), per device, so that later failures name it rather than blame themselves.
+struct FaultLedger {
+  std::mutex mu;
+  std::vector<std::string> first;  // per device: "instruction 'x' (#id, ...)" or empty
+};
+FaultLedger& fault_ledger() {
+  static FaultLedger* l = new FaultLedger();  // never destroyed: pollers may outlive statics
+  return *l;
+}
 
 class CudaBackend final : public core::DeviceBackend {
  public:
@@ -127,16 +128,16 @@ class CudaBackend final : public core::DeviceBackend {
     auto* ss = new StreamState();
     ss->stream = s;
     ss->device = s->device.index;
+    ss->poller = poller_of(s->engine);
+    stream_attached(ss->poller);
     s->device_state = ss;
   }
 
   void stream_destroyed(core::Stream* s) override {
     StreamState* ss = state_of(s);
     if (ss == nullptr) return;
-    if (ss->cs != nullptr) {
-      if (make_current(ss->device) == cudaSuccess) (void)cudaStreamDestroy(ss->cs);  // drained: nothing pending
-      (void)cudaGetLastError();
-    }
+    if (ss->cs != nullptr) release_cuda_stream(ss->poller, ss->device, ss->cs);  // drained: nothing pending
+    stream_detached(ss->poller);  // the last one frees the engine's poller and its pools
     delete ss;
     s->device_state = nullptr;
   }
@@ -144,7 +145,6 @@ class CudaBackend final : public core::DeviceBackend {
   fl_status_t issue(Instr* i, bool* flush_now) override {
     core::Stream* s = i->stream;
     StreamState* ss = state_of(s);
-    (void)poller_of(i->engine);  // started before anything is tracked
     const int dev = ss->device;
     cudaError_t r = make_current(dev);
     if (r != cudaSuccess) {
@@ -152,9 +152,10 @@ class CudaBackend final : public core::DeviceBackend {
       return r == cudaErrorInvalidDevice || r == cudaErrorNoDevice ? FL_ERR_NO_DEVICE : FL_ERR_CUDA;
     }
     if (ss->cs == nullptr) {
-      r = cudaStreamCreateWithPriority(&ss->cs, cudaStreamNonBlocking, ss->priority);
+      r = acquire_cuda_stream(ss->poller, dev, uint32_t(s->kind), ss->priority, &ss->cs);
       if (r != cudaSuccess) {
         ss->cs = nullptr;
+        (void)cu().cudaGetLastError();
         i->error = cuda_message(r, "cudaStreamCreateWithPriority");
         return FL_ERR_CUDA;
       }
@@ -168,22 +169,27 @@ class CudaBackend final : public core::DeviceBackend {
     // switching streams.
     for (const Instr::Dep& d : i->deps) {
       if ((d.flags & Instr::Dep::kIssueWait) == 0) continue;
-      if (d.pred->load_state(std::memory_order_acquire) != InstrState::kIssued) continue;  // completed: nothing to wait for
+      // acquire: pairs with mark_issued's release store (see above); completed: nothing to wait for
+      if (d.pred->load_state(std::memory_order_acquire) != InstrState::kIssued) continue;
       const DeviceRecord& pr = record_of(d.pred);
       cudaEvent_t ev = pr.event != nullptr ? pr.event : record_of(pr.cover).event;
-      r = cudaStreamWaitEvent(ss->cs, ev, 0);
+      r = cu().cudaStreamWaitEvent(ss->cs, ev, 0);
       if (r != cudaSuccess) {
         i->error = cuda_message(r, "cudaStreamWaitEvent") + " waiting for " + d.pred->describe();
         return FL_ERR_CUDA;
       }
     }
+    // This thread's last CUDA error belongs to whoever left it (a user callback's
+    // cudaStreamQuery, an earlier failure): cleared before, checked after the launch.
+    (void)cu().cudaGetLastError();
     fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
-    cudaError_t last = cudaGetLastError();
+    cudaError_t last = cu().cudaGetLastError();
     if (st == FL_OK && last != cudaSuccess) {
-      if (i->error.empty()) i->error = cuda_message(last, "the launch");
+      if (i->error.empty()) i->error = cuda_message(last, "the launch") + note_fault(dev, last, i);
       st = FL_ERR_CUDA;
     }
     if (st != FL_OK) return st;
+    ss->inflight.fetch_add(1, std::memory_order_relaxed);  // lane runner only; see StreamState
     // On its CUDA stream. It becomes kIssued once an event is recorded after it: at once
     // when a cross-stream successor already waits for it (acquire pairs with the release
     // CAS that published the edge: nothing to read, but the count must be current), else
@@ -191,8 +197,46 @@ class CudaBackend final : public core::DeviceBackend {
     std::vector<Instr*>& run = run_of(s->lane);
     if (!run.empty() && run.back()->stream != s) cover(s->lane);  // one stream per run
     run.push_back(i);
+    // acquire: pairs with the release CAS in push_edge() (see above).
     *flush_now = i->issue_succ_head.load(std::memory_order_acquire) != nullptr || run.size() >= kMaxUncovered;
     return FL_OK;
+  }
+
+  bool defer_completion(Instr* i) override {
+    StreamState* ss = state_of(i->stream);
+    DeviceRecord& rec = record_of(i);
+    const bool may_enqueue = rec.may_enqueue;
+    rec.may_enqueue = false;
+    if (ss == nullptr || ss->cs == nullptr) return false;  // nothing was ever issued on its stream
+    // acquire pairs with the poller's release decrement: 0 means every earlier instruction
+    // of the stream has completed, so completing i now keeps stream order.
+    if (!may_enqueue && ss->inflight.load(std::memory_order_acquire) == 0) return false;
+    rec.deferred = true;
+    ss->inflight.fetch_add(1, std::memory_order_relaxed);
+    core::Lane* lane = i->stream->lane;
+    LaneState& ls = lane_state(lane);
+    prune_deferred(ls);
+    i->ref();  // dropped by prune_deferred once i completed
+    ls.deferred.push_back(i);
+    std::vector<Instr*>& run = ls.run;
+    if (!run.empty() && run.back()->stream != i->stream) cover(lane);  // one stream per run
+    run.push_back(i);
+    cover(lane);  // an event after everything before it (and its own leftovers): rare path
+    return true;
+  }
+
+  Instr* deferred_poison(const Instr* i) override {
+    core::Lane* lane = i->stream->lane;
+    if (lane->device_state == nullptr) return nullptr;
+    LaneState& ls = lane_state(lane);
+    if (ls.deferred.empty()) return nullptr;
+    prune_deferred(ls);
+    for (const Instr::Dep& d : i->deps) {
+      if ((d.flags & Instr::Dep::kReads) == 0) continue;
+      for (Instr* x : ls.deferred)
+        if (x == d.pred) return x;  // referenced: never a recycled record
+    }
+    return nullptr;
   }
 
   void flush(core::Lane* lane) override { cover(lane); }
@@ -200,7 +244,10 @@ class CudaBackend final : public core::DeviceBackend {
   void engine_stopped(core::Engine* e) override {
     stop_poller(e);
     for (const auto& lane : e->lanes()) {
-      delete static_cast<std::vector<Instr*>*>(lane->device_state);
+      auto* ls = static_cast<LaneState*>(lane->device_state);
+      if (ls == nullptr) continue;
+      prune_deferred(*ls);  // drained: every one has completed
+      delete ls;
       lane->device_state = nullptr;
     }
   }
@@ -208,8 +255,11 @@ class CudaBackend final : public core::DeviceBackend {
   void recycle(Instr* i) override {
     auto* rec = static_cast<DeviceRecord*>(i->device);
     rec->hook = nullptr;
+    rec->deferred = false;
+    rec->may_enqueue = false;
     if (rec->event != nullptr) {  // every dependent that could wait on it has completed
-      event_put(state_of(i->stream)->device, rec->event);
+      StreamState* ss = state_of(i->stream);
+      event_put(ss->poller, ss->device, rec->event);
       rec->event = nullptr;
     }
     if (Instr* c = rec->cover) {
@@ -230,19 +280,27 @@ DeviceRecord& record_of(Instr* i) {
 }
 
 std::string cuda_message(cudaError_t e, const char* call) {
-  return std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") from " + call;
+  return std::string("CUDA error ") + cu().cudaGetErrorName(e) + " (" + cu().cudaGetErrorString(e) + ") from " + call;
 }
 
 core::DeviceBackend* backend() {
-  static CudaBackend* b = new CudaBackend();  // never destroyed: engines may outlive statics
+  // Null where the CUDA runtime cannot be loaded (gpu/runtime.hpp): engines then have no
+  // device streams, and the C API's CUDA calls answer FL_ERR_UNSUPPORTED with the reason.
+  static CudaBackend* b = cuda_loaded() ? new CudaBackend() : nullptr;  // never destroyed
   return b;
+}
+
+std::string unavailable(const char* fn) {
+  if (cuda_loaded()) return std::string();
+  return std::string(fn) + ": the CUDA backend is not available: " + cuda_unavailable();
 }
 
 int device_count() {
   static const int n = [] {
+    if (!cuda_loaded()) return 0;
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the (non-sticky) error: no driver or no device
+    if (cu().cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cu().cudaGetLastError();  // clear the (non-sticky) error: no driver or no device
       count = 0;
     }
     return count;
@@ -252,6 +310,39 @@ int device_count() {
 
 void on_completion(Instr* i, CompletionHook hook) { record_of(i).hook = hook; }
 
+bool breaks_context(cudaError_t r) {
+  switch (r) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string note_fault(int device, cudaError_t r, Instr* i) {
+  if (!breaks_context(r)) return std::string();
+  FaultLedger& l = fault_ledger();
+  std::lock_guard<std::mutex> lock(l.mu);
+  if (device < 0) device = 0;
+  if (l.first.size() <= size_t(device)) l.first.resize(size_t(device) + 1);
+  if (l.first[size_t(device)].empty()) {
+    l.first[size_t(device)] = i->describe();
+    return std::string();  // the first: its own fault
+  }
+  return "; the CUDA context of device " + std::to_string(device) +
+         " was broken by an earlier fault in instruction " + l.first[size_t(device)];
+}
+
+
 void* cuda_stream(core::Stream* s) { return state_of(s)->cs; }
 
 }  // namespace flowlane::gpu
@@ -260,6 +351,10 @@ void* cuda_stream(core::Stream* s) { return state_of(s)->cs; }
 
 namespace flowlane::gpu {
 core::DeviceBackend* backend() { return nullptr; }
+std::string unavailable(const char* fn) {
+  return std::string(fn) + ": this libflowlane was built without CUDA (FLOWLANE_WITH_CUDA=OFF or no toolkit at "
+                           "build time)";
+}
 int device_count() { return 0; }
 void on_completion(core::Instr*, CompletionHook) {}
 void* cuda_stream(core::Stream*) { return nullptr; }

@@ -15,8 +15,13 @@
 
 namespace flowlane::gpu {
 
-// The process's CUDA backend, or null in a CPU-only build.
+// The process's CUDA backend, or null in a CPU-only build or where the CUDA runtime cannot
+// be loaded (gpu/runtime.hpp); the first call loads it.
 core::DeviceBackend* backend();
+
+// Where backend() is null: "<fn>: " and why (built without CUDA, or which library, symbol or
+// version is missing). Empty where the backend is available.
+std::string unavailable(const char* fn);
 
 // CUDA devices visible to this process (cached after the first call); 0 in a CPU-only
 // build or when cudaGetDeviceCount fails (no driver, no device).

@@ -7,8 +7,9 @@
 #error "gpu/cuda.hpp is for CUDA builds only"
 #endif
 
-#include <cuda_runtime.h>
+#include "gpu/runtime.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -22,13 +23,21 @@ namespace flowlane::gpu {
 using core::Instr;
 
 // Backend state of one CUDA stream (core::Stream::device_state).
+struct Poller;
+
 struct StreamState {
   core::Stream* stream = nullptr;
   int device = 0;
+  Poller* poller = nullptr;  // the engine's (gpu/poller.hpp): outlives every stream state
   // Set by fl_stream_set_priority before the first instruction; applied when the CUDA
   // stream is created, at the first launch (lane runner).
   int priority = 0;
   cudaStream_t cs = nullptr;  // lane runner only; destroyed after the engine drained
+  // Instructions handed to the backend and not completed yet (issued, or deferred:
+  // DeviceBackend::defer_completion). Incremented by the lane runner; decremented by the
+  // poller after it completed one (release, pairs with the acquire load in
+  // defer_completion: a lane runner that reads 0 completes after every earlier one).
+  std::atomic<uint64_t> inflight{0};
   // Poller thread only: issued instructions in issue (= stream) order.
   std::deque<Instr*> launched;
   bool polled = false;  // poller only: in the poller's list of streams with issued work
@@ -51,6 +60,12 @@ struct DeviceRecord {
   // Asked by the poller once the GPU work completed without a CUDA error (NCCL: whether an
   // abort cut the collective short).
   CompletionHook hook = nullptr;
+  // Its outcome (skipped, cancelled, failed) was decided at issue; it completes in stream
+  // order through the poller (DeviceBackend::defer_completion), never as its own failure.
+  bool deferred = false;
+  // Set while issuing: the launch may have enqueued work even if it then fails (a device
+  // function, a collective after ncclGroupStart); its failure completes after an event.
+  bool may_enqueue = false;
 };
 
 // i's record, created on first use.
@@ -58,6 +73,13 @@ DeviceRecord& record_of(Instr* i);
 
 // "CUDA error cudaErrorInvalidConfiguration (invalid configuration argument) from cudaLaunchKernel"
 std::string cuda_message(cudaError_t e, const char* call);
+
+// Errors that break the CUDA context (sticky: every later call on the device fails with
+// them). The first instruction that reports one — its GPU work faulted, or its launch or
+// covering event saw the error first — is noted per device: note_fault returns "" for it
+// and for other errors, and for later ones a note naming it, appended to their failure.
+bool breaks_context(cudaError_t r);
+std::string note_fault(int device, cudaError_t r, Instr* i);
 
 // Payload layouts (DeviceRecord::payload), written at submit by launch.cpp.
 enum class Op : uint32_t { kKernel = 1, kDeviceFn = 2, kMemcpy = 3 };

@@ -3,6 +3,7 @@
 // record at submit, and the C API's other CUDA calls (pinned memory, stream priorities).
 #include "gpu/backend.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@ namespace flowlane::gpu {
 namespace {
 
 constexpr uint64_t kMaxArgs = 1024;
-constexpr uint64_t kMaxArgBytes = 32768;  // CUDA's kernel parameter limit is 32764 bytes (sm_70+)
+constexpr uint64_t kMaxArgBytes = 32764;  // CUDA's kernel parameter limit (sm_70+, CUDA 12.1+)
 constexpr size_t kArgAlign = 16;
 
 size_t align_up(size_t n) { return (n + kArgAlign - 1) & ~(kArgAlign - 1); }
@@ -67,12 +68,16 @@ fl_status_t launch_kernel(fl_instr_ctx_t* ctx, void*) {
     std::memcpy(&o, base + sizeof(KernelHeader) + k * sizeof(uint32_t), sizeof o);
     ptrs[k] = const_cast<unsigned char*>(base + o);
   }
-  cudaError_t r = cudaLaunchKernel(h.func, dim3(h.grid[0], h.grid[1], h.grid[2]),
+  cudaError_t r = cu().cudaLaunchKernel(h.func, dim3(h.grid[0], h.grid[1], h.grid[2]),
                                    dim3(h.block[0], h.block[1], h.block[2]), ptrs, size_t(h.shared_mem_bytes),
                                    static_cast<cudaStream_t>(cuda_stream(i->stream)));
   if (r != cudaSuccess) {
-    (void)cudaGetLastError();  // consumed here: reported as this instruction's failure
-    i->error = cuda_message(r, "cudaLaunchKernel");
+    (void)cu().cudaGetLastError();  // consumed here: reported as this instruction's failure
+    i->error = cuda_message(r, "cudaLaunchKernel") + note_fault(state_of(i->stream)->device, r, i);
+    if (r == cudaErrorInvalidDeviceFunction)
+      i->error += ": the kernel is not registered with the CUDA runtime libflowlane uses (" + cuda_library() +
+                  "); a program linked with another runtime instance (cudart_static, a second libcudart) must "
+                  "link the shared libcudart, or launch from an fl_submit_device function";
     return FL_ERR_CUDA;
   }
   return FL_OK;
@@ -90,7 +95,9 @@ void fill_device_fn(Instr* i, const fl_device_instr_t& in) {
 fl_status_t launch_device_fn(fl_instr_ctx_t* ctx, void* user_data) {
   auto* i = reinterpret_cast<Instr*>(ctx);
   DeviceFnHeader h;
-  std::memcpy(&h, record_of(i).payload.data(), sizeof h);
+  DeviceRecord& rec = record_of(i);
+  std::memcpy(&h, rec.payload.data(), sizeof h);
+  rec.may_enqueue = true;  // it may enqueue work and then fail: that failure completes after an event
   return h.fn(ctx, static_cast<void*>(static_cast<cudaStream_t>(cuda_stream(i->stream))), user_data);
 }
 
@@ -111,20 +118,36 @@ fl_status_t launch_memcpy(fl_instr_ctx_t* ctx, void*) {
   cudaError_t r;
   const char* call = "cudaMemcpyAsync";
   switch (h.kind) {
-    case FL_MEMCPY_H2D: r = cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyHostToDevice, cs); break;
-    case FL_MEMCPY_D2H: r = cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToHost, cs); break;
-    case FL_MEMCPY_D2D: r = cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToDevice, cs); break;
+    case FL_MEMCPY_H2D: r = cu().cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyHostToDevice, cs); break;
+    case FL_MEMCPY_D2H: r = cu().cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToHost, cs); break;
+    case FL_MEMCPY_D2D: r = cu().cudaMemcpyAsync(h.dst, h.src, size_t(h.bytes), cudaMemcpyDeviceToDevice, cs); break;
     default:
       call = "cudaMemsetAsync";
-      r = cudaMemsetAsync(h.dst, int(h.value & 0xff), size_t(h.bytes), cs);
+      r = cu().cudaMemsetAsync(h.dst, int(h.value & 0xff), size_t(h.bytes), cs);
       break;
   }
   if (r != cudaSuccess) {
-    (void)cudaGetLastError();
-    i->error = cuda_message(r, call);
+    (void)cu().cudaGetLastError();
+    i->error = cuda_message(r, call) + note_fault(state_of(i->stream)->device, r, i);
     return FL_ERR_CUDA;
   }
   return FL_OK;
+}
+
+// Pageable host memory: cudaMemcpyAsync would return only after the copy, a host wait on
+// the lane runner behind whatever the stream runs first (device edges never block the
+// host; behind a spinning kernel it deadlocks). Refused at submit rather than staged.
+void refuse_pageable(const void* p, const char* which) {
+  cudaPointerAttributes a{};
+  cudaError_t r = cu().cudaPointerGetAttributes(&a, p);
+  if (r != cudaSuccess) (void)cu().cudaGetLastError();  // older runtimes: cudaErrorInvalidValue for pageable memory
+  if (r == cudaSuccess && a.type != cudaMemoryTypeUnregistered) return;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  fail(FL_ERR_INVALID_ARGUMENT,
+       std::string("fl_submit_memcpy: ") + which + " " + buf +
+           " is pageable host memory, which cudaMemcpyAsync copies synchronously (the lane would wait on the "
+           "host for the stream); allocate it with fl_host_alloc_pinned, or pin it with cudaHostRegister");
 }
 
 }  // namespace
@@ -169,6 +192,8 @@ fl_host_fn prepare_memcpy(Instr* i, const fl_memcpy_instr_t& in) {
   if (in.kind == FL_MEMSET && in.value > 0xff)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_memcpy: FL_MEMSET value " + std::to_string(in.value) +
                                       " is not a byte (0..255)");
+  if (in.bytes > 0 && in.kind == FL_MEMCPY_H2D) refuse_pageable(in.src, "src");
+  if (in.bytes > 0 && in.kind == FL_MEMCPY_D2H) refuse_pageable(in.dst, "dst");
   fill_memcpy(i, in);
   return &launch_memcpy;
 }
@@ -184,7 +209,7 @@ fl_status_t status_of(cudaError_t r) {
 }
 
 [[noreturn]] void cuda_fail(cudaError_t r, const char* fn, const char* call) {
-  (void)cudaGetLastError();
+  (void)cu().cudaGetLastError();
   fail(status_of(r), std::string(fn) + ": " + cuda_message(r, call));
 }
 
@@ -193,13 +218,13 @@ fl_status_t status_of(cudaError_t r) {
 void* host_alloc_pinned(uint64_t bytes) {
   if (bytes == 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_host_alloc_pinned: bytes is 0");
   void* p = nullptr;
-  cudaError_t r = cudaHostAlloc(&p, size_t(bytes), cudaHostAllocDefault);
+  cudaError_t r = cu().cudaHostAlloc(&p, size_t(bytes), cudaHostAllocDefault);
   if (r != cudaSuccess) cuda_fail(r, "fl_host_alloc_pinned", "cudaHostAlloc");
   return p;
 }
 
 void host_free_pinned(void* p) {
-  cudaError_t r = cudaFreeHost(p);
+  cudaError_t r = cu().cudaFreeHost(p);
   if (r != cudaSuccess) cuda_fail(r, "fl_host_free_pinned", "cudaFreeHost");
 }
 
@@ -209,12 +234,12 @@ void priority_range(int32_t device, int32_t* out_least, int32_t* out_greatest) {
     fail(FL_ERR_NO_DEVICE, "fl_cuda_priority_range: CUDA device " + std::to_string(device) +
                                " does not exist: this process sees " + std::to_string(n) + " CUDA device(s)");
   int saved = -1;
-  cudaError_t r = cudaGetDevice(&saved);
+  cudaError_t r = cu().cudaGetDevice(&saved);
   if (r != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaGetDevice");
-  if (saved != device && (r = cudaSetDevice(device)) != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaSetDevice");
+  if (saved != device && (r = cu().cudaSetDevice(device)) != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaSetDevice");
   int least = 0, greatest = 0;
-  r = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-  if (saved != device) (void)cudaSetDevice(saved);  // leave the caller's current device as it was
+  r = cu().cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  if (saved != device) (void)cu().cudaSetDevice(saved);  // leave the caller's current device as it was
   if (r != cudaSuccess) cuda_fail(r, "fl_cuda_priority_range", "cudaDeviceGetStreamPriorityRange");
   *out_least = least;
   *out_greatest = greatest;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,21 @@ struct Poller {
   std::atomic<bool> has_incoming{false};
   std::thread thread;
 
+  // The engine's event pool, per device, and the count of its CUDA stream states (the
+  // last one destroyed after the drain frees this poller). Under pool_mu.
+  std::mutex pool_mu;
+  std::vector<std::vector<cudaEvent_t>> free_events;
+  bool closed = false;  // after the drain: returned events are destroyed, not pooled
+  int streams = 0;
+  // The engine's CUDA streams, per device (at most cuda_stream_budget() of them): under
+  // pool_mu.
+  struct Shared {
+    cudaStream_t cs = nullptr;
+    uint32_t kind = 0;  // fl_stream_kind_t of its first user
+    int users = 0;
+  };
+  std::vector<std::vector<Shared>> cuda_streams;
+
   void run();
   bool poll(std::vector<StreamState*>& active);
   void spin_while_idle();
@@ -58,7 +74,7 @@ struct Poller {
 void Poller::spin_while_idle() {
   auto until = std::chrono::steady_clock::now() + kIdleSpin;
   for (int n = 1;; ++n) {
-    if (has_incoming.load(std::memory_order_acquire)) return;
+    if (has_incoming.load(std::memory_order_acquire)) return;  // pairs with the release store in track()
     if ((n & 31) == 0) {
       if (std::chrono::steady_clock::now() >= until) return;
       std::this_thread::yield();  // an oversubscribed machine's lanes need the core more
@@ -79,34 +95,52 @@ cudaEvent_t completion_event(Instr* i) {
 
 }  // namespace
 
+cudaError_t make_current(int dev) {
+  int cur = -1;
+  cudaError_t r = cu().cudaGetDevice(&cur);
+  if (r == cudaSuccess && cur == dev) return cudaSuccess;
+  return cu().cudaSetDevice(dev);
+}
+
 bool Poller::poll(std::vector<StreamState*>& active) {
   bool progress = false;
   for (size_t k = 0; k < active.size();) {
     StreamState* ss = active[k];
+    // The stream's device is current while its events are queried and the release and
+    // cleanup callbacks of its instructions run (they may use CUDA themselves).
+    if (make_current(ss->device) != cudaSuccess) (void)cu().cudaGetLastError();
     while (!ss->launched.empty()) {
       // The FIFO's head and the instructions up to its covering event complete together.
       Instr* head = ss->launched.front();
-      cudaError_t r = cudaEventQuery(completion_event(head));
-      if (r == cudaErrorNotReady) break;
+      cudaError_t r = cu().cudaEventQuery(completion_event(head));
+      if (r == cudaErrorNotReady) {
+        (void)cu().cudaGetLastError();  // the runtime also keeps it as this thread's last error
+        break;
+      }
       progress = true;
       std::string detail;
       if (r != cudaSuccess) {
-        (void)cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
+        (void)cu().cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
         detail = cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery on the event recorded "
-                                 "after this instruction's run of its stream)");
+                                 "after this instruction's run of its stream)") +
+                 note_fault(ss->device, r, head);
       }
       for (;;) {
         Instr* i = ss->launched.front();
         ss->launched.pop_front();
         DeviceRecord& rec = record_of(i);
         bool owner = rec.event != nullptr;  // read before completion may recycle i
-        if (r == cudaSuccess && rec.hook != nullptr) {
+        if (rec.deferred) {
+          engine->complete_async(i, FL_OK, std::string());  // its outcome was decided at issue
+        } else if (r == cudaSuccess && rec.hook != nullptr) {
           std::string why;  // e.g. an NCCL collective cut short by an abort completes on the GPU too
           fl_status_t st = rec.hook(i, &why);
           engine->complete_async(i, st, why);
         } else {
           engine->complete_async(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
         }
+        // release pairs with the acquire load in defer_completion: i's completion first.
+        ss->inflight.fetch_sub(1, std::memory_order_release);
         if (owner) break;
       }
     }
@@ -129,6 +163,7 @@ void Poller::run() {
   for (;;) {
     if (active.empty()) spin_while_idle();
     const bool quiet = idle >= kSpinPolls + kYieldPolls;
+    // acquire: pairs with the release store of has_incoming in track() and stop_poller().
     if (active.empty() || quiet || has_incoming.load(std::memory_order_acquire)) {
       std::unique_lock<std::mutex> lock(mu);
       if (active.empty() && incoming.empty()) {
@@ -179,11 +214,13 @@ Poller* poller_of(core::Engine* e) {
     raw->run();
   });
   Poller* raw = p.release();
-  e->device_state.store(raw, std::memory_order_release);  // publishes the started poller
+  // release: publishes the started poller; pairs with the acquire loads above and in track().
+  e->device_state.store(raw, std::memory_order_release);
   return raw;
 }
 
 void track(Instr* const* run, size_t n) {
+  // acquire: pairs with the release store in poller_of() (the poller exists: the stream made it).
   Poller* p = static_cast<Poller*>(run[0]->engine->device_state.load(std::memory_order_acquire));
   bool wake;
   {
@@ -196,16 +233,130 @@ void track(Instr* const* run, size_t n) {
 }
 
 void stop_poller(core::Engine* e) {
+  // acq_rel: pairs with the release store in poller_of(); after the drain, so nothing races.
   Poller* p = static_cast<Poller*>(e->device_state.exchange(nullptr, std::memory_order_acq_rel));
   if (p == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     p->stop = true;
-    p->has_incoming.store(true, std::memory_order_release);  // ends an idle spin
+    p->has_incoming.store(true, std::memory_order_release);  // ends an idle spin; pairs with the poller's acquire loads
   }
   p->cv.notify_one();
   p->thread.join();
-  delete p;
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    p->closed = true;
+    for (size_t dev = 0; dev < p->free_events.size(); ++dev) {
+      if (p->free_events[dev].empty()) continue;
+      if (make_current(int(dev)) == cudaSuccess)
+        for (cudaEvent_t ev : p->free_events[dev]) (void)cu().cudaEventDestroy(ev);
+      (void)cu().cudaGetLastError();
+      p->free_events[dev].clear();
+    }
+    last = p->streams == 0;
+  }
+  if (last) delete p;
+}
+
+cudaError_t event_get(Poller* p, int device, cudaEvent_t* out) {
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    if (size_t(device) < p->free_events.size() && !p->free_events[size_t(device)].empty()) {
+      *out = p->free_events[size_t(device)].back();
+      p->free_events[size_t(device)].pop_back();
+      return cudaSuccess;
+    }
+  }
+  return cu().cudaEventCreateWithFlags(out, cudaEventDisableTiming);
+}
+
+void event_put(Poller* p, int device, cudaEvent_t e) {
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    if (!p->closed) {
+      if (p->free_events.size() <= size_t(device)) p->free_events.resize(size_t(device) + 1);
+      p->free_events[size_t(device)].push_back(e);
+      return;
+    }
+  }
+  // After the drain (an instruction recycled late, e.g. from the failure ledger).
+  int saved = -1;
+  (void)cu().cudaGetDevice(&saved);
+  if (make_current(device) == cudaSuccess) (void)cu().cudaEventDestroy(e);
+  if (saved >= 0 && saved != device) (void)cu().cudaSetDevice(saved);
+  (void)cu().cudaGetLastError();
+}
+
+int cuda_stream_budget() {
+  static const int n = [] {
+    for (const char* var : {"FLOWLANE_CUDA_STREAMS", "CUDA_DEVICE_MAX_CONNECTIONS"}) {
+      const char* v = std::getenv(var);
+      if (v == nullptr || *v == 0) continue;
+      char* end = nullptr;
+      long x = std::strtol(v, &end, 10);
+      if (end != nullptr && *end == 0 && x > 0) return int(std::min<long>(x, 1024));
+    }
+    return 8;  // CUDA_DEVICE_MAX_CONNECTIONS' default
+  }();
+  return n;
+}
+
+cudaError_t acquire_cuda_stream(Poller* p, int device, uint32_t kind, int priority, cudaStream_t* out) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  if (p->cuda_streams.size() <= size_t(device)) p->cuda_streams.resize(size_t(device) + 1);
+  std::vector<Poller::Shared>& v = p->cuda_streams[size_t(device)];
+  const bool collective = kind == FL_STREAM_COLLECTIVE;
+  if (!collective && int(v.size()) >= cuda_stream_budget()) {
+    // Over the budget: share the least used non-collective stream, preferring one of the
+    // same kind (copies queue behind copies, kernels behind kernels).
+    Poller::Shared* best = nullptr;
+    for (Poller::Shared& x : v) {
+      if (x.kind == FL_STREAM_COLLECTIVE) continue;
+      if (best == nullptr || (x.kind == kind && best->kind != kind) ||
+          ((x.kind == kind) == (best->kind == kind) && x.users < best->users))
+        best = &x;
+    }
+    if (best != nullptr) {
+      ++best->users;
+      *out = best->cs;
+      return cudaSuccess;
+    }
+  }
+  cudaStream_t cs = nullptr;
+  cudaError_t r = cu().cudaStreamCreateWithPriority(&cs, cudaStreamNonBlocking, priority);
+  if (r != cudaSuccess) return r;
+  v.push_back(Poller::Shared{cs, kind, 1});
+  *out = cs;
+  return cudaSuccess;
+}
+
+void release_cuda_stream(Poller* p, int device, cudaStream_t cs) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  std::vector<Poller::Shared>& v = p->cuda_streams[size_t(device)];
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (v[k].cs != cs) continue;
+    if (--v[k].users == 0) {
+      if (make_current(device) == cudaSuccess) (void)cu().cudaStreamDestroy(cs);  // drained: nothing pending
+      (void)cu().cudaGetLastError();
+      v.erase(v.begin() + long(k));
+    }
+    return;
+  }
+}
+
+void stream_attached(Poller* p) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  ++p->streams;
+}
+
+void stream_detached(Poller* p) {
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(p->pool_mu);
+    last = --p->streams == 0 && p->closed;
+  }
+  if (last) delete p;
 }
 
 }  // namespace flowlane::gpu

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ratios of the GPU benchmarks against their floors (issue 5), from one gpu-check run.
+"""Ratios of the GPU benchmarks against their floors (gpu/README.md, "Benchmarks"), from one gpu-check run.
 
   scripts/gpu_report.py OUT_DIR   reads OUT_DIR/gpu_bench_gpu.json (Google Benchmark, with
                                   repetitions: medians are used) and, when present,

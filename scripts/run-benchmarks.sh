@@ -9,6 +9,8 @@
 #   BENCH_MIN_TIME     --benchmark_min_time (default: Google Benchmark's)
 #   BENCH_RESULTS      results directory (default: bench/results)
 #   BENCH_NOTE         a remark recorded in BENCHMARKS.md (e.g. "machine shared with builds")
+#   BENCH_TARGETS      space-separated executables to run (default: all); the others' results
+#                      already in BENCH_RESULTS are kept and reported as they are
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$FLOWLANE_ROOT"
@@ -35,6 +37,9 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     [[ -e "$src" ]] && targets+=("gpu_$(basename "${src%.*}")")
   done
 fi
+if [[ -n "${BENCH_TARGETS:-}" ]]; then
+  read -r -a targets <<<"$BENCH_TARGETS"
+fi
 if [[ ${#targets[@]} -eq 0 ]]; then
   echo "no bench/bench_*.cpp: nothing to run"
 else
@@ -44,8 +49,8 @@ fi
 
 mkdir -p "$results"
 # A full run replaces every result, so that a removed benchmark leaves no stale table.
-[[ -z "${BENCH_FILTER:-}" ]] && rm -f "$results"/*.json
-commands=("scripts/run-benchmarks.sh   # BENCH_REPETITIONS=$reps${BENCH_FILTER:+ BENCH_FILTER=$BENCH_FILTER}${BENCH_MIN_TIME:+ BENCH_MIN_TIME=$BENCH_MIN_TIME}")
+[[ -z "${BENCH_FILTER:-}" && -z "${BENCH_TARGETS:-}" ]] && rm -f "$results"/*.json
+commands=("scripts/run-benchmarks.sh   # BENCH_REPETITIONS=$reps${BENCH_TARGETS:+ BENCH_TARGETS=\"$BENCH_TARGETS\"}${BENCH_FILTER:+ BENCH_FILTER=$BENCH_FILTER}${BENCH_MIN_TIME:+ BENCH_MIN_TIME=$BENCH_MIN_TIME}")
 status=0
 for name in "${targets[@]}"; do
   exe="$BUILD_DIR/bench/$name"

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -129,6 +130,30 @@ struct Gate {
     return true;
   }
 };
+
+// The engine's state dump (fl_engine_dump).
+inline std::string engine_dump(fl_engine_t* e) {
+  uint64_t needed = 0;
+  EXPECT_EQ(fl_engine_dump(e, nullptr, 0, &needed), FL_OK) << fl_last_error_message();
+  std::string text(needed + 4096, '\0');  // the state may grow between the calls
+  EXPECT_EQ(fl_engine_dump(e, text.data(), text.size(), &needed), FL_OK) << fl_last_error_message();
+  text.resize(std::strlen(text.c_str()));
+  return text;
+}
+
+// Waits until the state dump contains every fragment, which is how a test observes the
+// engine's state instead of sleeping; gives up after 60 s (the test then fails on the
+// returned dump).
+inline std::string wait_for_dump(fl_engine_t* e, std::vector<std::string> fragments) {
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    std::string d = engine_dump(e);
+    bool all = true;
+    for (const std::string& f : fragments) all = all && d.find(f) != std::string::npos;
+    if (all || Clock::now() > deadline) return d;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
 
 // One part of a collective group (fl_submit_collective).
 inline fl_coll_part_t coll_part(uint32_t op, uint32_t dtype, const void* send, void* recv, uint64_t count,

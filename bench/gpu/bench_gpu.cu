@@ -1,7 +1,6 @@
-// GPU backend benchmarks (issue 5): every flowlane number beside its raw-CUDA floor in the
-// same binary, so a ratio comes from one run on one machine (see ../shared/gpu/README.md
-// for the floors measured on the GPU test host). scripts/gpu_report.py turns the JSON into
-// the ratios the issue asks for.
+// GPU backend benchmarks: every flowlane number beside its raw-CUDA floor in the same
+// binary, so a ratio comes from one run on one machine (gpu/README.md, "Benchmarks").
+// scripts/gpu_report.py turns the JSON into the ratios against those floors.
 //
 //   submit cost     BM_RawLaunch                vs BM_FlowlaneSubmitKernel (caller-side time
 //                   of a batch of kBatch submissions, the launches happen on workers)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager baselines for the GPU benchmarks (issue 5), run on the GPU test host.
+"""PyTorch eager baselines for the GPU benchmarks (gpu/README.md), run on the GPU test host.
 
 Measures, on the same machine and run as bench/gpu's binary:
   torch_add_                one stream, x.add_(1) per op (the eager launch path)

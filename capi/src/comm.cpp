@@ -12,10 +12,12 @@ using namespace flowlane::capi;
 
 extern "C" {
 
-FL_API fl_status_t fl_comm_get_unique_id(uint32_t backend, fl_comm_unique_id_t* out_id) {
+FL_API fl_status_t fl_comm_get_unique_id(fl_comm_backend_t backend, fl_comm_unique_id_t* out_id) {
   return guard([&]() -> fl_status_t {
     require_out(out_id, "fl_comm_get_unique_id", "out_id");
-    comm::unique_id(backend, out_id);
+    // A C caller may pass any value: read the bits, never the enum (comm::unique_id refuses
+    // unknown backends).
+    comm::unique_id(uint32_t(enum_bits(backend)), out_id);
     return FL_OK;
   });
 }

@@ -6,6 +6,7 @@
 
 #include "boundary.hpp"
 #include "diag/watchdog.hpp"
+#include "gpu/backend.hpp"
 #include "tables.hpp"
 
 namespace flowlane::capi {
@@ -210,9 +211,7 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
     } else if (device.type == FL_DEVICE_CUDA) {
       if (kind == FL_STREAM_HOST)
         fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: FL_STREAM_HOST streams use the device {FL_DEVICE_CPU, 0}");
-      if (e->device() == nullptr)
-        fail(FL_ERR_UNSUPPORTED, "fl_stream_get: this libflowlane was built without CUDA (FLOWLANE_WITH_CUDA=OFF "
-                                 "or no toolkit at build time)");
+      if (e->device() == nullptr) fail(FL_ERR_UNSUPPORTED, gpu::unavailable("fl_stream_get"));
       const uint32_t devices = e->device_count();  // CUDA devices seen when the engine was created
       if (device.index < 0 || uint32_t(device.index) >= devices)
         fail(FL_ERR_NO_DEVICE, "fl_stream_get: CUDA device " + std::to_string(device.index) +

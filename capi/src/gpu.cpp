@@ -14,9 +14,7 @@ namespace flowlane::capi {
 namespace {
 
 void require_cuda(const char* fn) {
-  if (gpu::backend() == nullptr)
-    fail(FL_ERR_UNSUPPORTED, std::string(fn) + ": this libflowlane was built without CUDA (FLOWLANE_WITH_CUDA=OFF "
-                                               "or no toolkit at build time)");
+  if (gpu::backend() == nullptr) fail(FL_ERR_UNSUPPORTED, gpu::unavailable(fn));
 }
 
 core::Stream* cuda_stream_from(fl_stream_t* stream, const char* fn) {
@@ -129,6 +127,7 @@ FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority,
   return guard([&]() -> fl_status_t {
     const char* fn = "fl_stream_set_priority";
     core::Stream* s = cuda_stream_from(stream, fn);
+    // Pairs with the release store of submitted in Engine::submit().
     if (s->submitted.load(std::memory_order_acquire) != 0)
       fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": the stream (" + s->describe() +
                                         ") already has instructions; set its priority before the first one");

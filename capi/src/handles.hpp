@@ -93,6 +93,8 @@ class HandleTable {
     // The CAS makes exactly one of two racing erasers win; the next (even) generation marks
     // the slot dead until insert() gives it a new odd one. acq_rel: acquire orders our read
     // of ptr after the inserter's store; release orders the erase before a later insert.
+    // Acquire pairs with the release store of gen in insert(); the index itself reaches a
+    // later insert() through free_ (under mu_) or this thread's own cache.
     if (!s->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) return nullptr;
     T* p = s->ptr.exchange(nullptr, std::memory_order_relaxed);
     if (gen >= max_gen_) return p;  // the next generation would wrap: retire the slot

@@ -43,7 +43,8 @@ core::Instr* instr_from_ctx(const fl_instr_ctx_t* ctx, const char* fn) {
   // it: it is looked up among this thread's callback frames, never dereferenced blindly
   // (a stale or forged pointer reads nothing).
   for (core::CallbackFrame* f = core::current_frame(); f != nullptr; f = f->parent)
-    if (f->kind == core::CallbackKind::kFn && static_cast<const void*>(f->instr) == static_cast<const void*>(ctx))
+    if (f->kind == core::CallbackKind::kFn && core::on_this_thread(f) &&
+        static_cast<const void*>(f->instr) == static_cast<const void*>(ctx))
       return f->instr;
   set_last_error(std::string(fn) + ": " +
                  (ctx == nullptr ? std::string("ctx is NULL")
@@ -70,14 +71,25 @@ FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message) {
   }
 }
 
-FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_lane");
+FL_API uint32_t fl_instr_get_lane(const fl_instr_ctx_t* ctx) {
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_lane");
   return i ? i->stream->lane->id : 0;
 }
 
 FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx) {
   core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_id");
   return i ? i->id : 0;
+}
+
+FL_API fl_engine_t* fl_instr_get_engine(const fl_instr_ctx_t* ctx) {
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_engine");
+  return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
+}
+
+// The deprecated spellings: the same lookup, with their own names in messages.
+FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
+  core::Instr* i = instr_from_ctx(ctx, "fl_instr_lane");
+  return i ? i->stream->lane->id : 0;
 }
 
 FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) {

@@ -41,8 +41,9 @@ FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t
                                         std::to_string(end) + ")");
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_parallel_for: the engine is being destroyed");
     core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // bodies run on this thread too
+    core::SpanScope span(e->observer(), "fl_parallel_for", end - begin);
     sched::ParallelForResult r = sched::parallel_for(e->pool(), begin, end, grain, body, user_data);
-    if (r.status == FL_OK) return FL_OK;
+    if (span.end(r.status) == FL_OK) return FL_OK;
     return report(r.status, "fl_parallel_for: the body failed on " + range_text(r.failed_lo, r.failed_hi) +
                                 " with " + fl_status_name(r.status) + "; chunks not yet started were skipped");
   });
@@ -90,7 +91,8 @@ FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads) 
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_taskgraph_run: the engine is being destroyed");
     unsigned n = sched::resolve_thread_count(num_threads, e->worker_count());
     core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // tasks may run on this thread too
-    return g->graph.run(e->pool_for_threads(n));
+    core::SpanScope span(e->observer(), "fl_taskgraph_run", g->graph.size());
+    return span.end(g->graph.run(e->pool_for_threads(n)));
   });
 }
 

@@ -38,6 +38,7 @@ inline void cpu_relax() {
 // A seq_cst fence. GCC warns that ThreadSanitizer does not model fences; TSan only checks
 // happens-before, which in this code always comes from acquire/release pairs, never from
 // a fence, so the warning is silenced here and nowhere else.
+// Each caller names the store-load (Dekker) pair its fence is half of.
 #if defined(__GNUC__) && !defined(__clang__) && FL_UNDER_TSAN
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wtsan"

@@ -27,6 +27,7 @@ class SpinLock {
     lock_contended();
   }
   bool try_lock() noexcept {
+    // acquire pairs with the release in unlock(), as in lock().
     return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }  // pairs with lock()

@@ -1,4 +1,4 @@
-// The state dump and the wait-for graph (see core/dump.hpp).
+// The state dump and the wait-for graph (diag/dump.hpp).
 #include "diag/dump.hpp"
 
 #include <algorithm>
@@ -112,6 +112,8 @@ Snapshot take_snapshot(Engine& e) {
   for (core::Extension* x : e.extensions()) x->lane_waits(s.colls);
   for (const auto& lp : e.lanes()) {
     Lane& lane = *lp;
+    // These two pair with no release: the lane's counters are bumped relaxed in complete()
+    // and submit(); a snapshot needs only recent values (what it follows is under diag_lock).
     uint64_t done = lane.completed.load(std::memory_order_acquire);
     uint64_t sub = lane.submitted.load(std::memory_order_acquire);
     if (sub <= done) continue;
@@ -144,6 +146,7 @@ Snapshot take_snapshot(Engine& e) {
         // What is queued behind the head. While we hold diag_lock none of it can start (the
         // runner marks each instruction active under this lock first), so none can complete
         // and be recycled: following lane_next is safe. The lane's stub node is skipped.
+        // Acquire pairs with the release store of lane_next in Lane::push().
         for (Instr* q = lane.active->lane_next.load(std::memory_order_acquire); q != nullptr;
              q = q->lane_next.load(std::memory_order_acquire)) {
           if (q == &lane.stub) continue;
@@ -271,6 +274,8 @@ std::string build_dump(Engine& e, const std::string& reason) {
   // Per-stream pending counts, grouped by lane.
   std::map<uint32_t, std::string> streams_of;
   for (Stream* str : e.all_streams()) {
+    // Pair with the release store of submitted in submit() and the seq_cst fetch_add of
+    // completed in Stream::advance_completed().
     uint64_t sub = str->submitted.load(std::memory_order_acquire);
     uint64_t done = str->completed.load(std::memory_order_acquire);
     if (sub <= done) continue;

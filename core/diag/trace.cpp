@@ -1,4 +1,4 @@
-// Timeline traces in Chrome trace-event JSON (see core/trace.hpp).
+// Timeline traces in Chrome trace-event JSON (diag/trace.hpp).
 #include "diag/trace.hpp"
 
 #include <atomic>
@@ -42,10 +42,22 @@ std::string track_name(uint32_t track) {
   return s + kKinds[kind];
 }
 
-void copy_name(char (&dst)[31], const std::string& src) {
-  size_t n = std::min(src.size(), sizeof dst - 1);
-  std::memcpy(dst, src.data(), n);
+template <size_t N>
+void copy_name(char (&dst)[N], const char* src, size_t len) {
+  size_t n = std::min(len, N - 1);
+  std::memcpy(dst, src, n);
   dst[n] = 0;
+}
+template <size_t N>
+void copy_name(char (&dst)[N], const char* src) {
+  copy_name(dst, src, std::strlen(src));
+}
+template <size_t N>
+void copy_instr_name(char (&dst)[N], const Instr& i) {
+  if (i.name.empty())
+    copy_name(dst, "<unnamed>");
+  else
+    copy_name(dst, i.name.data(), i.name.size());
 }
 
 void put_escaped(std::string& out, const char* s) {
@@ -88,17 +100,25 @@ int64_t TraceObserver::now() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count();
 }
 
-void TraceObserver::push(const Event& ev) {
+void TraceObserver::push(const Event& ev, std::string* detail) {
   std::lock_guard<SpinLock> lock(mu_);
   if (closed_) return;
+  Event e = ev;
+  if (detail != nullptr && details_.size() < kMaxDetails) {
+    try {
+      details_.push_back(std::move(*detail));
+      e.detail = uint32_t(details_.size());
+    } catch (...) {  // out of memory: the slice goes without its text
+    }
+  }
   if (ring_.size() < kCapacity) {
     try {
-      ring_.push_back(ev);
+      ring_.push_back(e);
     } catch (...) {  // out of memory: the event is dropped (hooks run on paths that must not throw)
       ++dropped_;
     }
   } else {
-    ring_[next_] = ev;
+    ring_[next_] = e;
     next_ = (next_ + 1) % kCapacity;
     ++dropped_;
   }
@@ -123,7 +143,7 @@ void TraceObserver::on_start(const Instr& i) {
   ev.kind = Kind::kStart;
   ev.id = i.id;
   ev.track = track_of(i.stream);
-  copy_name(ev.name, i.name.empty() ? std::string("<unnamed>") : i.name);
+  copy_instr_name(ev.name, i);
   push(ev);
 }
 
@@ -134,8 +154,15 @@ void TraceObserver::on_end(const Instr& i) {
   ev.id = i.id;
   ev.id2 = uint64_t(i.load_state());
   ev.track = track_of(i.stream);
-  copy_name(ev.name, i.name.empty() ? std::string("<unnamed>") : i.name);
-  push(ev);
+  copy_instr_name(ev.name, i);
+  std::string text;
+  if (InstrState(ev.id2) == InstrState::kFailed && !i.error.empty()) {
+    try {
+      text = i.error;
+    } catch (...) {  // out of memory: the slice goes without its text
+    }
+  }
+  push(ev, text.empty() ? nullptr : &text);
 }
 
 void TraceObserver::on_window_stall(bool begin) {
@@ -148,20 +175,35 @@ void TraceObserver::on_window_stall(bool begin) {
 }
 
 void TraceObserver::on_wait(bool begin, const char* what) {
+  push_thread_event(begin ? Kind::kWaitBegin : Kind::kWaitEnd, what ? what : "wait", 0, 0);
+}
+
+void TraceObserver::on_span(bool begin, const char* what, uint64_t items, uint32_t status) {
+  push_thread_event(begin ? Kind::kSpanBegin : Kind::kSpanEnd, what, begin ? 0 : items, status);
+}
+
+// An event of the calling thread (a wait or a span): on the track of the instruction it runs
+// inside, if any, else on the thread's own track. End events carry id2/track2 as given.
+void TraceObserver::push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2) {
   Event ev{};
   ev.ts_ns = now();
-  ev.kind = begin ? Kind::kWaitBegin : Kind::kWaitEnd;
+  ev.kind = kind;
   ev.id = thread_token();
-  if (Instr* self = core::current_instr()) {
-    ev.id2 = self->id;
-    ev.track = track_of(self->stream);
+  ev.id2 = id2;
+  ev.track2 = track2;
+  if (kind == Kind::kWaitBegin || kind == Kind::kSpanBegin) {
+    if (Instr* self = core::current_instr()) {
+      ev.id2 = self->id;
+      ev.track = track_of(self->stream);
+    }
   }
-  copy_name(ev.name, what ? what : "wait");
+  copy_name(ev.name, what);
   push(ev);
 }
 
 bool TraceObserver::finish(std::string& error) {
   std::vector<Event> events;
+  std::vector<std::string> details;
   uint64_t dropped;
   {
     std::lock_guard<SpinLock> lock(mu_);
@@ -176,6 +218,7 @@ bool TraceObserver::finish(std::string& error) {
       std::vector<Event>().swap(ring_);
     }
     dropped = dropped_;
+    details.swap(details_);
   }
   const int64_t t_end = now();
   auto us = [](int64_t ns) {
@@ -225,9 +268,15 @@ bool TraceObserver::finish(std::string& error) {
                  std::to_string(ev.track) + ",\"ts\":" + us(ev.ts_ns) + ",\"args\":{\"id\":" + std::to_string(ev.id) + "}}");
           break;  // started before the trace (or dropped): no slice
         }
+        std::string error;
+        if (ev.detail != 0 && ev.detail <= details.size()) {
+          error = ",\"error\":\"";
+          put_escaped(error, details[ev.detail - 1].c_str());
+          error += '"';
+        }
         emit("{\"ph\":\"X\",\"cat\":\"instr\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" +
              std::to_string(ev.track) + ",\"ts\":" + us(it->second.ts_ns) + ",\"dur\":" + us(ev.ts_ns - it->second.ts_ns) +
-             ",\"args\":{\"id\":" + std::to_string(ev.id) + ",\"state\":\"" + end_state(ev.id2) + "\"}}");
+             ",\"args\":{\"id\":" + std::to_string(ev.id) + ",\"state\":\"" + end_state(ev.id2) + "\"" + error + "}}");
         slices[ev.id] = Slice{it->second.ts_ns, ev.ts_ns, ev.track};
         open.erase(it);
         break;
@@ -251,9 +300,11 @@ bool TraceObserver::finish(std::string& error) {
         break;
       }
       case Kind::kWaitBegin:
+      case Kind::kSpanBegin:
         waits[ev.id].push_back(ev);
         break;
-      case Kind::kWaitEnd: {
+      case Kind::kWaitEnd:
+      case Kind::kSpanEnd: {
         auto& stack = waits[ev.id];
         if (stack.empty()) break;
         Event b = stack.back();
@@ -262,10 +313,19 @@ bool TraceObserver::finish(std::string& error) {
         if (!b.track) tracks[tid] = "thread " + std::to_string(ev.id) + " (submitter)";
         std::string name;
         put_escaped(name, b.name);
-        emit("{\"ph\":\"X\",\"cat\":\"wait\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
-             ",\"ts\":" + us(b.ts_ns) + ",\"dur\":" + us(ev.ts_ns - b.ts_ns) + "}");
-        emit("{\"ph\":\"i\",\"s\":\"t\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
-             ",\"ts\":" + us(b.ts_ns) + "}");
+        const bool span = ev.kind == Kind::kSpanEnd;
+        std::string args;
+        if (span) {
+          const char* outcome = ev.track2 == core::Observer::kSpanUnwound ? "unwound by an exception"
+                                                                            : fl_status_name(fl_status_t(ev.track2));
+          args = ",\"args\":{\"items\":" + std::to_string(ev.id2) + ",\"status\":\"" + outcome + "\"}";
+        }
+        emit("{\"ph\":\"X\",\"cat\":\"" + std::string(span ? "parallel" : "wait") + "\",\"name\":\"" + name +
+             "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + us(b.ts_ns) +
+             ",\"dur\":" + us(ev.ts_ns - b.ts_ns) + args + "}");
+        if (!span)
+          emit("{\"ph\":\"i\",\"s\":\"t\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" +
+               std::to_string(tid) + ",\"ts\":" + us(b.ts_ns) + "}");
         break;
       }
     }

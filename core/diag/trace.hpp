@@ -6,7 +6,9 @@
 // cross-stream dependency edges the engine recorded (Observer::on_edge); slices for waits
 // (fl_object_wait inside a callback nests under the instruction's slice; waits of other
 // threads and window stalls go on a track per submitting thread) and an instant event at
-// each window stall. Memory is bounded: at most kCapacity events are kept (oldest dropped,
+// each window stall; a slice per fl_parallel_for and fl_taskgraph_run on the calling
+// thread's track (nested under the instruction that ran it), with its size and outcome. A
+// failed instruction's slice carries its error text (the first kMaxDetails failures). Memory is bounded: at most kCapacity events are kept (oldest dropped,
 // the number dropped is written into the file's metadata). Cost when off: the engine's one
 // pointer load per hook point; when on: a short critical section per event.
 #pragma once
@@ -30,6 +32,7 @@ using core::Object;
 class TraceObserver : public core::Observer {
  public:
   static constexpr size_t kCapacity = size_t(1) << 18;  // events kept (about 64 bytes each)
+  static constexpr size_t kMaxDetails = 4096;           // failed instructions' texts kept
 
   TraceObserver(Engine* e, std::FILE* f, std::string path);
   ~TraceObserver() override;
@@ -40,25 +43,29 @@ class TraceObserver : public core::Observer {
   void on_end(const Instr& i) override;
   void on_window_stall(bool begin) override;
   void on_wait(bool begin, const char* what) override;
+  void on_span(bool begin, const char* what, uint64_t items, uint32_t status) override;
 
   // Writes the JSON file and frees the buffer; later hooks are ignored. Returns false (with
   // `error` set) if writing failed.
   bool finish(std::string& error);
   const std::string& path() const { return path_; }
 
-  enum class Kind : uint8_t { kStart, kEnd, kEdge, kStallBegin, kStallEnd, kWaitBegin, kWaitEnd };
+  enum class Kind : uint8_t { kStart, kEnd, kEdge, kStallBegin, kStallEnd, kWaitBegin, kWaitEnd, kSpanBegin, kSpanEnd };
   struct Event {
     int64_t ts_ns;
-    uint64_t id;      // instruction (start/end/edge succ); thread token (stall/wait)
-    uint64_t id2;     // edge: pred id; end: state; wait: the instruction waiting (0 if none)
+    uint64_t id;      // instruction (start/end/edge succ); thread token (stall/wait/span)
+    uint64_t id2;     // edge: pred id; end: state; wait, span begin: the instruction waiting
+                      // (0 if none); span end: items
     uint32_t track;   // lane * kStreamKinds + kind (+1), or 0
-    uint32_t track2;  // edge: pred's track
+    uint32_t track2;  // edge: pred's track; span end: status
+    uint32_t detail;  // end of a failed instruction: 1 + index into details_, or 0
     Kind kind;
-    char name[31];    // instruction name or wait kind, truncated
+    char name[27];    // instruction name or wait kind, truncated
   };
 
  private:
-  void push(const Event& ev);
+  void push(const Event& ev, std::string* detail = nullptr);
+  void push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2);
   int64_t now() const;
 
   Engine* engine_;
@@ -70,6 +77,7 @@ class TraceObserver : public core::Observer {
   std::vector<Event> ring_;
   size_t next_ = 0;       // ring_ index of the next write once full
   uint64_t dropped_ = 0;
+  std::vector<std::string> details_;  // failed instructions' error texts (kMaxDetails at most)
   uint64_t pid_;
 };
 

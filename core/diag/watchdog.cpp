@@ -1,4 +1,4 @@
-// The watchdog thread and the engine's diagnostics lifecycle (see core/watchdog.hpp).
+// The watchdog thread and the engine's diagnostics lifecycle (diag/watchdog.hpp).
 #include "diag/watchdog.hpp"
 
 #include <algorithm>

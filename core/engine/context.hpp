@@ -25,6 +25,12 @@ enum class CallbackKind : uint8_t {
 
 // One engine callback running on this thread. Frames nest (a callback that calls
 // fl_parallel_for, a release run by the completion of an instruction).
+//
+// Frames live on the stack of the thread that runs the callback. A parallel_for body or a
+// task-graph task that such a callback runs on another worker sees the caller's frames as
+// its own parents (sched::current_context()): waits it makes are refused by the same rules.
+// What only the callback's own thread may do (use its fl_instr_ctx_t, flush its lane) checks
+// on_this_thread().
 struct CallbackFrame {
   Engine* engine;
   // The instruction whose completion waits for this callback (its fn or cleanup, or the
@@ -32,19 +38,27 @@ struct CallbackFrame {
   Instr* instr;
   CallbackKind kind;
   CallbackFrame* parent;
+  const void* thread;  // the thread running it (sched::this_thread_token())
 };
+
+inline bool on_this_thread(const CallbackFrame* f) { return f->thread == sched::this_thread_token(); }
 
 // Pushes a frame for the lifetime of the scope and opens a fresh isolation region.
 class CallbackScope {
  public:
-  CallbackScope(Engine* e, Instr* instr, CallbackKind kind);
-  ~CallbackScope();
+  CallbackScope(Engine* e, Instr* instr, CallbackKind kind)
+      : frame_{e, instr, kind, static_cast<CallbackFrame*>(const_cast<void*>(sched::current_context())),
+               sched::this_thread_token()},
+        region_(sched::RegionScope::kFresh),
+        context_(&frame_) {}
+  // context_ restores the parent frame.
   CallbackScope(const CallbackScope&) = delete;
   CallbackScope& operator=(const CallbackScope&) = delete;
 
  private:
   CallbackFrame frame_;
   sched::RegionScope region_;
+  sched::ContextScope context_;
 };
 
 // The innermost frame of the calling thread, or null.

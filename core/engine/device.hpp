@@ -47,9 +47,24 @@ class DeviceBackend {
   // (steps 1 and 2 above), from the next flush() on; it may still report a failure
   // through complete_async (work that was enqueued and then failed is tracked like any
   // other). *flush_now asks the engine to flush at once (a successor already waits for i,
-  // or the run is long). Another status, with i->error set to the detail: nothing of i
-  // remains on the device, and the engine completes i as failed at once.
+  // or the run is long). Another status, with i->error set to the detail: i failed; the
+  // engine marks it so and completes it through defer_completion().
   virtual fl_status_t issue(Instr* i, bool* flush_now) = 0;
+
+  // Lane runner: i was skipped, cancelled or failed to issue (its outcome and error are
+  // set) — true: the backend completes it (Engine::complete_async with FL_OK, keeping that
+  // outcome) in stream order, after the device work issued before it on its stream, or
+  // after work of its own that a failing issue may have left enqueued (a device function
+  // or a collective that enqueued some work and then failed). false: nothing of its
+  // stream is in flight, and the engine completes it at once. Completions of a stream thus
+  // always follow submission order, which synchronize and per-id waits rely on.
+  virtual bool defer_completion(Instr* i) = 0;
+
+  // Lane runner, before issuing i: a predecessor that i reads, of i's lane, whose
+  // completion this backend deferred (its outcome is failed, skipped or cancelled but not
+  // yet published): i is skipped for it. Null when there is none. (Lane order runs i
+  // after it without an edge, so the engine's own check cannot see that outcome yet.)
+  virtual Instr* deferred_poison(const Instr* i) = 0;
 
   // Lane runner: the lane is about to run something else, to block or to go idle; every
   // instruction it issued since the last flush must be marked issued (step 1) now, or it

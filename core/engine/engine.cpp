@@ -34,7 +34,7 @@ Engine::~Engine() {
   shutdown();
   size_t nstreams = size_t(lanes_.size()) * device_slots_ * kStreamKinds;
   for (size_t k = 0; k < nstreams; ++k) {
-    Stream* s = streams_[k].load(std::memory_order_acquire);
+    Stream* s = streams_[k].load(std::memory_order_acquire);  // pairs with the release in stream()
     if (s == nullptr) continue;
     if (services_.forget_handle != nullptr) services_.forget_handle(s->handle);
     if (services_.device != nullptr && !s->is_host_executed()) services_.device->stream_destroyed(s);
@@ -64,7 +64,7 @@ void Engine::drain_and_stop() {
   }
   // 2. Drain. Errors are dropped here (synchronize first to see them).
   for (Stream* s : all_streams()) {
-    uint64_t target = s->submitted.load(std::memory_order_acquire);
+    uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in submit()
     wait_stream(s, target);
   }
   // 3. Wait for every lane task to finish its tail: the last instruction completing does
@@ -119,6 +119,7 @@ void Engine::set_observer(std::unique_ptr<Observer> o) {
   observers_.push_back(std::move(o));
 }
 
+// Pairs with the acquire load in observer() (which calls nothing once it reads null).
 void Engine::clear_observer() { observer_.store(nullptr, std::memory_order_release); }
 
 Extension* Engine::attach(const void* key, std::unique_ptr<Extension> x) {
@@ -201,6 +202,8 @@ Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
     fail(FL_ERR_NO_MEMORY, "fl_stream_get: the process-wide stream table is full");
   }
   s = fresh.release();
+  // Publishes the initialised stream: pairs with the acquire loads above, in all_streams()
+  // and in ~Engine().
   streams_[index].store(s, std::memory_order_release);  // publishes the initialised stream
   return s;
 }
@@ -209,7 +212,7 @@ std::vector<Stream*> Engine::all_streams() const {
   std::vector<Stream*> out;
   size_t nstreams = size_t(lanes_.size()) * device_slots_ * kStreamKinds;
   for (size_t k = 0; k < nstreams; ++k)
-    if (Stream* s = streams_[k].load(std::memory_order_acquire)) out.push_back(s);
+    if (Stream* s = streams_[k].load(std::memory_order_acquire)) out.push_back(s);  // pairs with stream()
   return out;
 }
 

@@ -70,8 +70,10 @@ class Engine {
   // Destroy is two steps so that the C handle stays valid while callbacks drain:
   // begin_destroy() claims the destruction (false if someone else already did), shutdown()
   // refuses new work, drains, runs pending releases and joins the workers (idempotent).
+  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
   bool begin_destroy() { return !destroying_.exchange(true, std::memory_order_acq_rel); }
   void shutdown();
+  // Pairs with the release store of shutdown_ in drain_and_stop().
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
 
   uint64_t handle() const { return handle_; }
@@ -168,9 +170,12 @@ class Engine {
   void cancel_stream(Stream* s);           // fl_stream_cancel
   void cancel_all();                       // fl_engine_cancel
   fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
-  bool draining() const { return draining_.load(std::memory_order_acquire); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }  // pairs with drain()'s release
   // The lane runner, before starting i: a cancel request covers it (consumes the request).
+  // True (and i marked cancelled) when a cancel request covers i. The common case, no
+  // request on i's stream or lane, is two loads inline.
   static bool cancel_requested(Instr* i);
+  static bool cancel_requested_slow(Instr* i);
 
   fl_engine_stats_t stats() const;
   int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
@@ -179,6 +184,7 @@ class Engine {
   // --- observers and extensions (engine.cpp) ---
   // The engine owns every observer ever installed until it is destroyed;
   // clear_observer() stops new calls.
+  // Pairs with the release stores in set_observer() and clear_observer().
   Observer* observer() const { return observer_.load(std::memory_order_acquire); }
   void set_observer(std::unique_ptr<Observer> o);
   void clear_observer();

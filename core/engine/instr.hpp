@@ -135,11 +135,14 @@ struct Instr {
     if (device != nullptr) device_free(device);
   }
 
+  // Acquire by default: pairs with the release store of kIssued in mark_issued() and the
+  // seq_cst store of the terminal state in complete() (the result fields are visible).
   InstrState load_state(std::memory_order mo = std::memory_order_acquire) const {
     return InstrState(state.load(mo));
   }
   void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   // Returns true when this dropped the last reference.
+  // acq_rel pairs with the other holders' unref(): the last one sees their accesses first.
   bool unref() { return refs.fetch_sub(1, std::memory_order_acq_rel) == 1; }
   std::string describe() const;  // "'name' (#7, lane 1, host)"
 };

@@ -59,15 +59,16 @@ Instr* Lane::pop() {
     if (next == nullptr) return nullptr;
     head = next;
     h = next;
-    next = next->lane_next.load(std::memory_order_acquire);
+    next = next->lane_next.load(std::memory_order_acquire);  // pairs with release in push()
   }
   if (next != nullptr) {
     head = next;
     return h;
   }
+  // Acquire pairs with the tail exchange in push().
   if (h != tail.load(std::memory_order_acquire)) return nullptr;  // a push is half done; retry later
   push(&stub);
-  next = h->lane_next.load(std::memory_order_acquire);
+  next = h->lane_next.load(std::memory_order_acquire);  // pairs with release in push()
   if (next != nullptr) {
     head = next;
     return h;
@@ -78,6 +79,8 @@ Instr* Lane::pop() {
 bool Lane::pushed_since(const Instr* h) const {
   // Only `tail` is read: the caller may no longer own the consumer side. An empty queue
   // has tail == head; any push since moves tail. seq_cst: see push().
+  // Store-load pair: run_task() stores scheduled = 0 before this load; push() exchanges
+  // tail before schedule() loads scheduled.
   return tail.load(std::memory_order_seq_cst) != h;
 }
 
@@ -112,14 +115,20 @@ void Lane::run_task(sched::Task* t) {
         lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
         // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
         // (when we drop it) makes every predecessor's results visible before running.
+        // Pairs with the fetch_sub of pending in release_successors() and Engine::submit().
         if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
       } else {
         // Going idle: publish, then look again, so that a producer that saw the lane owned
         // cannot leave its instruction behind (see push()). Once `scheduled` is 0 another
         // worker may own the lane, so only the head captured before is compared.
         const Instr* h = lane->head;
+        // Store-load (Dekker) pair with push()/schedule(): we store scheduled, then load tail
+        // in pushed_since(); a producer exchanges tail, then loads scheduled. Release also
+        // hands the lane's state to the next owner (pairs with the exchanges below and in schedule()).
         lane->scheduled.store(0, std::memory_order_seq_cst);
         if (!lane->pushed_since(h)) return;
+        // Pairs with schedule()'s exchange (one of us owns the lane) and, acquire, with the
+        // store of 0 above by whichever worker ran the lane since.
         if (lane->scheduled.exchange(1, std::memory_order_seq_cst) != 0) return;  // re-scheduled by a producer
         continue;
       }
@@ -182,10 +191,21 @@ void mark_skipped(Instr* i, const Instr* poisoned_by) {
 }  // namespace
 
 bool Engine::cancel_requested(Instr* i) {
-  Lane* lane = i->stream->lane;
   // acquire pairs with the release stores in cancel_stream() and cancel(); a request made
   // concurrently with this check may miss this instruction, which then runs (documented).
+  if (i->id > i->stream->cancel_upto.load(std::memory_order_acquire) &&
+      i->stream->lane->cancel_requests.load(std::memory_order_acquire) == 0) [[likely]]
+    return false;
+  return cancel_requested_slow(i);
+}
+
+bool Engine::cancel_requested_slow(Instr* i) {
+  Lane* lane = i->stream->lane;
+  // acquire: as in cancel_requested().
+  // Pairs with the release CAS of cancel_upto in cancel_stream().
   bool hit = i->id <= i->stream->cancel_upto.load(std::memory_order_acquire);
+  // Pairs with the release store of cancel_requests in cancel() (cancel_ids itself is read
+  // under cancel_mu below).
   if (lane->cancel_requests.load(std::memory_order_acquire) != 0) {
     std::lock_guard<std::mutex> lock(lane->cancel_mu);
     auto& ids = lane->cancel_ids;
@@ -271,7 +291,7 @@ void Engine::execute_host(Instr* i) {
     if (st != FL_OK)
       mark_failed(i, st);
     else
-      i->error.clear();
+      i->error.clear();  // a text set by fl_instr_set_error before success is not a failure
   }
   run_cleanup(i);
   complete(i);
@@ -280,10 +300,13 @@ void Engine::execute_host(Instr* i) {
 void Engine::execute_async(Instr* i) {
   Lane* lane = i->stream->lane;
   Instr* poisoned_by = poisoned_input(i);
+  if (poisoned_by == nullptr) poisoned_by = services_.device->deferred_poison(i);  // failed earlier on this lane
   if (cancel_requested(i) || poisoned_by != nullptr) {
     if (i->outcome == InstrState::kDone) {  // not cancelled: skipped
       mark_skipped(i, poisoned_by);
     }
+    // In stream order: after the device work issued before it on its stream.
+    if (services_.device->defer_completion(i)) return;
     run_cleanup(i);
     complete(i);
     return;
@@ -296,6 +319,11 @@ void Engine::execute_async(Instr* i) {
   fl_status_t st = run_callback(i, [this, &flush_now](Instr* x) { return services_.device->issue(x, &flush_now); });
   if (st != FL_OK) {
     mark_failed(i, st);
+    // In stream order, and after whatever a failing device function left enqueued.
+    if (services_.device->defer_completion(i)) {
+      lane->clear_active(i);
+      return;
+    }
     run_cleanup(i);
     complete(i);
     return;
@@ -339,6 +367,7 @@ void Engine::release_successors(Edge* e) {
     Instr* succ = e->succ;
     Edge* next = e->next;  // read first: once succ's unit is dropped, succ (and e) may be recycled
     // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
+    // Pairs with the other droppers of succ's units: run_task() and Engine::submit().
     if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
       pool_->submit(&succ->stream->lane->task);
@@ -370,11 +399,12 @@ void Engine::complete(Instr* i) {
   if (Observer* ob = observer()) ob->on_end(*i);
 
   // Seal the successor list and release every successor. acq_rel: acquire pairs with the
-  // release CAS that published each edge in add_edge(); release orders our result before
+  // release CAS that published each edge in push_edge(); release orders our result before
   // any successor that sees the list sealed.
   release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
   // An asynchronous instruction that was skipped or failed to issue never sealed its issue
   // list: its issue successors are released now (same orders as above).
+  // Pairs with the release CAS in push_edge(); a submitter that finds the list sealed acquires it.
   if (!i->stream->is_host_executed())
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
@@ -388,6 +418,7 @@ void Engine::complete(Instr* i) {
   // loads in query() and wait_instr(): the outcome history was written before.
   Stream* s = i->stream;
   fl_instr_id last = s->last_completed_id.load(std::memory_order_relaxed);
+  // Pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
   while (last < i->id && !s->last_completed_id.compare_exchange_weak(last, i->id, std::memory_order_release,
                                                                    std::memory_order_relaxed)) {
   }

@@ -20,6 +20,7 @@ Object* Engine::create_object(void* user_data, fl_release_fn release) {
 
 void Engine::release_object_ref(Object* o, Instr* completing) {
   // acq_rel: the last dropper sees every user's writes before running release.
+  // Pairs with the other droppers' fetch_sub here (completions and fl_object_release).
   if (o->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   destroy_object(o, completing);
 }
@@ -48,13 +49,14 @@ void Engine::destroy_object(Object* o, Instr* completing) {
 bool Engine::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline) {
   // acquire pairs with the release store in cancel_cycle_waits() (diag/dump.cpp).
   auto done = [i, cancelled] {
+    // Both acquire: pair with complete()'s store of the state and that release store.
     return is_terminal(i->load_state()) || (cancelled != nullptr && cancelled->load(std::memory_order_acquire));
   };
   return sched::wait(done, [i, &done](const Deadline& d) {
     // seq_cst increment, then the state load: the store–load pair with complete().
     i->sleepers.fetch_add(1, std::memory_order_seq_cst);
     for (;;) {
-      uint32_t v = i->state.load(std::memory_order_seq_cst);
+      uint32_t v = i->state.load(std::memory_order_seq_cst);  // the load half of that store-load pair
       if (done()) break;
       // Woken by complete(), or by a cancel (which does not change v).
       if (d.infinite()) {
@@ -95,6 +97,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   Instr* self = frame != nullptr ? frame->instr : nullptr;
   for (Instr* w : waits) {
     if (self == nullptr) break;
+    // Acquire pairs with the seq_cst store of the terminal state in complete().
     const bool behind = w->stream->lane == self->stream->lane && w->id > self->id &&
                         !is_terminal(w->load_state(std::memory_order_acquire));
     if (w != self && !behind) continue;
@@ -111,7 +114,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   }
   // Inside a device function: what its lane issued before could never be seen to complete
   // while the lane runner waits here; have the backend track it first.
-  if (frame != nullptr && frame->kind == CallbackKind::kFn && !self->stream->is_host_executed())
+  if (frame != nullptr && frame->kind == CallbackKind::kFn && on_this_thread(frame) && !self->stream->is_host_executed())
     flush_device(self->stream->lane);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_object_wait");

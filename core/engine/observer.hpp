@@ -34,6 +34,40 @@ class Observer {
   // A thread started / stopped waiting in fl_object_wait, fl_stream_synchronize or
   // fl_engine_synchronize; `what` names the call.
   virtual void on_wait(bool begin, const char* what) { (void)begin, (void)what; }
+  // A thread started / finished running a region of work it helps with: fl_parallel_for
+  // over `items` iterations, fl_taskgraph_run of `items` tasks, fl_task_group_wait.
+  // `status` (end only) is its outcome, kSpanUnwound when it ended by an exception.
+  static constexpr uint32_t kSpanUnwound = ~0u;
+  virtual void on_span(bool begin, const char* what, uint64_t items, uint32_t status) {
+    (void)begin, (void)what, (void)items, (void)status;
+  }
+};
+
+// Reports one span (Observer::on_span) around a region run from the calling thread: begin
+// at construction, end with end()'s status, or with kSpanUnwound if an exception leaves.
+class SpanScope {
+ public:
+  SpanScope(Observer* ob, const char* what, uint64_t items) : ob_(ob), what_(what), items_(items) {
+    if (ob_ != nullptr) ob_->on_span(true, what_, items_, 0);
+  }
+  SpanScope(const SpanScope&) = delete;
+  SpanScope& operator=(const SpanScope&) = delete;
+  ~SpanScope() { close(Observer::kSpanUnwound); }
+  // Ends the span with `status` and returns it.
+  template <class Status>
+  Status end(Status status) {
+    close(uint32_t(status));
+    return status;
+  }
+
+ private:
+  void close(uint32_t status) {
+    if (ob_ != nullptr) ob_->on_span(false, what_, items_, status);
+    ob_ = nullptr;
+  }
+  Observer* ob_;
+  const char* what_;
+  uint64_t items_;
 };
 
 }  // namespace flowlane::core

@@ -64,6 +64,8 @@ bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
   // Count the edge before publishing it: the submitter's own unit keeps pending > 0
   // whatever order the completer's decrement and this increment take.
   succ->pending.fetch_add(1, std::memory_order_relaxed);
+  // Acquire (here and on a failed CAS below) pairs with the acq_rel exchange that seals the
+  // list in complete() / mark_issued(): a sealed list means pred's result is visible.
   Edge* head = head_ref.load(std::memory_order_acquire);
   for (;;) {
     if (head == kSealed) {  // pred completed (or was issued) meanwhile: no wait needed
@@ -74,6 +76,7 @@ bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
     e.next = head;
     // release publishes the edge to the completer's acq_rel exchange in complete() (or to
     // mark_issued()'s, for an issue edge).
+    // Pairs with those exchanges; acquire on failure as for the load above.
     if (head_ref.compare_exchange_weak(head, &e, std::memory_order_release, std::memory_order_acquire)) return true;
   }
 }
@@ -96,6 +99,7 @@ void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
 // for device completion.
 void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
   uint8_t flags = reads ? Instr::Dep::kReads : 0;
+  // Acquire pairs with the seq_cst store of the terminal state in complete().
   if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
     flags |= Instr::Dep::kIssueWait;
     if (pred->stream->lane != succ->stream->lane && push_edge(pred->issue_succ_head, succ)) {
@@ -115,6 +119,7 @@ void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) 
     add_device_dep(engine, pred, succ, obj, reads);
     return;
   }
+  // Acquire pairs with the seq_cst store of the terminal state in complete().
   bool edge = !ordered_by_lane(pred, succ) && !is_terminal(pred->load_state(std::memory_order_acquire));
   if (edge) {
     edge = push_edge(pred->succ_head, succ);
@@ -230,6 +235,7 @@ fl_instr_id Engine::enqueue(Instr* i) {
 
   // Drop the submitter's unit. If that was the last one, the lane already reached i and is
   // blocked on it (it stays owned), so resume it; otherwise make sure the lane runs.
+  // acq_rel: pairs with the other droppers of i's units, run_task() and release_successors().
   if (i->pending.fetch_sub(1, std::memory_order_acq_rel) == 1)
     pool_->submit(&lane.task);
   else
@@ -350,6 +356,8 @@ void Engine::retire_window_slot() {
   // To go from above the low-water mark to below it, the count must be decremented to
   // exactly the mark (it moves by one), so notifying on that transition alone never
   // strands a submitter parked above the mark.
+  // seq_cst: the store-load pair with admit(), which counts itself in window_waiters_ and
+  // then loads inflight_.
   int64_t now = inflight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
   if (now == low_water() && window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
 }

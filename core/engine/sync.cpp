@@ -20,21 +20,26 @@ void Stream::advance_completed() {
   if (now < wake_at.load(std::memory_order_seq_cst)) return;
   std::lock_guard<std::mutex> lock(wait_mu);
   auto it = targets.upper_bound(now);  // waiters still short of their target stay registered
+  // seq_cst: part of the store-load pattern above (a later completion's load of wake_at).
   wake_at.store(it == targets.end() ? UINT64_MAX : *it, std::memory_order_seq_cst);
   wait_cv.notify_all();
 }
 
 bool Stream::wait_completed(uint64_t target, const Deadline& deadline) {
+  // Acquire pairs with the fetch_add of completed in advance_completed().
   if (completed.load(std::memory_order_acquire) >= target) return true;
   std::unique_lock<std::mutex> lock(wait_mu);
   auto it = targets.insert(target);
+  // Store-load pair with advance_completed(): we store wake_at, then load completed; it
+  // increments completed, then loads wake_at.
   if (target < wake_at.load(std::memory_order_relaxed)) wake_at.store(target, std::memory_order_seq_cst);
   bool reached = true;
+  // The load side of that store-load pair (and acquire: pairs with advance_completed()).
   while (completed.load(std::memory_order_seq_cst) < target) {
     if (deadline.infinite()) {
       wait_cv.wait(lock);
     } else if (wait_cv.wait_until(lock, deadline.at()) == std::cv_status::timeout &&
-               completed.load(std::memory_order_seq_cst) < target) {
+               completed.load(std::memory_order_seq_cst) < target) {  // pairs with advance_completed()
       reached = false;
       break;
     }
@@ -169,13 +174,14 @@ fl_status_t Engine::take_failure(Pick&& pick) {
 }
 
 bool Engine::wait_stream(Stream* s, uint64_t target, const Deadline& deadline) {
+  // Acquire pairs with the fetch_add of completed in Stream::advance_completed().
   return sched::wait([s, target] { return s->completed.load(std::memory_order_acquire) >= target; },
                      [s, target](const Deadline& d) { s->wait_completed(target, d); }, deadline);
 }
 
 namespace {
 [[gnu::cold]] fl_status_t timed_out(const char* call, const Stream* s, uint64_t target) {
-  uint64_t done = s->completed.load(std::memory_order_acquire);
+  uint64_t done = s->completed.load(std::memory_order_acquire);  // pairs with advance_completed()
   return report(FL_ERR_TIMEOUT, std::string(call) + ": timed out; " + s->describe() + " has completed " +
                                     std::to_string(done) + " of the " + std::to_string(target) +
                                     " instructions it waits for (nothing was returned or consumed: wait again)");
@@ -213,8 +219,11 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
                                       self->describe() + " (its function, cleanup, or a release its completion runs)"
                                       ": it would wait for that instruction itself");
   // Failures of instructions recorded before the call (ids are taken in recording order).
+  // next_id_ pairs with no release (ids are taken relaxed in submit()); the ledger it is
+  // compared with is read under ledger_mu_.
   const fl_instr_id before = next_id_.load(std::memory_order_acquire);
   std::vector<std::pair<Stream*, uint64_t>> upto;
+  // Acquire pairs with the release store of submitted in Engine::submit().
   for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_engine_synchronize");
@@ -242,7 +251,7 @@ fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
                                       " on a stream of its own lane (" + s->describe() +
                                       "): it would wait for instructions queued behind itself; "
                                       "depend on the objects you need instead");
-  uint64_t target = s->submitted.load(std::memory_order_acquire);
+  uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in submit()
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
   WaitNote note(current_instr(), "fl_stream_synchronize", s);
@@ -298,6 +307,7 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
     fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_wait_for called from inside a callback of instruction " +
                                       self->describe() + " for instruction #" + std::to_string(id) +
                                       ", queued behind it on its own lane: it cannot start before the caller returns");
+  // Acquire pairs with the release CAS of last_completed_id in complete().
   auto done = [s, id] { return s->last_completed_id.load(std::memory_order_acquire) >= id; };
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_instr_wait_for");
@@ -305,7 +315,7 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
     // Wake at every completion of the stream until id's: read the count, re-check, sleep
     // for one more (a completion stores the id before it advances the count).
     while (!done()) {
-      uint64_t c = s->completed.load(std::memory_order_acquire);
+      uint64_t c = s->completed.load(std::memory_order_acquire);  // pairs with advance_completed()
       if (done() || !s->wait_completed(c + 1, d)) break;
     }
   }, deadline);
@@ -329,6 +339,7 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
 
 void Engine::cancel(Stream* s, fl_instr_id id) {
   check_id(s, id, "fl_instr_cancel");
+  // Pairs with the release CAS of last_completed_id in complete().
   if (id <= s->last_completed_id.load(std::memory_order_acquire))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_cancel: instruction #" + std::to_string(id) + " of " + s->describe() +
                                       " has already completed");
@@ -340,7 +351,7 @@ void Engine::cancel(Stream* s, fl_instr_id id) {
 }
 
 void Engine::cancel_stream(Stream* s) {
-  fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);
+  fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);  // pairs with the release in submit()
   fl_instr_id cur = s->cancel_upto.load(std::memory_order_relaxed);
   // release pairs with the acquire load in cancel_requested().
   while (cur < upto && !s->cancel_upto.compare_exchange_weak(cur, upto, std::memory_order_release,

@@ -39,13 +39,14 @@ void Latch::block() {
     if ((v & kSleeper) == 0) {
       // Announce a sleeper so that the final count_down() issues the FUTEX_WAKE. acquire
       // on failure too: a failed CAS may read the final count.
+      // Pairs with the acq_rel fetch_sub in count_down().
       if (!count_.compare_exchange_weak(v, v | kSleeper, std::memory_order_acquire, std::memory_order_acquire))
         continue;
       v |= kSleeper;
     }
     // Sleeps only while the low 32 bits are unchanged; any count_down changes them.
     futex_wait(word, uint32_t(uint64_t(v)));
-    v = count_.load(std::memory_order_acquire);
+    v = count_.load(std::memory_order_acquire);  // pairs with count_down()
   }
 }
 

@@ -43,7 +43,7 @@ class Notifier {
     // total order before the re-check's loads, so a producer whose fence comes later sees
     // it, and a producer whose fence comes earlier has its work seen by the re-check.
     state_.fetch_add(kWaiterOne, std::memory_order_seq_cst);
-    full_fence();
+    full_fence();  // pairs with the fence in notify_one()/notify_all() (the Dekker pair above)
   }
 
   // The re-check found work: stop being a waiter. If that leaves more tokens than waiters,
@@ -65,7 +65,7 @@ class Notifier {
   // true if it actually slept in the kernel (for statistics).
   bool commit_wait() {
     bool slept = false;
-    uint32_t s = state_.load(std::memory_order_acquire);
+    uint32_t s = state_.load(std::memory_order_acquire);  // pairs with the release CAS in notify_one()/notify_all()
     for (;;) {
       if (signals(s) > 0) {
         // Consume one token and leave. Acquire pairs with the release CAS in notify().
@@ -77,7 +77,7 @@ class Notifier {
       // No token: sleep unless the word changed since we read it (then re-read).
       futex_wait(&state_, s);
       slept = true;
-      s = state_.load(std::memory_order_acquire);
+      s = state_.load(std::memory_order_acquire);  // pairs with the release CAS in notify_one()/notify_all()
     }
   }
 
@@ -91,6 +91,7 @@ class Notifier {
     for (;;) {
       if (signals(s) >= waiters(s)) return;  // nobody waiting, or every waiter already woken
       // Release: the token carries the work's publication to the waiter that consumes it.
+      // Pairs with the acquire CAS in commit_wait() and the acq_rel CAS in cancel_wait().
       if (state_.compare_exchange_weak(s, s + kSignalOne, std::memory_order_release, std::memory_order_relaxed))
         break;
     }
@@ -99,17 +100,20 @@ class Notifier {
 
   // Wakes every waiter (shutdown).
   void notify_all() {
-    full_fence();  // as in notify_one()
+    full_fence();  // as in notify_one(): the Dekker pair of prepare_wait()
     uint32_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
       if (signals(s) >= waiters(s)) break;
       uint32_t next = (waiters(s) << 16) | waiters(s);
+      // Release as in notify_one(): pairs with the acquire CAS in commit_wait().
       if (state_.compare_exchange_weak(s, next, std::memory_order_release, std::memory_order_relaxed)) break;
     }
     futex_wake(&state_, INT_MAX);
   }
 
   uint32_t waiters() const { return waiters(state_.load(std::memory_order_relaxed)); }
+  // Wake-up tokens handed out and not consumed yet (a snapshot, for tests and diagnostics).
+  uint32_t signals() const { return signals(state_.load(std::memory_order_relaxed)); }
 
  private:
   static uint32_t waiters(uint32_t s) { return s & kCountMask; }

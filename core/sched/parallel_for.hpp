@@ -1,6 +1,9 @@
 // Fork–join parallel loop on the pool (fl_parallel_for): [begin, end) is cut into chunks of
 // at most `grain` indices, claimed dynamically from one atomic counter by up to size()
-// participants: the calling thread and size() - 1 helper tasks. When the chunks run out the
+// participants: the calling thread and size() - 1 helper tasks. grain 0 claims guided
+// ranges instead: each claim takes a share of what remains (remaining / (2 * participants),
+// at least guided_min_claim()), so the last claims are small and the participants finish
+// together. When the chunks run out the
 // caller waits until no participant is inside a body (not for helpers that have not
 // started): on a worker of the pool it helps (runs other tasks), from any other thread it
 // blocks. The first failing chunk's status is returned and no participant claims a chunk
@@ -22,8 +25,9 @@ struct ParallelForResult {
   uint64_t failed_hi = 0;
 };
 
-// The grain used for grain == 0: about 8 chunks per worker, at least 1 index.
-uint64_t default_grain(uint64_t count, unsigned workers);
+// grain == 0 claims guided ranges (a share of what remains, shrinking towards the end); the
+// smallest claim is about 1/64 of a worker's share, at least 1 index.
+uint64_t guided_min_claim(uint64_t count, unsigned workers);
 
 // Requires begin <= end and body != nullptr (checked by the C layer).
 ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_t grain, RangeFn body,

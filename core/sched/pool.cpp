@@ -208,7 +208,6 @@ FL_TLS thread_local Pool* tls_pool_object = nullptr;
 // The calling thread's region (sched/task.hpp). kFresh until a fresh scope's region is
 // first asked for; regions are handed out in blocks per thread, so opening one touches no
 // shared cache line.
-FL_TLS thread_local uint64_t t_region = kRegionTop;
 FL_TLS thread_local uint64_t t_next_region = 0;
 FL_TLS thread_local uint64_t t_region_end = 0;
 std::atomic<uint64_t> g_region_blocks{kFirstRegion};
@@ -216,18 +215,20 @@ constexpr uint64_t kRegionBlock = uint64_t(1) << 16;
 }  // namespace
 
 uint64_t current_region() {
-  if (t_region == RegionScope::kFresh) {
+  if (detail::t_region == RegionScope::kFresh) {
     if (t_next_region == t_region_end) {
       t_next_region = g_region_blocks.fetch_add(kRegionBlock, std::memory_order_relaxed);
       t_region_end = t_next_region + kRegionBlock;
     }
-    t_region = t_next_region++;
+    detail::t_region = t_next_region++;
   }
-  return t_region;
+  return detail::t_region;
 }
 
-RegionScope::RegionScope(uint64_t region) : saved_(t_region) { t_region = region; }
-RegionScope::~RegionScope() { t_region = saved_; }
+namespace detail {
+constinit FL_TLS thread_local uint64_t t_region = kRegionTop;      // sched/task.hpp: RegionScope
+constinit FL_TLS thread_local const void* t_context = nullptr;  // sched/task.hpp: current_context()
+}  // namespace detail
 
 void Pool::Impl::park_spare(Worker& w) {
   // A spare that may not run: its deque's leftovers go to the others, then it sleeps until
@@ -237,7 +238,10 @@ void Pool::Impl::park_spare(Worker& w) {
   // changes the word and the wait returns at once.
   if (!w.deque.empty()) notifier.notify_one();
   for (;;) {
+    // Pairs with the fetch_add of spare_epoch in BlockedScope() and ~Pool(), which come
+    // after their increment of blocked / store of stop (the pattern described above).
     uint32_t epoch = spare_epoch.load(std::memory_order_seq_cst);
+    // Pairs with the seq_cst store of stop in ~Pool() (and may_run() with BlockedScope()).
     if (stop.load(std::memory_order_seq_cst) || may_run(w)) return;
     futex_wait(&spare_epoch, epoch);
   }
@@ -252,6 +256,7 @@ void Pool::Impl::worker_main(Worker& w) {
   for (;;) {
     if (spare && !may_run(w)) {
       park_spare(w);
+      // Pairs with the seq_cst store of stop in ~Pool() (seen by park_spare() already).
       if (stop.load(std::memory_order_seq_cst)) break;
       continue;
     }
@@ -271,6 +276,8 @@ void Pool::Impl::worker_main(Worker& w) {
       if (t == nullptr && !retry) {
         // stop: seq_cst load after prepare_wait's fence; the destructor stores stop and
         // then notifies, so either we see it here or we receive its token.
+        // Store-load pair: ~Pool() stores stop, then fences in notify_all(); we counted
+        // ourselves and fenced in prepare_wait(), then load stop.
         if (stop.load(std::memory_order_seq_cst)) {
           notifier.cancel_wait();
           break;
@@ -318,15 +325,19 @@ Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Imp
 }
 
 Pool::~Pool() {
+  // Store-load pair with worker_main()'s load of stop after prepare_wait() (through the
+  // fence in notify_all()), and read by park_spare() after the epoch bump below.
   impl_->stop.store(true, std::memory_order_seq_cst);
   impl_->notifier.notify_all();
+  // Pairs with the seq_cst load of spare_epoch in park_spare(): a spare that read the old
+  // epoch either sees stop or has its futex_wait return at once.
   impl_->spare_epoch.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&impl_->spare_epoch, INT_MAX);
   unsigned n;
   {
     // No spare is started after this: BlockedScope checks `stop` under the same lock.
     std::lock_guard<std::mutex> lock(impl_->spawn_mu);
-    n = impl_->started.load(std::memory_order_acquire);
+    n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
   }
   for (unsigned i = 0; i < n; ++i)
     if (impl_->workers[i]->thread.joinable()) impl_->workers[i]->thread.join();
@@ -387,6 +398,7 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
   // seq_cst: pairs with the seq_cst loads in may_run() (see park_spare()).
   unsigned nb = im.blocked.fetch_add(1, std::memory_order_seq_cst) + 1;
   unsigned want = std::min(im.base + nb, im.capacity);  // workers needed to stand in for every blocked one
+  // Pairs with the release stores of started below and in Pool() (re-read under spawn_mu).
   if (im.started.load(std::memory_order_acquire) < want) {
     std::lock_guard<std::mutex> lock(im.spawn_mu);
     unsigned have = im.started.load(std::memory_order_relaxed);
@@ -405,12 +417,15 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
       });
     }
   }
+  // After the increment of blocked: pairs with the seq_cst load of spare_epoch in
+  // park_spare(), which reads the epoch before blocked (the pattern described there).
   im.spare_epoch.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&im.spare_epoch, INT_MAX);
 }
 
 Pool::BlockedScope::~BlockedScope() {
   // The spare standing in for us notices at its next task boundary and parks again.
+  // Pairs with the seq_cst load of blocked in may_run().
   pool_.impl_->blocked.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -420,7 +435,7 @@ unsigned Pool::spare_workers() const { return impl_->started.load(std::memory_or
 
 PoolStats Pool::stats() const {
   PoolStats s;
-  unsigned n = impl_->started.load(std::memory_order_acquire);
+  unsigned n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
   for (unsigned i = 0; i < n; ++i) {
     s.steals += impl_->workers[i]->steals.load(std::memory_order_relaxed);
     s.parks += impl_->workers[i]->parks.load(std::memory_order_relaxed);
@@ -433,10 +448,14 @@ bool Pool::quiescent() const {
   // Finished counts first, submitted counts second. A task's submits are counted before
   // its own finish (release), so a finish we count carries its children's submits into
   // the sums read after it (acquire): equal sums mean every task submitted so far ran.
+  // started: pairs with the release stores in Pool() and BlockedScope() (slots are valid).
   unsigned n = impl_->started.load(std::memory_order_acquire);
   uint64_t finished = 0, submitted = 0;
+  // Pairs with the release bump of finished in Impl::run().
   for (unsigned i = 0; i < n; ++i) finished += impl_->workers[i]->finished.load(std::memory_order_acquire);
-  n = impl_->started.load(std::memory_order_acquire);
+  n = impl_->started.load(std::memory_order_acquire);  // pairs with the release stores of started, as above
+  // These two pair with no release (submit() and yield() count relaxed): the acquire loads
+  // of finished above are what order them after the counted tasks' submits.
   for (unsigned i = 0; i < n; ++i) submitted += impl_->workers[i]->submitted.load(std::memory_order_acquire);
   submitted += impl_->injected.load(std::memory_order_acquire);
   return submitted == finished;

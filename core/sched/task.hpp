@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "base/error.hpp"  // FL_TLS
+
 namespace flowlane::sched {
 
 // Isolation regions (core/sched/README.md, "Waiting inside tasks"). Every task carries the
@@ -34,16 +36,44 @@ uint64_t current_region();
 // Opens a region for the lifetime of the scope and restores the previous one at its end.
 // kFresh: a new region (an engine callback, whose waits must not run other callbacks'
 // work); any other value: that region (a worker running a task of that region).
+// (The scopes below are inline: every instruction's callback opens both.)
+namespace detail {
+extern constinit FL_TLS thread_local uint64_t t_region;       // defined in pool.cpp
+extern constinit FL_TLS thread_local const void* t_context;  // defined in pool.cpp
+}  // namespace detail
+
 class RegionScope {
  public:
   static constexpr uint64_t kFresh = ~uint64_t(0);
-  explicit RegionScope(uint64_t region);
-  ~RegionScope();
+  explicit RegionScope(uint64_t region) : saved_(detail::t_region) { detail::t_region = region; }
+  ~RegionScope() { detail::t_region = saved_; }
   RegionScope(const RegionScope&) = delete;
   RegionScope& operator=(const RegionScope&) = delete;
 
  private:
   uint64_t saved_;
 };
+
+// The calling thread's context: a pointer the pool never reads, kept by the layer above (the
+// engine's callback frames: core/engine/context.hpp). fl_parallel_for and task graphs
+// capture their caller's context and make it current on whichever thread runs their bodies
+// and tasks, while the caller waits for them: work run on behalf of a callback counts as
+// part of that callback, on every thread (its waits are refused the same way).
+inline const void* current_context() { return detail::t_context; }
+
+// Makes `context` the calling thread's context for the lifetime of the scope.
+class ContextScope {
+ public:
+  explicit ContextScope(const void* context) : saved_(detail::t_context) { detail::t_context = context; }
+  ~ContextScope() { detail::t_context = saved_; }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  const void* saved_;
+};
+
+// A value unique to the calling thread while it lives (the address of its context slot).
+inline const void* this_thread_token() { return &detail::t_context; }
 
 }  // namespace flowlane::sched

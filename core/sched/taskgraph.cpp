@@ -1,4 +1,4 @@
-// Task graph execution with dependency counters. See core/taskgraph.hpp.
+// Task graph execution with dependency counters. See sched/taskgraph.hpp.
 #include "sched/taskgraph.hpp"
 
 #include <string>
@@ -9,12 +9,13 @@
 namespace flowlane::sched {
 
 struct TaskGraph::RunState {
-  explicit RunState(Pool& p, int64_t n) : pool(p), latch(n) {}
+  explicit RunState(Pool& p, int64_t n) : pool(p), latch(n), context(current_context()) {}
   Pool& pool;
   Latch latch;                              // one count per node
   std::atomic<bool> stop{false};            // a node failed: skip unstarted ones
   std::atomic<int64_t> failed_node{-1};     // the first failing node (CAS winner)
   fl_status_t failed_status = FL_OK;        // written by the CAS winner only
+  const void* context;                      // run()'s caller's: current while tasks run
 };
 
 uint64_t TaskGraph::add(Fn fn, void* user_data, const char* name) {
@@ -93,6 +94,9 @@ void TaskGraph::run_node(Task* t) {
   RunState* rs = g->run_;  // written before the first submit: visible through the pool
   uint32_t id = nt->id;
   int64_t finished = 0;  // nodes of this chain, counted down on the latch at once
+  // The caller of run() waits for every node, so its context outlives them (restoring the
+  // previous one at the end reads nothing of rs).
+  ContextScope context(rs->context);
   for (;;) {
     const Node& node = g->nodes_[id];
     // Relaxed: a node released by the failing node (or by any node that finished after
@@ -111,6 +115,8 @@ void TaskGraph::run_node(Task* t) {
     for (uint32_t s : node.succ) {
       // acq_rel: the last predecessor to finish sees every other predecessor's writes
       // (release) and passes them on to the successor it starts (acquire).
+      // Pairs with the other predecessors' fetch_sub on pending_[s] here (reset relaxed in
+      // run(), before the roots are published by submit()).
       if (g->pending_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         if (next == kNone)
           next = s;  // run it on this thread, below

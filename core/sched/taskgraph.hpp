@@ -48,6 +48,8 @@ class TaskGraph {
 
   size_t size() const { return nodes_.size(); }
   size_t edge_count() const { return edges_; }
+  // Acquire pairs with the release store that ends run() (its Clear guard): a graph seen
+  // idle has its run's writes to the graph visible.
   bool running() const { return running_.load(std::memory_order_acquire); }
 
   // "'name' (#3)" or "#3" for an unnamed node.

@@ -88,6 +88,7 @@ class WorkStealingQueue {
     if (t == b) {
       // The last item: race the thieves for it through top_. seq_cst so that the CAS is
       // ordered with thieves' CASes on top_ in the single total order.
+      // Pairs with the seq_cst CAS on top_ in steal() (and with the fence there).
       if (!top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed))
         item = nullptr;  // a thief won
       bottom_.store(b + 1, std::memory_order_relaxed);
@@ -112,6 +113,7 @@ class WorkStealingQueue {
     // have taken, or take one whose CAS below then fails: the CAS decides, as for item.
     if (want != kAnyTag && r->tag(t) != want) return StealResult::Empty;
     // Claims slot t. seq_cst: totally ordered with pop()'s CAS and fence.
+    // Pairs with the seq_cst CAS on top_ in pop() and the acquire loads of top_ in push()/steal().
     if (!top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed))
       return StealResult::Retry;
     *out = item;
@@ -120,11 +122,13 @@ class WorkStealingQueue {
 
   // Approximate (exact when quiescent): for the pre-sleep check and tests.
   bool empty() const {
+    // Acquire pairs with the CASes on top_ in steal()/pop() and the release store of bottom_ in push().
     int64_t t = top_.load(std::memory_order_acquire);
     int64_t b = bottom_.load(std::memory_order_acquire);
     return b <= t;
   }
   int64_t size() const {
+    // Acquire pairs with the CASes on top_ in steal()/pop() and the release store of bottom_ in push().
     int64_t t = top_.load(std::memory_order_acquire);
     int64_t b = bottom_.load(std::memory_order_acquire);
     return b > t ? b - t : 0;

@@ -21,31 +21,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The number of statuses: one per entry of the header's FL_STATUS_MAP table. */
+#define COUNT_STATUS(name, value, text) +1
+enum { kStatusCount = 0 FL_STATUS_MAP(COUNT_STATUS) };
+
 typedef struct {
   const char* name;
   long* in;
   long* out;
-  uint32_t lane; /* the lane the instruction ran on, from fl_instr_lane() */
+  uint32_t lane; /* the lane the instruction ran on, from fl_instr_get_lane() */
   fl_instr_id id;
 } step_t;
 
 static fl_status_t produce(fl_instr_ctx_t* ctx, void* user_data) {
   step_t* s = (step_t*)user_data;
-  s->lane = fl_instr_lane(ctx);
+  s->lane = fl_instr_get_lane(ctx);
   *s->out = 6 * 7;
   return FL_OK;
 }
 
 static fl_status_t consume(fl_instr_ctx_t* ctx, void* user_data) {
   step_t* s = (step_t*)user_data;
-  s->lane = fl_instr_lane(ctx);
+  s->lane = fl_instr_get_lane(ctx);
   *s->out = *s->in + 100;
   return FL_OK;
 }
 
 static fl_status_t fails(fl_instr_ctx_t* ctx, void* user_data) {
   step_t* s = (step_t*)user_data;
-  s->lane = fl_instr_lane(ctx);
+  s->lane = fl_instr_get_lane(ctx);
   fl_instr_set_error(ctx, "the input file is missing (a failure on purpose)");
   return FL_ERR_INSTRUCTION_FAILED;
 }
@@ -106,8 +110,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "engine_info: library major version differs from the header's\n");
     return 1;
   }
-  printf("status table: %d statuses (", (int)FL_STATUS_COUNT_);
-  for (i = 0; i < (int)FL_STATUS_COUNT_; ++i) printf("%s%s", i ? ", " : "", fl_status_name((fl_status_t)i));
+  printf("status table: %d statuses (", kStatusCount);
+  for (i = 0; i < kStatusCount; ++i) printf("%s%s", i ? ", " : "", fl_status_name((fl_status_t)i));
   printf(")\n");
 
   desc.num_workers = arg_u64(argc, argv, "--workers", 0); /* 0 = one per logical core */

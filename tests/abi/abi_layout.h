@@ -3,7 +3,7 @@
  * and the byte layout of every public struct. Included from the C99 test and from the
  * C++ test, so both languages see the same layout.
  *
- * Rules these checks encode (STYLE.md, "The C ABI"):
+ * Rules these checks encode (docs/design.md, "Commitments of the C API"):
  *  - status codes and enum values are pinned forever and only appended;
  *  - a size-prefixed descriptor (struct_size first) may only grow at its tail, so the
  *    offset of every existing field is pinned, and its size may only grow;
@@ -51,7 +51,10 @@ FL_ABI_ASSERT(FL_ERR_NO_DEVICE == 13);
 FL_ABI_ASSERT(FL_ERR_CUDA == 14);
 FL_ABI_ASSERT(FL_ERR_NCCL == 15);
 FL_ABI_ASSERT(FL_ERR_INTERNAL == 16);
-FL_ABI_ASSERT(FL_STATUS_COUNT_ >= 17);
+/* The status table has one entry per status, counted from the X macro (the enum has no
+   count member). */
+#define FL_ABI_COUNT_STATUS_(name, value, text) +1
+FL_ABI_ASSERT((0 FL_STATUS_MAP(FL_ABI_COUNT_STATUS_)) >= 17);
 FL_ABI_ASSERT(sizeof(fl_status_t) == sizeof(int));
 FL_ABI_ASSERT(FL_VERSION_HEX == ((FL_VERSION_MAJOR << 16) | (FL_VERSION_MINOR << 8) | FL_VERSION_PATCH));
 

@@ -6,7 +6,7 @@
 # `nm -D --defined-only` must list exactly the functions in LIST (the FL_API functions of
 # flowlane.h; check_header_symbols.py keeps LIST and the header in step), each as a text
 # symbol bound to the version node of capi/flowlane.map, and nothing else: no C++ symbols,
-# no mimalloc or libstdc++ leaking out. The same list holds with and without CUDA.
+# no libstdc++ or other library symbols leaking out. The same list holds with and without CUDA.
 foreach(var LIB LIST NM READELF SONAME VERSION_NODE)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "check_exports.cmake: -D${var}=... is required")

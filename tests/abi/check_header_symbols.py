@@ -6,14 +6,34 @@ Usage: check_header_symbols.py <flowlane.h> <exported_symbols.txt>
 
 Every function the header declares must be tagged FL_API (otherwise hidden visibility
 would silently drop it from libflowlane.so) and must appear in exported_symbols.txt; the
-list must name nothing else, be sorted (C locale) and have no duplicates. The library side
-(nm -D of libflowlane.so against the same list) is check_exports.cmake's job.
+list must name nothing else, be sorted (C locale) and have no duplicates. Every FL_API
+declaration must also be documented: the comment right before it starts with its role tag
+(CONSTRUCTOR:, DESTRUCTOR:, METHOD: or FUNCTION, as the header's conventions define them).
+The library side (nm -D of libflowlane.so against the same list) is check_exports.cmake's job.
 Standard library only.
 """
 import re
 import sys
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+ROLE_TAGS = ("CONSTRUCTOR:", "DESTRUCTOR:", "METHOD:", "FUNCTION")
+# FL_DEPRECATED("replacement") sits among a declaration's specifiers; it is not the name.
+DEPRECATED = re.compile(r'\bFL_DEPRECATED\s*\(\s*"[^"]*"\s*\)')
+
+
+def untagged_declarations(text: str):
+    """Yields (line, name) for every FL_API declaration (a line starting with FL_API) whose
+    immediately preceding comment does not start with a role tag."""
+    for m in re.finditer(r"^FL_API\b[^;]*;", text, flags=re.M):
+        decl = DEPRECATED.sub(" ", m.group(0))
+        name = re.search(r"(" + IDENT + r")\s*\(", decl)
+        before = text[: m.start()].rstrip()
+        line = text.count("\n", 0, m.start()) + 1
+        comment = ""
+        if before.endswith("*/"):
+            comment = before[before.rfind("/*") + 2 : -2].strip()
+        if not comment.startswith(ROLE_TAGS):
+            yield line, name.group(1) if name else "?"
 
 
 def strip_comments_and_macros(text: str) -> str:
@@ -36,7 +56,7 @@ def declarations(text: str):
         prev = body
         body = re.sub(r"\{[^{}]*\}", " ", body)
     for stmt in body.split(";"):
-        stmt = " ".join(stmt.split())
+        stmt = " ".join(DEPRECATED.sub(" ", stmt).split())
         if not stmt or stmt.startswith("typedef"):
             continue  # typedefs of function pointers are types, not exported functions
         m = re.search(r"(" + IDENT + r")\s*\(", stmt)
@@ -54,8 +74,12 @@ def main(argv):
         return 2
     header_path, list_path = argv[1], argv[2]
     with open(header_path, encoding="utf-8") as f:
-        decls = list(declarations(f.read()))
+        text = f.read()
+    decls = list(declarations(text))
     errors = []
+    for line, name in untagged_declarations(text):
+        errors.append(f"{header_path}:{line}: '{name}' has no role tag: the comment right before it must start with "
+                      f"one of {', '.join(ROLE_TAGS)} (the header is the manual)")
     for name, tagged in decls:
         if not tagged:
             errors.append(f"{header_path}: '{name}' is declared without FL_API: it would not be exported")

@@ -1,6 +1,6 @@
-// Host-memory communicators (FL_COMM_HOST_FAKE): the issue-5 API in a CPU-only build,
-// real data movement, ordering by one COLLECTIVE stream per communicator (DESIGN.md rule
-// 8), signature checks, and the collective-ordering deadlock explained by the watchdog.
+// Host-memory communicators (FL_COMM_HOST_FAKE): the collective API in a CPU-only build,
+// real data movement, ordering by one COLLECTIVE stream per communicator (docs/design.md,
+// guarantee 8), signature checks, and the collective-ordering deadlock explained by the watchdog.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -70,7 +70,7 @@ TEST(Comm, UniqueIdAndCreateErrors) {
   } else {
     EXPECT_FL_ERR(fl_comm_get_unique_id(FL_COMM_NCCL, &id), FL_ERR_UNSUPPORTED, "NCCL backend is not available");
   }
-  EXPECT_FL_ERR(fl_comm_get_unique_id(7, &id), FL_ERR_INVALID_ARGUMENT, "backend 7 is unknown");
+  EXPECT_FL_ERR(fl_comm_get_unique_id(static_cast<fl_comm_backend_t>(7), &id), FL_ERR_INVALID_ARGUMENT, "backend 7 is unknown");
   EXPECT_FL_ERR(fl_comm_get_unique_id(FL_COMM_HOST_FAKE, nullptr), FL_ERR_INVALID_ARGUMENT, "out_id is NULL");
   fl_comm_unique_id_t a = new_id(), b = new_id();
   EXPECT_NE(std::memcmp(a.internal, b.internal, sizeof a.internal), 0) << "ids are unique";

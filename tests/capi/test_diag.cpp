@@ -1,4 +1,4 @@
-// Watchdog and state dump (DESIGN.md rule 9): real deadlocks, and the dump must name the
+// Watchdog and state dump (docs/design.md, guarantee 9): real deadlocks, and the dump must name the
 // culprits. Each test unsticks its deadlock before it ends (opens the gate, or destroys
 // the engine, which cancels waits that lie on a cycle), so the process always exits.
 // No timing assertions: waits for the watchdog are bounded generously (30 s).

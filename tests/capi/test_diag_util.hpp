@@ -69,13 +69,6 @@ inline fl_stream_t* coll_of(fl_engine_t* e, uint32_t lane) {
 
 inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
-inline std::string dump_now(fl_engine_t* e) {
-  uint64_t needed = 0;
-  EXPECT_EQ(fl_engine_dump(e, nullptr, 0, &needed), FL_OK) << fl_last_error_message();
-  std::string buf(needed + 4096, '\0');  // the state may grow between the calls
-  EXPECT_EQ(fl_engine_dump(e, buf.data(), buf.size(), &needed), FL_OK) << fl_last_error_message();
-  buf.resize(std::strlen(buf.c_str()));
-  return buf;
-}
+inline std::string dump_now(fl_engine_t* e) { return fltest::engine_dump(e); }
 
 }  // namespace fldiag

@@ -225,13 +225,18 @@ TEST(Objects, ReleaseCallbackRunsOnceAfterLastUse) {
   std::atomic<bool> gate{false};
   fl_object_t* o = make_object(f.engine, &released, count_release);
   fl_operand_t op{o, FL_WRITE, 0};
-  submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
+  fl_instr_id id = submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
     auto* g = static_cast<std::atomic<bool>*>(ud);
     while (!g->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return FL_OK;
-  }, &gate, {op});
+  }, &gate, {op}, "user");
   ASSERT_FL_OK(fl_object_release(o));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // The state, not a sleep: the user is running and cannot complete before the gate opens.
+  std::string dump = fltest::wait_for_dump(f.engine, {"'user' (#1, lane 1, host) RUNNING"});
+  EXPECT_NE(dump.find("RUNNING"), std::string::npos) << dump;
+  uint32_t state = 99;
+  ASSERT_FL_OK(fl_instr_query(f.host(1), id, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_PENDING));
   EXPECT_EQ(released.load(), 0) << "released while an instruction still uses it";
   gate = true;
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
@@ -313,9 +318,9 @@ TEST(Submit, RunsCallbackThenCleanupExactlyOnce) {
   in.fn = [](fl_instr_ctx_t* c, void* ud) {
     auto* x = static_cast<Ctx*>(ud);
     x->ran++;
-    x->lane = fl_instr_lane(c);
+    x->lane = fl_instr_get_lane(c);
     x->id = fl_instr_get_id(c);
-    x->engine_ok = fl_engine_lane_count(fl_instr_engine(c)) == 8;
+    x->engine_ok = fl_engine_lane_count(fl_instr_get_engine(c)) == 8;
     return FL_OK;
   };
   in.cleanup = [](void* ud) {
@@ -334,9 +339,9 @@ TEST(Submit, RunsCallbackThenCleanupExactlyOnce) {
   EXPECT_EQ(ctx.lane, 3u);
   EXPECT_EQ(ctx.id, id);
   EXPECT_TRUE(ctx.engine_ok);
-  EXPECT_EQ(fl_instr_lane(nullptr), 0u);
+  EXPECT_EQ(fl_instr_get_lane(nullptr), 0u);
   EXPECT_EQ(fl_instr_get_id(nullptr), 0u);
-  EXPECT_EQ(fl_instr_engine(nullptr), nullptr);
+  EXPECT_EQ(fl_instr_get_engine(nullptr), nullptr);
   fl_instr_set_error(nullptr, "ignored");
 }
 

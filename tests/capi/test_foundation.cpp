@@ -37,7 +37,10 @@ TEST(Status, ValuesArePinned) {
 
 TEST(Status, EveryStatusHasAUniqueNameAndText) {
   std::set<std::string> names;
-  for (int s = 0; s < FL_STATUS_COUNT_; ++s) {
+#define FL_COUNT_STATUS_(name, value, text) +1
+  constexpr int kStatusCount = 0 FL_STATUS_MAP(FL_COUNT_STATUS_);
+#undef FL_COUNT_STATUS_
+  for (int s = 0; s < kStatusCount; ++s) {
     std::string name = fl_status_name(fl_status_t(s));
     EXPECT_EQ(name.rfind("FL_", 0), 0u) << name;
     EXPECT_NE(name, "FL_STATUS_UNKNOWN");
@@ -45,6 +48,7 @@ TEST(Status, EveryStatusHasAUniqueNameAndText) {
     EXPECT_GT(std::strlen(fl_status_string(fl_status_t(s))), 3u);
   }
   EXPECT_STREQ(fl_status_name(FL_ERR_OUT_OF_RANGE), "FL_ERR_OUT_OF_RANGE");
+  EXPECT_STREQ(fl_status_name(fl_status_t(kStatusCount)), "FL_STATUS_UNKNOWN");
   EXPECT_STREQ(fl_status_name(fl_status_t(9999)), "FL_STATUS_UNKNOWN");
   EXPECT_STREQ(fl_status_name(fl_status_t(-1)), "FL_STATUS_UNKNOWN");
   EXPECT_STREQ(fl_status_string(fl_status_t(9999)), "unknown status");

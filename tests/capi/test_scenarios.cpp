@@ -1,4 +1,4 @@
-// The scenarios of DESIGN.md that need no GPU, through the public API. None of them
+// The scenarios of docs/design.md that need no GPU, through the public API. None of them
 // relies on timing for its verdict: where "X does not wait for Y" is the property, Y is
 // held behind a gate that only opens after X has been observed, so a wrong engine
 // deadlocks (and the gate's own timeout fails the test) instead of passing by luck.
@@ -198,7 +198,10 @@ TEST(Scenario, ForkJoinThroughPhonyObjectsOrdersAcrossLanes) {
   submit_fn(f.host(1), [&] { log("fork"); return FL_OK; }, {R(a), W(phony)}, "fork");
   submit_fn(f.host(2), [&] { log("join"); return FL_OK; }, {R(phony), W(b)}, "join");
   submit_fn(f.host(2), [&] { log("b"); return FL_OK; }, {RW(b)}, "b");
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // The state, not a sleep: lane 2 has reached 'join' and is blocked on a predecessor
+  // (the phony's writer 'fork', which waits for 'a' behind its gate).
+  std::string dump = fltest::wait_for_dump(f.engine, {"oldest: 'join'", "BLOCKED", "'fork'"});
+  EXPECT_NE(dump.find("oldest: 'join' (#3, lane 2, host) BLOCKED"), std::string::npos) << dump;
   {
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_TRUE(order.empty()) << "join/b ran before a";

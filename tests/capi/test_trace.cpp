@@ -91,6 +91,45 @@ TEST(Trace, SlicesTracksFlowsAndWaits) {
   std::remove(path.c_str());
 }
 
+TEST(Trace, ParallelLoopsAndTaskGraphsAreSlicesAndFailuresCarryTheirText) {
+  EngineFixture f(2);
+  std::string path = ::testing::TempDir() + "flowlane_trace_loops.json";
+  ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
+  auto body = [](uint64_t, uint64_t, void*) -> fl_status_t { return FL_OK; };
+  ASSERT_FL_OK(fl_parallel_for(f.engine, 0, 1000, 10, body, nullptr));  // on the caller's track
+  fl_engine_t* e = f.engine;
+  submit(host_of(f.engine, 2), [e, body](fl_instr_ctx_t*) { return fl_parallel_for(e, 0, 77, 1, body, nullptr); }, {},
+         "loops");  // nested under the instruction's slice
+  auto failing = [](uint64_t lo, uint64_t, void*) -> fl_status_t { return lo == 0 ? FL_ERR_UNSUPPORTED : FL_OK; };
+  EXPECT_EQ(fl_parallel_for(f.engine, 0, 5, 1, failing, nullptr), FL_ERR_UNSUPPORTED);
+  fl_taskgraph_t* g = nullptr;
+  ASSERT_FL_OK(fl_taskgraph_create(f.engine, &g));
+  uint64_t n0 = 0, n1 = 0;
+  auto task = [](void*) -> fl_status_t { return FL_OK; };
+  ASSERT_FL_OK(fl_taskgraph_add(g, task, nullptr, "t0", &n0));
+  ASSERT_FL_OK(fl_taskgraph_add(g, task, nullptr, "t1", &n1));
+  ASSERT_FL_OK(fl_taskgraph_precede(g, n0, n1));
+  ASSERT_FL_OK(fl_taskgraph_run(g, -1));
+  submit(host_of(f.engine, 1), [](fl_instr_ctx_t* c) {
+    fl_instr_set_error(c, "disk \"full\" on /tmp");
+    return FL_ERR_UNSUPPORTED;
+  }, {}, "save");
+  EXPECT_EQ(fl_engine_synchronize(f.engine), FL_ERR_UNSUPPORTED);
+  ASSERT_FL_OK(fl_trace_stop(f.engine));
+  ASSERT_FL_OK(fl_taskgraph_destroy(g));
+  std::string json = read_file(path);
+  EXPECT_TRUE(balanced_json(json));
+  EXPECT_TRUE(contains(json, "\"cat\":\"parallel\",\"name\":\"fl_parallel_for\"")) << json;
+  EXPECT_TRUE(contains(json, "\"args\":{\"items\":1000,\"status\":\"FL_OK\"}")) << json;
+  EXPECT_TRUE(contains(json, "\"args\":{\"items\":77,\"status\":\"FL_OK\"}")) << json;
+  EXPECT_TRUE(contains(json, "\"args\":{\"items\":5,\"status\":\"FL_ERR_UNSUPPORTED\"}")) << json;
+  EXPECT_TRUE(contains(json, "\"cat\":\"parallel\",\"name\":\"fl_taskgraph_run\"")) << json;
+  EXPECT_TRUE(contains(json, "\"args\":{\"items\":2,\"status\":\"FL_OK\"}")) << json;
+  EXPECT_TRUE(contains(json, "\"args\":{\"name\":\"lane 2 host\"}")) << "the nested loop is on its lane's track";
+  EXPECT_TRUE(contains(json, "disk \\\"full\\\" on /tmp")) << "the failed slice carries its escaped text: " << json;
+  std::remove(path.c_str());
+}
+
 TEST(Trace, WindowStallsAreRecorded) {
   EngineFixture f(2, 0, /*window=*/2);
   std::string path = ::testing::TempDir() + "flowlane_trace_stall.json";

@@ -10,6 +10,8 @@
 #   WORK_DIR       scratch directory (wiped first)
 #   CONFIG         build configuration to install (Release, Debug, ...)
 #   C_COMPILER     C compiler for the consumer (the one flowlane was configured with)
+#   CXX_COMPILER   C++ compiler, and CXX_EXAMPLE a C++17 program using flowlane.hpp: built
+#                  with the pkg-config line too (optional: that step is skipped without them)
 #   GENERATOR      CMake generator for the consumer
 #   EXTRA_FLAGS    compile+link flags the consumer needs (the sanitizer flags in sanitizer
 #                  builds: a sanitized libflowlane needs its runtime in the executable)
@@ -41,7 +43,7 @@ separate_arguments(extra_flags UNIX_COMMAND "${EXTRA_FLAGS}")
 # 1. Install exactly as a user would.
 step("cmake --install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" --config "${CONFIG}")
 
-# 2. The installed tree: the public header only, the library with its SONAME link, the
+# 2. The installed tree: the public headers (C and C++) only, the library with its SONAME link, the
 #    CMake package and the .pc file; no internal headers, no static archive.
 file(GLOB_RECURSE installed RELATIVE "${prefix}" LIST_DIRECTORIES false "${prefix}/*")
 list(SORT installed)
@@ -53,7 +55,7 @@ foreach(f IN LISTS installed)
     set(libdir "${prefix}/${CMAKE_MATCH_1}")
   endif()
 endforeach()
-foreach(required "include/flowlane/flowlane.h" "libflowlane.so" "libflowlane.so.0" "libflowlane.so.${EXPECT_VERSION}"
+foreach(required "include/flowlane/flowlane.h" "include/flowlane/flowlane.hpp" "libflowlane.so" "libflowlane.so.0" "libflowlane.so.${EXPECT_VERSION}"
                  "cmake/flowlane/flowlaneConfig.cmake" "cmake/flowlane/flowlaneConfigVersion.cmake"
                  "cmake/flowlane/flowlaneTargets.cmake" "pkgconfig/flowlane.pc")
   string(REGEX REPLACE "([.+])" "\\\\\\1" re "${required}")
@@ -62,7 +64,7 @@ foreach(required "include/flowlane/flowlane.h" "libflowlane.so" "libflowlane.so.
   endif()
 endforeach()
 foreach(f IN LISTS installed)
-  if(f MATCHES "^include/" AND NOT f STREQUAL "include/flowlane/flowlane.h")
+  if(f MATCHES "^include/" AND NOT f MATCHES "^include/flowlane/flowlane\\.h(pp)?$")
     list(APPEND failures "an internal file is installed as a public header: ${f}")
   endif()
   if(f MATCHES "\\.a$")
@@ -139,3 +141,17 @@ step("compile consumer with pkg-config flags"
      ${pc_args} -o "${WORK_DIR}/flowlane_consumer_pc")
 step("run consumer (pkg-config)" "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH "${WORK_DIR}/flowlane_consumer_pc")
 message(STATUS "pkg-config: ${step_output}")
+
+# 5. The C++ header from the installed prefix: a C++17 program, the same pkg-config line.
+if(NOT CXX_COMPILER OR NOT CXX_EXAMPLE)
+  message(STATUS "no CXX_COMPILER/CXX_EXAMPLE: the C++ half is skipped")
+  return()
+endif()
+step("compile the C++ example with pkg-config flags"
+     "${CXX_COMPILER}" -std=c++17 -Wall -Wextra -pedantic -Werror ${extra_flags} "${CXX_EXAMPLE}"
+     ${pc_args} -pthread -o "${WORK_DIR}/flowlane_consumer_cxx")
+step("run the C++ example (pkg-config)" "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH "${WORK_DIR}/flowlane_consumer_cxx")
+if(NOT step_output MATCHES "in order")
+  message(FATAL_ERROR "the C++ example built against the installed prefix printed:\n${step_output}")
+endif()
+message(STATUS "C++ header: ${step_output}")

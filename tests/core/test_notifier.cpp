@@ -1,4 +1,4 @@
-// White-box tests of the event count (core/notifier.hpp).
+// White-box tests of the event count (core/sched/notifier.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -41,13 +41,33 @@ TEST(Notifier, CancelDropsTheTokenMeantForTheCanceller) {
   Notifier n;
   n.prepare_wait();
   n.notify_one();
+  ASSERT_EQ(n.signals(), 1u);  // the token is the canceller's
   n.cancel_wait();
-  // A new waiter must not find a stale token (it would wake spuriously, which is allowed
-  // but shows that signals <= waiters was broken): with a token given now it returns.
+  // The state word keeps signals <= waiters: with no waiter left, no token may remain
+  // (a stale token would let the next waiter's commit_wait return with no work).
+  EXPECT_EQ(n.waiters(), 0u);
+  EXPECT_EQ(n.signals(), 0u);
+  // And a new waiter is woken only by a token given for it.
   n.prepare_wait();
+  EXPECT_EQ(n.signals(), 0u);
   n.notify_one();
+  EXPECT_EQ(n.signals(), 1u);
   n.commit_wait();
   EXPECT_EQ(n.waiters(), 0u);
+  EXPECT_EQ(n.signals(), 0u);
+}
+
+TEST(Notifier, CancelKeepsTokensOfOtherWaiters) {
+  Notifier n;
+  n.prepare_wait();  // waiter A
+  n.prepare_wait();  // waiter B
+  n.notify_one();    // one token, for either
+  n.cancel_wait();   // A found work: one waiter, one token left
+  EXPECT_EQ(n.waiters(), 1u);
+  EXPECT_EQ(n.signals(), 1u);
+  n.commit_wait();   // B consumes it and returns at once
+  EXPECT_EQ(n.waiters(), 0u);
+  EXPECT_EQ(n.signals(), 0u);
 }
 
 class NotifierThreads : public ::testing::TestWithParam<int> {};

@@ -1,4 +1,4 @@
-// White-box tests of the Chase–Lev deque (core/wsq.hpp).
+// White-box tests of the Chase–Lev deque (core/sched/wsq.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -65,4 +65,20 @@ const void* wait_flag_then_write_kernel() { return reinterpret_cast<const void*>
 const void* set_flag_kernel() { return reinterpret_cast<const void*>(&set_flag); }
 const void* sleep_then_set_kernel() { return reinterpret_cast<const void*>(&sleep_then_set); }
 const void* write_to_kernel() { return reinterpret_cast<const void*>(&write_to); }
+
+int preload_kernels() {
+  static const int failed = [] {
+    int bad = 0;
+    for (const void* f : {fill_kernel(), add_kernel(), copy_kernel(), wait_flag_then_write_kernel(), set_flag_kernel(),
+                          sleep_then_set_kernel(), write_to_kernel()}) {
+      cudaFuncAttributes a;
+      if (cudaFuncGetAttributes(&a, f) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ++bad;
+      }
+    }
+    return bad;
+  }();
+  return failed;
+}
 }  // namespace fltest

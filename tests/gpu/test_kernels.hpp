@@ -20,4 +20,9 @@ const void* sleep_then_set_kernel();
 // write_to(int* p): *p = 1 — given a bad pointer, an illegal address.
 const void* write_to_kernel();
 
+// Loads every kernel above now (cudaFuncGetAttributes), so that no launch of a test waits
+// for a lazy module load while another kernel spins (CUDA_MODULE_LOADING=LAZY is the
+// default since CUDA 12.2). Returns the number of kernels that failed to load.
+int preload_kernels();
+
 }  // namespace fltest

@@ -76,7 +76,6 @@ FL_ERR_NO_DEVICE = 13
 FL_ERR_CUDA = 14
 FL_ERR_NCCL = 15
 FL_ERR_INTERNAL = 16
-FL_STATUS_COUNT_ = 17
 FL_DEVICE_CPU = 0
 FL_DEVICE_CUDA = 1
 FL_STREAM_HOST = 0
@@ -139,7 +138,6 @@ ENUMS: Tuple[Tuple[str, Tuple[Tuple[str, int], ...]], ...] = (
         ('FL_ERR_CUDA', 14),
         ('FL_ERR_NCCL', 15),
         ('FL_ERR_INTERNAL', 16),
-        ('FL_STATUS_COUNT_', 17),
     )),
     ('fl_device_type', (
         ('FL_DEVICE_CPU', 0),
@@ -528,8 +526,10 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_object_wait': (fl_status_t, [POINTER(fl_object_t), c_uint32]),
     'fl_object_user_data': (fl_status_t, [POINTER(fl_object_t), POINTER(c_void_p)]),
     'fl_instr_set_error': (None, [POINTER(fl_instr_ctx_t), c_char_p]),
-    'fl_instr_lane': (c_uint32, [POINTER(fl_instr_ctx_t)]),
+    'fl_instr_get_lane': (c_uint32, [POINTER(fl_instr_ctx_t)]),
     'fl_instr_get_id': (fl_instr_id, [POINTER(fl_instr_ctx_t)]),
+    'fl_instr_get_engine': (POINTER(fl_engine_t), [POINTER(fl_instr_ctx_t)]),
+    'fl_instr_lane': (c_uint32, [POINTER(fl_instr_ctx_t)]),
     'fl_instr_engine': (POINTER(fl_engine_t), [POINTER(fl_instr_ctx_t)]),
     'fl_submit_host': (fl_status_t, [POINTER(fl_stream_t), POINTER(fl_host_instr_t), POINTER(fl_instr_id)]),
     'fl_parallel_for': (fl_status_t, [POINTER(fl_engine_t), c_uint64, c_uint64, c_uint64, fl_range_fn, c_void_p]),
@@ -546,7 +546,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_host_free_pinned': (fl_status_t, [c_void_p]),
     'fl_cuda_priority_range': (fl_status_t, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     'fl_stream_set_priority': (fl_status_t, [POINTER(fl_stream_t), c_int32, POINTER(c_int32)]),
-    'fl_comm_get_unique_id': (fl_status_t, [c_uint32, POINTER(fl_comm_unique_id_t)]),
+    'fl_comm_get_unique_id': (fl_status_t, [fl_comm_backend_t, POINTER(fl_comm_unique_id_t)]),
     'fl_comm_create': (fl_status_t, [POINTER(fl_engine_t), POINTER(fl_comm_desc_t), POINTER(fl_comm_unique_id_t), POINTER(POINTER(fl_comm_t))]),
     'fl_comm_destroy': (fl_status_t, [POINTER(fl_comm_t)]),
     'fl_submit_collective': (fl_status_t, [POINTER(fl_stream_t), POINTER(fl_comm_t), POINTER(fl_collective_instr_t), POINTER(fl_instr_id)]),
@@ -592,8 +592,10 @@ PARAMS: Dict[str, Tuple[str, ...]] = {
     'fl_object_wait': ('object', 'access', ),
     'fl_object_user_data': ('object', 'out_user_data', ),
     'fl_instr_set_error': ('ctx', 'message', ),
-    'fl_instr_lane': ('ctx', ),
+    'fl_instr_get_lane': ('ctx', ),
     'fl_instr_get_id': ('ctx', ),
+    'fl_instr_get_engine': ('ctx', ),
+    'fl_instr_lane': ('ctx', ),
     'fl_instr_engine': ('ctx', ),
     'fl_submit_host': ('stream', 'instr', 'out_instr_id', ),
     'fl_parallel_for': ('engine', 'begin', 'end', 'grain', 'body', 'user_data', ),

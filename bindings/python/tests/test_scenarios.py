@@ -1,4 +1,4 @@
-"""The seed scenarios of DESIGN.md, through the Python binding. None relies on timing for
+"""The scenarios of docs/design.md, through the Python binding. None relies on timing for
 its verdict: where "X does not wait for Y" is the property, Y is held behind a gate that
 only opens after X has been observed, so a wrong engine (or a GIL deadlock in the
 binding) times out and fails instead of passing by luck."""

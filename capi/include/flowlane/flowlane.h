@@ -16,7 +16,61 @@
  *    all zero bytes (else FL_ERR_INVALID_ARGUMENT).
  *  - Outputs come last and are named out_*. On failure outputs are left unchanged.
  *  - No C++ exception ever crosses this boundary.
- *  - Roles are tagged as sqlite3.h does: CONSTRUCTOR, DESTRUCTOR, METHOD.
+ *  - Every function's comment starts with its role, as sqlite3.h tags them:
+ *      CONSTRUCTOR: T   makes a T (its out_* parameter);
+ *      DESTRUCTOR: T    frees a T; NULL is a no-op;
+ *      METHOD: T        works on a T given as its first parameter;
+ *      FUNCTION         needs no handle (version, status names, process-wide CUDA calls).
+ *    EXPERIMENTAL after the role: the call works and is tested, but its signature or
+ *    semantics may still change in a minor version; the reason is given with it.
+ *  - Renamed functions keep their old names exported, marked FL_DEPRECATED. The mark is
+ *    silent unless the caller defines FL_WARN_DEPRECATED before including this header
+ *    (then GCC and Clang warn), so builds with -Werror keep compiling.
+ *
+ * How failures are reported
+ *  - An instruction fails when its function returns a status other than FL_OK (or throws,
+ *    or its device work fails). It then poisons every object it writes; an instruction
+ *    that reads a poisoned value is skipped (its function is not called, its cleanup is)
+ *    and fails with FL_ERR_DEPENDENCY_FAILED, poisoning what it writes in turn. A later
+ *    write-only instruction gives an object a clean value again.
+ *  - A failure and the dependents it poisoned form one entry: the wait that returns it
+ *    gives the failure's status and message (naming the instruction that failed) followed
+ *    by "(N instructions that depended on it were skipped)". Dependents skipped after the
+ *    entry was returned are not reported again.
+ *  - Each entry is returned exactly once, to one of any number of concurrent waiters:
+ *    fl_engine_synchronize returns the oldest entry among the work it waited for,
+ *    fl_stream_synchronize the oldest with a member on its stream, fl_instr_wait_for the
+ *    outcome of its instruction; the other waiters get FL_OK (or another entry).
+ *    fl_object_wait returns the poison of the object's current value to every caller, and
+ *    the entry then counts as returned. Each of these calls costs O(1) in the number of
+ *    failures and dependents (the oldest entry is at the head of a list).
+ *  - fl_engine_destroy drops the entries nobody returned.
+ *
+ * Calls from callbacks (an instruction's fn or cleanup, an object's release, a task or
+ * fl_parallel_for body, the watchdog callback)
+ *  - Submissions never block on the in-flight window from code the engine runs: they are
+ *    admitted over the limit, so an engine cannot deadlock on itself.
+ *  - A wait that could only wait for the calling instruction itself is refused with
+ *    FL_ERR_INVALID_ARGUMENT (the engine stays usable):
+ *      fl_engine_synchronize(_for) from an instruction's fn or cleanup, or from a release
+ *        callback run by an instruction's completion;
+ *      fl_stream_synchronize(_for) of any stream of the calling instruction's own lane;
+ *      fl_object_wait(_for) when a user it would wait for is the calling instruction or
+ *        an instruction of its own lane submitted after it that has not completed;
+ *      fl_instr_wait_for of an instruction of its own lane submitted after it;
+ *      fl_engine_drain and fl_engine_destroy from any code the engine runs (including its
+ *        worker threads and the watchdog callback);
+ *      fl_task_group_wait / fl_task_group_destroy of a group from one of its own tasks.
+ *    A fl_parallel_for body or task-graph task that an instruction's callback runs counts
+ *    as part of that callback on whichever worker runs it (the same refusals apply there).
+ *    A task-group task does not (it may outlive the callback that spawned it): a task that
+ *    waits for the instruction whose callback waits for its group forms a cycle.
+ *  - Other waits are allowed: a worker that waits helps only with its own callback's work
+ *    (never another instruction) and a spare worker stands in while it blocks, so waits
+ *    inside callbacks deadlock only if they form a cycle (a hang the state dump names).
+ *  - While fl_engine_destroy drains, callbacks may still call in: submissions and new
+ *    streams, communicators and task groups answer FL_ERR_SHUTDOWN; waits, queries, stats
+ *    and dumps give their real answer.
  */
 #ifndef FLOWLANE_FLOWLANE_H
 #define FLOWLANE_FLOWLANE_H
@@ -30,6 +84,12 @@
 #  define FL_API __attribute__((visibility("default")))
 #else
 #  define FL_API
+#endif
+
+#if defined(FL_WARN_DEPRECATED) && defined(__GNUC__)
+#  define FL_DEPRECATED(replacement) __attribute__((deprecated("use " replacement)))
+#else
+#  define FL_DEPRECATED(replacement)
 #endif
 
 #ifdef __cplusplus
@@ -70,19 +130,22 @@ typedef enum fl_status {
 #define FL_STATUS_ENUM_(name, value, text) name = value,
   FL_STATUS_MAP(FL_STATUS_ENUM_)
 #undef FL_STATUS_ENUM_
-  FL_STATUS_COUNT_ /* not a status: one past the last value */
 } fl_status_t;
+/* The number of statuses is the number of FL_STATUS_MAP entries: count them with an X
+   macro (e.g. `#define COUNT(n, v, t) +1` and `0 FL_STATUS_MAP(COUNT)`). */
 
-/* (major<<16)|(minor<<8)|patch of the loaded library; compare with FL_VERSION_HEX. */
+/* FUNCTION — (major<<16)|(minor<<8)|patch of the loaded library; compare with
+   FL_VERSION_HEX. Never fails. */
 FL_API uint32_t fl_version_hex(void);
-/* "0.1.0" (static storage). */
+/* FUNCTION — "0.1.0" (static storage). Never fails. */
 FL_API const char* fl_version_string(void);
-/* "FL_ERR_OUT_OF_RANGE"; "FL_STATUS_UNKNOWN" for values not in the table. Static storage. */
+/* FUNCTION — "FL_ERR_OUT_OF_RANGE"; "FL_STATUS_UNKNOWN" for values not in the table.
+   Static storage. Never fails. */
 FL_API const char* fl_status_name(fl_status_t status);
-/* A one-line English description of the status. Static storage. */
+/* FUNCTION — a one-line English description of the status. Static storage. Never fails. */
 FL_API const char* fl_status_string(fl_status_t status);
-/* The calling thread's last failed call, in words a user can act on; "" after a
-   success. Valid until the next flowlane call on this thread. Never NULL. */
+/* FUNCTION — the calling thread's last failed call, in words a user can act on; "" after
+   a success. Valid until the next flowlane call on this thread. Never NULL. */
 FL_API const char* fl_last_error_message(void);
 
 /* ======================================================================== */
@@ -115,14 +178,15 @@ typedef struct fl_engine_desc {
    desc NULL means all defaults. Starts the worker threads.
    Returns FL_ERR_INVALID_ARGUMENT (NULL out_engine, struct_size smaller than the first
    version of the struct, non-zero unknown tail, unknown flags), FL_ERR_OUT_OF_RANGE
-   (max_lanes > 4096, num_workers > 1024), FL_ERR_NO_MEMORY. */
+   (max_lanes > 4096, num_workers > 1024, inflight_limit too large), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** out_engine);
 
 /* METHOD: fl_engine_t
    Waits for every instruction submitted (by any thread) before the call. Returns FL_OK,
    or the first failure among them not yet returned by another wait (each failure is
-   returned once). Must not be called from an instruction callback (FL_ERR_INVALID_ARGUMENT:
-   it would wait for itself). */
+   returned once: "How failures are reported" above). FL_ERR_INVALID_HANDLE (NULL, stale);
+   FL_ERR_INVALID_ARGUMENT from an instruction's fn or cleanup or a release its completion
+   runs (it would wait for itself: "Calls from callbacks"). */
 FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
 
 /* DESTRUCTOR: fl_engine_t
@@ -133,12 +197,16 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    comm handle is stale afterwards. Task graphs outlive it: running one answers
    FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. An fl_object_wait that
    sits on a cycle of waits (it can never return) is cancelled with FL_ERR_CANCELLED.
-   Must not be called from an instruction or task callback (FL_ERR_INVALID_ARGUMENT). */
+   While it drains, callbacks may still call in ("Calls from callbacks" above).
+   FL_ERR_INVALID_ARGUMENT from any code the engine runs (an instruction, cleanup, release,
+   task or loop body, the watchdog callback, one of its threads): refused, and the engine
+   stays usable. FL_ERR_INVALID_HANDLE for a stale handle or when another thread is
+   already destroying it. */
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine);
 
-/* Number of lanes (max_lanes). 0 for a NULL or stale engine. */
+/* METHOD: fl_engine_t — number of lanes (max_lanes). 0 for a NULL or stale engine. */
 FL_API uint32_t fl_engine_lane_count(const fl_engine_t* engine);
-/* Number of host worker threads. 0 for a NULL or stale engine. */
+/* METHOD: fl_engine_t — number of host worker threads. 0 for a NULL or stale engine. */
 FL_API uint32_t fl_engine_worker_count(const fl_engine_t* engine);
 
 /* ======================================================================== */
@@ -148,13 +216,14 @@ FL_API uint32_t fl_engine_worker_count(const fl_engine_t* engine);
 /* METHOD: fl_engine_t
    Smallest free lane id >= 1, held until released; FL_ERR_EXHAUSTED when all are held.
    A released id is handed out again, so code that takes a fresh lane per iteration
-   reuses the same streams and memory. */
+   reuses the same streams and memory. FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT
+   (NULL out_lane). */
 FL_API fl_status_t fl_lane_acquire(fl_engine_t* engine, uint32_t* out_lane);
 
 /* METHOD: fl_engine_t
    Work already submitted on the lane still runs. Lane 0 cannot be released
    (FL_ERR_INVALID_ARGUMENT); a lane that is not held gives FL_ERR_INVALID_ARGUMENT;
-   an id >= lane count gives FL_ERR_OUT_OF_RANGE. */
+   an id >= lane count gives FL_ERR_OUT_OF_RANGE; FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_lane_release(fl_engine_t* engine, uint32_t lane);
 
 /* ======================================================================== */
@@ -177,8 +246,9 @@ typedef enum fl_stream_kind {
    and FL_STREAM_HOST; {FL_DEVICE_CPU, 0} with FL_STREAM_COLLECTIVE is the host
    collective stream used by host-memory communicators. CUDA kinds need a CUDA build
    (else FL_ERR_UNSUPPORTED) and an existing device (else FL_ERR_NO_DEVICE).
-   Errors: FL_ERR_OUT_OF_RANGE (lane), FL_ERR_INVALID_ARGUMENT (kind, device type,
-   CPU device index != 0, CPU with a GPU kind). */
+   Errors: FL_ERR_INVALID_HANDLE, FL_ERR_OUT_OF_RANGE (lane), FL_ERR_INVALID_ARGUMENT
+   (NULL out_stream, kind, device type, CPU device index != 0, CPU with a GPU kind),
+   FL_ERR_SHUTDOWN (the engine is being destroyed), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t device,
                                  fl_stream_kind_t kind, fl_stream_t** out_stream);
 
@@ -186,10 +256,11 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
    Waits for everything submitted to this stream before the call; error rule as
    fl_engine_synchronize, restricted to this stream. From inside an instruction callback,
    a stream of the caller's own lane is refused (FL_ERR_INVALID_ARGUMENT: its later
-   instructions queue behind the caller); depend on objects instead. */
+   instructions queue behind the caller); depend on objects instead. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream);
 
-/* METHOD: fl_stream_t — the stream's lane, device and kind. Any out pointer may be NULL. */
+/* METHOD: fl_stream_t — the stream's lane, device and kind. Any out pointer may be NULL.
+   FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_stream_info(fl_stream_t* stream, uint32_t* out_lane, fl_device_t* out_device,
                                   fl_stream_kind_t* out_kind);
 
@@ -203,12 +274,16 @@ typedef void (*fl_release_fn)(void* user_data);
    A dependence object: a thing instructions read or write (a buffer, a tensor, or
    nothing — a "phony" used only for ordering). `release(user_data)` (may be NULL) runs
    exactly once, on some thread, after the caller released the object and the last
-   instruction using it has completed (or during fl_engine_destroy). */
+   instruction using it has completed (or during fl_engine_destroy).
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL out_object), FL_ERR_SHUTDOWN,
+   FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_object_create(fl_engine_t* engine, void* user_data, fl_release_fn release,
                                     fl_object_t** out_object);
 
 /* DESTRUCTOR: fl_object_t
-   Drops the caller's reference. Using the handle afterwards returns FL_ERR_INVALID_HANDLE. */
+   Drops the caller's reference; with no instruction using it, `release` runs in this
+   call. Using the handle afterwards returns FL_ERR_INVALID_HANDLE (as does a stale or
+   NULL handle here). */
 FL_API fl_status_t fl_object_release(fl_object_t* object);
 
 /* METHOD: fl_object_t
@@ -220,10 +295,13 @@ FL_API fl_status_t fl_object_release(fl_object_t* object);
    naming the instruction that failed (every call that observes the poison returns it,
    and the failure then counts as returned for fl_engine_synchronize).
    FL_ERR_INVALID_ARGUMENT for an access other than FL_READ, FL_WRITE, FL_READ_WRITE, or
-   when called from an instruction callback that would wait for itself. */
+   from a callback when a user it would wait for is the calling instruction or one queued
+   behind it on its lane ("Calls from callbacks"). FL_ERR_CANCELLED when fl_engine_destroy
+   finds the wait on a cycle of waits. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_object_wait(fl_object_t* object, uint32_t access);
 
-/* METHOD: fl_object_t — the user_data given at creation. */
+/* METHOD: fl_object_t — the user_data given at creation. FL_ERR_INVALID_HANDLE,
+   FL_ERR_INVALID_ARGUMENT (NULL out_user_data). */
 FL_API fl_status_t fl_object_user_data(fl_object_t* object, void** out_user_data);
 
 /* ======================================================================== */
@@ -242,14 +320,25 @@ typedef struct fl_operand {
    and poisons every object it writes. */
 typedef fl_status_t (*fl_host_fn)(fl_instr_ctx_t* ctx, void* user_data);
 
-/* Inside fn only: attach a message to this instruction's failure (copied). */
+/* The context `ctx` is valid only inside the fn it was passed to, on that thread. It is
+   checked like every handle: a NULL, stale or foreign ctx (another instruction's, or used
+   after fn returned or from another thread) is never dereferenced; the call then answers
+   as described and sets fl_last_error_message(). */
+
+/* METHOD: fl_instr_ctx_t — attaches a message to this instruction's failure (copied; NULL
+   means ""), used when fn returns a failure. Does nothing for an invalid ctx. */
 FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message);
-/* Inside fn only: the lane the instruction runs on. 0 for a NULL ctx. */
-FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx);
-/* Inside fn only: the instruction's id. 0 for a NULL ctx. */
+/* METHOD: fl_instr_ctx_t — the lane the instruction runs on; 0 for an invalid ctx. */
+FL_API uint32_t fl_instr_get_lane(const fl_instr_ctx_t* ctx);
+/* METHOD: fl_instr_ctx_t — the instruction's id; 0 for an invalid ctx. */
 FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx);
-/* Inside fn only: the engine the instruction belongs to (to submit follow-up work). */
-FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx);
+/* METHOD: fl_instr_ctx_t — the engine the instruction belongs to (to submit follow-up
+   work); NULL for an invalid ctx. */
+FL_API fl_engine_t* fl_instr_get_engine(const fl_instr_ctx_t* ctx);
+/* METHOD: fl_instr_ctx_t — deprecated spelling of fl_instr_get_lane (same behaviour). */
+FL_API FL_DEPRECATED("fl_instr_get_lane") uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx);
+/* METHOD: fl_instr_ctx_t — deprecated spelling of fl_instr_get_engine (same behaviour). */
+FL_API FL_DEPRECATED("fl_instr_get_engine") fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx);
 
 #define FL_SUBMIT_NONBLOCKING 1u
 
@@ -275,8 +364,9 @@ typedef struct fl_host_instr {
    accesses. The stream must be a host stream (FL_STREAM_HOST).
    Errors: FL_ERR_INVALID_HANDLE (stream, or an operand object stale/foreign),
    FL_ERR_INVALID_ARGUMENT (NULL instr/fn, bad struct_size, operands NULL with a count,
-   access 0 or unknown, reserved != 0, unknown flags, non-host stream), FL_ERR_SHUTDOWN,
-   FL_ERR_WOULD_BLOCK, FL_ERR_NO_MEMORY. */
+   access 0 or unknown, reserved != 0, unknown flags, non-host stream), FL_ERR_OUT_OF_RANGE
+   (more than 2^20 operands), FL_ERR_SHUTDOWN (destroy or drain under way), FL_ERR_WOULD_BLOCK,
+   FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* instr,
                                   fl_instr_id* out_instr_id);
 
@@ -289,34 +379,48 @@ typedef fl_status_t (*fl_range_fn)(uint64_t lo, uint64_t hi, void* user_data);
 
 /* METHOD: fl_engine_t
    Calls body on disjoint subranges [lo, hi) covering [begin, end), each at most `grain`
-   long (grain 0 = chosen by the engine), in parallel on the engine's workers; the calling
-   thread helps. Returns the first failure a body returned (remaining chunks are not
-   started). May be called from inside a task or instruction. */
+   long (grain 0: guided, each claim a share of what remains, so that the participants
+   finish together), in parallel on the engine's workers; the calling thread helps. Returns the first failure a body returned (remaining chunks are not
+   started). May be called from inside a task or instruction. FL_ERR_INVALID_HANDLE,
+   FL_ERR_INVALID_ARGUMENT (NULL body, begin > end), FL_ERR_SHUTDOWN. */
 FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t end, uint64_t grain,
                                    fl_range_fn body, void* user_data);
 
-/* CONSTRUCTOR: fl_taskgraph_t */
+/* CONSTRUCTOR: fl_taskgraph_t — an empty task graph that runs on `engine`'s workers (it
+   may outlive the engine: see fl_engine_destroy). FL_ERR_INVALID_HANDLE,
+   FL_ERR_INVALID_ARGUMENT (NULL out_graph), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_taskgraph_create(fl_engine_t* engine, fl_taskgraph_t** out_graph);
-/* METHOD: fl_taskgraph_t — adds a node; name copied, may be NULL. Node ids are dense from 0. */
+/* METHOD: fl_taskgraph_t — adds a node; name copied, may be NULL. Node ids are dense from 0.
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL fn or out_node, graph running). */
 FL_API fl_status_t fl_taskgraph_add(fl_taskgraph_t* graph, fl_task_fn fn, void* user_data,
                                     const char* name, uint64_t* out_node);
 /* METHOD: fl_taskgraph_t — `after` starts only once `before` has finished.
-   FL_ERR_OUT_OF_RANGE for unknown nodes; FL_ERR_INVALID_ARGUMENT for before == after. */
+   FL_ERR_OUT_OF_RANGE for unknown nodes; FL_ERR_INVALID_ARGUMENT for before == after or
+   while the graph is running; FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_taskgraph_precede(fl_taskgraph_t* graph, uint64_t before, uint64_t after);
 /* METHOD: fl_taskgraph_t
    Runs every node once, respecting edges. num_threads: -1 all logical cores, 0 physical
    cores, N > 0 at most N threads. Cycle: FL_ERR_INVALID_ARGUMENT naming a node on it. A
    failing task stops unstarted tasks and its error is returned. A graph can be run many
-   times; running one graph from two threads at once gives FL_ERR_INVALID_ARGUMENT. */
+   times; running one graph from two threads at once gives FL_ERR_INVALID_ARGUMENT.
+   FL_ERR_INVALID_ARGUMENT also for num_threads < -1; FL_ERR_INVALID_HANDLE (graph, or its
+   engine destroyed), FL_ERR_SHUTDOWN. */
 FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads);
-/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. */
+/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. FL_ERR_INVALID_HANDLE,
+   FL_ERR_INVALID_ARGUMENT while the graph is running. */
 FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph);
 
 /* ======================================================================== */
 /* GPU (CUDA builds; every call returns FL_ERR_UNSUPPORTED in a CPU-only build)  */
 /* ======================================================================== */
 
-/* Number of CUDA devices visible (0 when none). FL_ERR_UNSUPPORTED in a CPU-only build. */
+/* Every call of this section is EXPERIMENTAL: the CUDA backend is tested against a fake
+   CUDA runtime on every CUDA build, but has not yet been validated at scale on GPUs, and a
+   CUDA build still needs the CUDA runtime at load time (it is meant to load it on first
+   use). Descriptors and semantics may still change. */
+
+/* FUNCTION, EXPERIMENTAL (see above) — number of CUDA devices visible (0 when none).
+   FL_ERR_INVALID_ARGUMENT (NULL out_count), FL_ERR_UNSUPPORTED in a CPU-only build. */
 FL_API fl_status_t fl_cuda_device_count(int32_t* out_count);
 
 typedef struct fl_dim3 { uint32_t x, y, z; } fl_dim3_t;
@@ -337,7 +441,18 @@ typedef struct fl_kernel_instr {
 } fl_kernel_instr_t;
 #define FL_KERNEL_INSTR_INIT { sizeof(fl_kernel_instr_t), 0, {0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0 }
 
-/* METHOD: fl_stream_t — a CUDA stream (COMPUTE, H2D, D2H, COLLECTIVE kinds). */
+/* Errors every fl_submit_kernel / fl_submit_device / fl_submit_memcpy shares:
+   FL_ERR_UNSUPPORTED (CPU-only build), FL_ERR_INVALID_HANDLE (stream, operand objects),
+   FL_ERR_INVALID_ARGUMENT (not a CUDA stream, NULL or mis-sized descriptor, bad operands,
+   unknown flags), FL_ERR_SHUTDOWN, FL_ERR_WOULD_BLOCK, FL_ERR_NO_MEMORY. Window, operand
+   and callback rules are those of fl_submit_host. The instruction's device work is
+   ordered after its device predecessors on the device, never by a host wait; a failure
+   of the launch or of the work (FL_ERR_CUDA) fails the instruction like a host failure. */
+
+/* METHOD: fl_stream_t, EXPERIMENTAL (see above) — launches a __global__ function on a CUDA
+   stream (COMPUTE, H2D, D2H, COLLECTIVE kinds); the argument bytes are copied at submit.
+   Plus FL_ERR_INVALID_ARGUMENT (NULL func, args NULL with num_args, an argument size of
+   0), FL_ERR_OUT_OF_RANGE (too many arguments or argument bytes). */
 FL_API fl_status_t fl_submit_kernel(fl_stream_t* stream, const fl_kernel_instr_t* instr,
                                     fl_instr_id* out_instr_id);
 
@@ -358,6 +473,10 @@ typedef struct fl_device_instr {
 } fl_device_instr_t;
 #define FL_DEVICE_INSTR_INIT { sizeof(fl_device_instr_t), 0, 0, 0, 0, 0, 0, 0 }
 
+/* METHOD: fl_stream_t, EXPERIMENTAL (see above) — runs fn on the lane's worker with the
+   CUDA stream, for it to enqueue work on; fn must not wait for that work. cleanup runs
+   once, after the enqueued work completed or after the instruction was skipped. Plus
+   FL_ERR_INVALID_ARGUMENT (NULL fn). */
 FL_API fl_status_t fl_submit_device(fl_stream_t* stream, const fl_device_instr_t* instr,
                                     fl_instr_id* out_instr_id);
 
@@ -382,23 +501,39 @@ typedef struct fl_memcpy_instr {
 } fl_memcpy_instr_t;
 #define FL_MEMCPY_INSTR_INIT { sizeof(fl_memcpy_instr_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
+/* METHOD: fl_stream_t, EXPERIMENTAL (see above) — an asynchronous copy or memset of
+   `bytes` on a CUDA stream (cudaMemcpyAsync / cudaMemsetAsync); list the objects the
+   buffers stand for as operands. Plus FL_ERR_INVALID_ARGUMENT (unknown kind, NULL dst, or
+   NULL src for a copy, with bytes > 0; FL_MEMSET value > 255). */
 FL_API fl_status_t fl_submit_memcpy(fl_stream_t* stream, const fl_memcpy_instr_t* instr,
                                     fl_instr_id* out_instr_id);
 
-/* Page-locked host memory for fast async copies. */
+/* FUNCTION, EXPERIMENTAL (see above) — `bytes` of page-locked host memory (cudaHostAlloc),
+   for copies that overlap with compute. FL_ERR_INVALID_ARGUMENT (NULL out_ptr, bytes 0),
+   FL_ERR_NO_MEMORY, FL_ERR_CUDA, FL_ERR_UNSUPPORTED. */
 FL_API fl_status_t fl_host_alloc_pinned(uint64_t bytes, void** out_ptr);
+/* FUNCTION, EXPERIMENTAL (see above) — frees memory from fl_host_alloc_pinned
+   (cudaFreeHost); NULL is a no-op. FL_ERR_CUDA (e.g. a pointer it did not allocate),
+   FL_ERR_UNSUPPORTED. */
 FL_API fl_status_t fl_host_free_pinned(void* ptr);
 
-/* CUDA's stream priority range for a device (lower number = higher priority). */
+/* FUNCTION, EXPERIMENTAL (see above) — CUDA's stream priority range for a device (lower
+   number = higher priority). FL_ERR_INVALID_ARGUMENT (NULL out pointer), FL_ERR_NO_DEVICE,
+   FL_ERR_CUDA, FL_ERR_UNSUPPORTED. */
 FL_API fl_status_t fl_cuda_priority_range(int32_t device, int32_t* out_least, int32_t* out_greatest);
-/* METHOD: fl_stream_t — sets the priority of a CUDA stream before its first instruction
-   (FL_ERR_INVALID_ARGUMENT afterwards); the value is clamped to the device's range and the
-   applied value is returned in out_applied (may be NULL). */
+/* METHOD: fl_stream_t, EXPERIMENTAL (see above) — sets the priority of a CUDA stream before
+   its first instruction (FL_ERR_INVALID_ARGUMENT afterwards, or for a host stream); the
+   value is clamped to the device's range and the applied value is returned in out_applied
+   (may be NULL). FL_ERR_INVALID_HANDLE, FL_ERR_CUDA, FL_ERR_UNSUPPORTED. */
 FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority, int32_t* out_applied);
 
 /* ======================================================================== */
 /* Collectives                                                               */
 /* ======================================================================== */
+
+/* Every call of this section is EXPERIMENTAL: multi-rank NCCL behaviour is tested only
+   against a fake NCCL, and FL_COMM_HOST_FAKE (a test and CPU-only backend) may be renamed
+   once a cross-process host backend exists. */
 
 typedef struct fl_comm_unique_id { char internal[128]; } fl_comm_unique_id_t;
 
@@ -426,9 +561,26 @@ typedef struct fl_comm_desc {
 #define FL_COMM_UNORDERED ((uint64_t)1)
 #define FL_COMM_DESC_INIT { sizeof(fl_comm_desc_t), 0, 0, 0, 0, 0, 0 }
 
-FL_API fl_status_t fl_comm_get_unique_id(uint32_t backend, fl_comm_unique_id_t* out_id);
+/* FUNCTION, EXPERIMENTAL (see above) — a fresh unique id for `backend`, to be given to
+   fl_comm_create by every rank of one communicator (one rank makes it and shares it, as
+   with ncclGetUniqueId). FL_ERR_INVALID_ARGUMENT (NULL out_id, unknown backend),
+   FL_ERR_UNSUPPORTED (FL_COMM_NCCL without NCCL in this build or process), FL_ERR_NCCL. */
+FL_API fl_status_t fl_comm_get_unique_id(fl_comm_backend_t backend, fl_comm_unique_id_t* out_id);
+/* CONSTRUCTOR: fl_comm_t, EXPERIMENTAL (see above) — this engine's membership as rank
+   desc->rank of desc->nranks in the communicator named by `id`; its collectives go
+   through lane desc->lane's COLLECTIVE stream. Returns once every rank has joined (NCCL:
+   FL_ERR_TIMEOUT after the init timeout; host backend: ranks rendezvous as they create).
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL desc, id or out_comm, bad
+   struct_size, unknown flags, an id of another backend, nranks disagreeing with the other
+   ranks, a rank taken twice, two ranks of one communicator on one engine),
+   FL_ERR_OUT_OF_RANGE (nranks, rank, lane), FL_ERR_NO_DEVICE, FL_ERR_UNSUPPORTED,
+   FL_ERR_SHUTDOWN, FL_ERR_TIMEOUT, FL_ERR_CUDA, FL_ERR_NCCL, FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_comm_create(fl_engine_t* engine, const fl_comm_desc_t* desc,
                                   const fl_comm_unique_id_t* id, fl_comm_t** out_comm);
+/* DESTRUCTOR: fl_comm_t, EXPERIMENTAL (see above) — leaves the communicator: collectives
+   of it not yet matched by every rank fail with FL_ERR_CANCELLED (here and at the peers of
+   a host communicator); an idle NCCL communicator is finalized first. The handle is stale
+   afterwards. NULL is a no-op. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_comm_destroy(fl_comm_t* comm);
 
 typedef enum fl_coll_op {
@@ -463,8 +615,15 @@ typedef struct fl_collective_instr {
 } fl_collective_instr_t;
 #define FL_COLLECTIVE_INSTR_INIT { sizeof(fl_collective_instr_t), 0, 0, 0, 0, 0, 0 }
 
-/* METHOD: fl_comm_t — submits on the comm's lane COLLECTIVE stream; `stream` must be that
-   stream (another lane is FL_ERR_INVALID_ARGUMENT, never a silent deadlock). */
+/* METHOD: fl_comm_t, EXPERIMENTAL (see above) — submits one collective instruction (its
+   parts issued as one group) on the comm's lane COLLECTIVE stream; `stream` must be that
+   stream (another lane is FL_ERR_INVALID_ARGUMENT, never a silent deadlock). Every rank
+   must submit the same collectives in the same order: a mismatch fails every rank's
+   instruction, naming both signatures. Window, operand and callback rules are those of
+   fl_submit_host. FL_ERR_INVALID_HANDLE (stream, comm, operands), FL_ERR_INVALID_ARGUMENT
+   (descriptor, parts: op, dtype, redop, NULL buffers), FL_ERR_OUT_OF_RANGE (root or peer,
+   count, num_parts), FL_ERR_UNSUPPORTED (an op or dtype the backend lacks),
+   FL_ERR_SHUTDOWN, FL_ERR_WOULD_BLOCK, FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm,
                                         const fl_collective_instr_t* instr, fl_instr_id* out_instr_id);
 
@@ -484,13 +643,30 @@ typedef struct fl_watchdog_desc {
 } fl_watchdog_desc_t;
 #define FL_WATCHDOG_DESC_INIT { sizeof(fl_watchdog_desc_t), 0, 0, 0, 0, 0 }
 
+/* METHOD: fl_engine_t — configures the watchdog (replacing the previous configuration):
+   when nothing completes for timeout_ms while instructions are in flight or submitters
+   wait for the window, the state dump (fl_engine_dump) is handed to `callback` or written
+   to `path` / stderr, once per stall; it re-arms after the next completion. timeout_ms 0
+   turns it off. The callback runs on the watchdog's thread ("Calls from callbacks").
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL desc, bad struct_size, flags != 0,
+   empty path), FL_ERR_OUT_OF_RANGE (timeout_ms over one day). */
 FL_API fl_status_t fl_engine_set_watchdog(fl_engine_t* engine, const fl_watchdog_desc_t* desc);
 
 /* METHOD: fl_engine_t — writes the state dump (NUL-terminated, truncated to size) and the
-   size it needs including the NUL into out_needed (may be NULL). buffer may be NULL with size 0. */
+   size it needs including the NUL into out_needed (may be NULL). buffer may be NULL with size 0.
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL buffer with size > 0). */
 FL_API fl_status_t fl_engine_dump(fl_engine_t* engine, char* buffer, uint64_t size, uint64_t* out_needed);
 
+/* METHOD: fl_engine_t, EXPERIMENTAL: the trace's event names and tracks may change —
+   records a timeline (instructions, cross-stream edges, waits, window stalls) in a bounded
+   buffer, written to `path` as Chrome trace-event JSON by fl_trace_stop or at destroy
+   (the FLOWLANE_TRACE environment variable starts one at engine creation).
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL or empty path, already tracing,
+   path cannot be opened for writing). */
 FL_API fl_status_t fl_trace_start(fl_engine_t* engine, const char* path);
+/* METHOD: fl_engine_t, EXPERIMENTAL (as fl_trace_start) — stops the trace and writes it.
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (not tracing, or writing the file
+   failed). */
 FL_API fl_status_t fl_trace_stop(fl_engine_t* engine);
 
 typedef struct fl_engine_stats {
@@ -508,7 +684,8 @@ typedef struct fl_engine_stats {
 } fl_engine_stats_t;
 #define FL_ENGINE_STATS_INIT { sizeof(fl_engine_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
-/* METHOD: fl_engine_t — fills the counters; out->struct_size must be set by the caller. */
+/* METHOD: fl_engine_t — fills the counters; out->struct_size must be set by the caller.
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL out_stats, bad struct_size). */
 FL_API fl_status_t fl_engine_stats(fl_engine_t* engine, fl_engine_stats_t* out_stats);
 
 /* ======================================================================== */
@@ -545,7 +722,7 @@ typedef enum fl_instr_state {
    The state of instruction `id`, which must be one fl_submit_* returned for this stream
    (an id of another stream is not detected and gives a meaningless answer). Never waits,
    never counts as observing a failure. FL_ERR_INVALID_ARGUMENT: id 0 or not submitted to
-   this stream yet; FL_ERR_INVALID_HANDLE. */
+   this stream yet; FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT for a NULL out_state. */
 FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t* out_state);
 
 /* METHOD: fl_stream_t
@@ -555,7 +732,9 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
    for synchronize, as with fl_object_wait; FL_OK also for a completion too old for its
    outcome to be remembered (see FL_INSTR_COMPLETED); FL_ERR_TIMEOUT. From inside a
    callback, waiting for an instruction of the caller's own lane submitted after the caller
-   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns). */
+   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns).
+   FL_ERR_INVALID_ARGUMENT also for id 0 or not submitted to this stream yet;
+   FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns);
 
 /* METHOD: fl_stream_t
@@ -564,13 +743,13 @@ FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64
    that read what it writes are skipped, as after any failure. An instruction that starts
    concurrently with the call runs normally: fl_instr_query / fl_instr_wait_for tell which
    happened. FL_OK: the request is registered. FL_ERR_INVALID_ARGUMENT: `id` already
-   completed, or is 0 or not submitted to this stream yet. */
+   completed, or is 0 or not submitted to this stream yet. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_instr_cancel(fl_stream_t* stream, fl_instr_id id);
 /* METHOD: fl_stream_t — cancels, as fl_instr_cancel, every instruction submitted to this
-   stream before the call. */
+   stream before the call. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_stream_cancel(fl_stream_t* stream);
 /* METHOD: fl_engine_t — cancels, as fl_instr_cancel, every instruction submitted to the
-   engine before the call. */
+   engine before the call. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
 
 /* METHOD: fl_engine_t
@@ -580,8 +759,8 @@ FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
    drained), and the call waits (up to timeout_ns) for every instruction to complete. Returns
    what fl_engine_synchronize would, or FL_ERR_TIMEOUT (the engine stays draining; call again
    to keep waiting). Waits, queries, stats and dumps keep working; fl_engine_destroy frees it.
-   Calling it again is allowed; from a callback of the engine it is refused
-   (FL_ERR_INVALID_ARGUMENT). */
+   Calling it again is allowed; from any code the engine runs it is refused
+   (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);
 
 /* ======================================================================== */
@@ -613,7 +792,8 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
    Waits until every task spawned into the group (before or during the wait) has finished.
    Returns FL_OK, or the first failure a task returned (the message names the status and,
    when the task set one, the worker's last flowlane error), after which the group is empty
-   and usable again. */
+   and usable again. FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT from one of the group's
+   own tasks (it would wait for itself). */
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
 /* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
    wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of

@@ -618,6 +618,15 @@ void fake_nccl_reset() {
 
 // ---- NCCL --------------------------------------------------------------------------------
 
+// FAKE_NCCL_VERSION: another NCCL version, for the loader's version check.
+#ifndef FAKE_NCCL_VERSION
+#define FAKE_NCCL_VERSION NCCL_VERSION_CODE
+#endif
+ncclResult_t ncclGetVersion(int* v) {
+  *v = FAKE_NCCL_VERSION;
+  return ncclSuccess;
+}
+
 const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
     case ncclSuccess: return "no error";

@@ -319,7 +319,7 @@ TEST_P(FakeNcclRanks, ManyCollectivesInARowStayInStep) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, FakeNcclRanks, ::testing::Values(2, 4));
 
-// The 3-D parallel scenario (DESIGN.md, seeds/003): every rank has two communicators, X on
+// The 3-D parallel scenario (comm/README.md, "One order"): every rank has two communicators, X on
 // lane 1 and Y on lane 2, and submits X's collective before Y's. Their inputs come from
 // host producers that finish at different times on different ranks: on rank 0 Y's input
 // is ready first, on rank 1 X's. Issued in readiness order, rank 0 would start Y and rank 1

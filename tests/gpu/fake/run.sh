@@ -21,8 +21,8 @@ g++ -std=c++20 -O1 -g $FAKE_FLAGS -shared -fPIC -Wall -I"$CUDA_INC" "$here/fake_
 
 run() {  # run <binary> [args]: the fakes ahead of the real libraries
   if [ -n "$FAKE_FLAGS" ]; then
-    # The sanitizer runtime must come first; the fakes are found through the rpath, ahead
-    # of libcudart/libnccl because the test links them before libflowlane's own dependencies.
+    # The sanitizer runtime must come first; the fakes are found through the rpath, and
+    # libflowlane finds them in the global scope before it looks for libcudart/libnccl.
     "$@"
   else
     LD_PRELOAD="$tmp/libfakecudart.so${preload_extra:-}" "$@"
@@ -38,20 +38,14 @@ for suite in $FAKE_SUITES; do
       preload_extra="" run "$tmp/fake_engine_test" "$@"
       ;;
     nccl)
-      if ! nm -D --undefined-only "$lib" | awk '$2 == "ncclGroupStart" {f = 1} END {exit !f}'; then
+      # libflowlane loads NCCL at run time (gpu/runtime.hpp): a build with NCCL names its
+      # functions as strings. A fake lacking one is refused at load, naming it.
+      if ! grep -q ncclGroupStart "$lib"; then
         echo "run.sh: $lib was built without NCCL: skipping fake_nccl_test"
         continue
       fi
       g++ -std=c++20 -O1 -g $FAKE_FLAGS -shared -fPIC -Wall -Wextra -I"$CUDA_INC" -I"$here" "$here/fake_nccl.cpp" \
         -o "$tmp/libfakenccl.so" -L"$tmp" -lfakecudart -lpthread -Wl,-rpath,"$tmp"
-      # Every NCCL function libflowlane calls must be faked: a real one would get fake
-      # communicators and streams.
-      missing=$(comm -23 <(nm -D --undefined-only "$lib" | awk '$2 ~ /^nccl/ {print $2}' | sort -u) \
-                         <(nm -D --defined-only "$tmp/libfakenccl.so" | awk '{print $3}' | sort -u))
-      if [ -n "$missing" ]; then
-        echo "run.sh: libflowlane calls NCCL functions the fake lacks: $missing" >&2
-        exit 1
-      fi
       g++ -std=c++20 -O1 -g $FAKE_FLAGS -Wall -Wextra -I"$CUDA_INC" -I"$root/capi/include" -I"$root/tests" -I"$here" \
         "$here/fake_nccl_test.cpp" -o "$tmp/fake_nccl_test" -L"$BUILD/capi" -lflowlane -L"$tmp" -lfakenccl -lfakecudart \
         -lgtest -lgtest_main -lpthread -Wl,-rpath,"$BUILD/capi" -Wl,-rpath,"$tmp"

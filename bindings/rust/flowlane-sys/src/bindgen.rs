@@ -31,7 +31,6 @@ pub const FL_ERR_NO_DEVICE: fl_status = 13;
 pub const FL_ERR_CUDA: fl_status = 14;
 pub const FL_ERR_NCCL: fl_status = 15;
 pub const FL_ERR_INTERNAL: fl_status = 16;
-pub const FL_STATUS_COUNT_: fl_status = 17;
 pub type fl_status = ::std::os::raw::c_uint;
 pub use self::fl_status as fl_status_t;
 extern "C" {
@@ -450,10 +449,16 @@ extern "C" {
     pub fn fl_instr_set_error(ctx: *mut fl_instr_ctx_t, message: *const ::std::os::raw::c_char);
 }
 extern "C" {
-    pub fn fl_instr_lane(ctx: *const fl_instr_ctx_t) -> u32;
+    pub fn fl_instr_get_lane(ctx: *const fl_instr_ctx_t) -> u32;
 }
 extern "C" {
     pub fn fl_instr_get_id(ctx: *const fl_instr_ctx_t) -> fl_instr_id;
+}
+extern "C" {
+    pub fn fl_instr_get_engine(ctx: *const fl_instr_ctx_t) -> *mut fl_engine_t;
+}
+extern "C" {
+    pub fn fl_instr_lane(ctx: *const fl_instr_ctx_t) -> u32;
 }
 extern "C" {
     pub fn fl_instr_engine(ctx: *const fl_instr_ctx_t) -> *mut fl_engine_t;
@@ -1678,7 +1683,10 @@ fn bindgen_test_layout_fl_comm_desc() {
 }
 pub type fl_comm_desc_t = fl_comm_desc;
 extern "C" {
-    pub fn fl_comm_get_unique_id(backend: u32, out_id: *mut fl_comm_unique_id_t) -> fl_status_t;
+    pub fn fl_comm_get_unique_id(
+        backend: fl_comm_backend_t,
+        out_id: *mut fl_comm_unique_id_t,
+    ) -> fl_status_t;
 }
 extern "C" {
     pub fn fl_comm_create(

@@ -1,4 +1,4 @@
-//! The seed scenarios of DESIGN.md through the safe Rust crate (same as the Python suite).
+//! The scenarios of docs/design.md through the safe Rust crate (same as the Python suite).
 //! None relies on timing for its verdict: what must not be waited for is held behind a
 //! gate that opens only after the property has been observed.
 mod common;

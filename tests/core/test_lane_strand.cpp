@@ -1,0 +1,115 @@
+// White-box tests of the lane strand (core/engine/lane.cpp; core/engine/README.md, "Lanes
+// as strands"): one runner per lane at a time, submission order, a lane blocked on its
+// head stays owned and resumes when the head's predecessor completes, an idle lane gives
+// its ownership back (`scheduled` = 0) and the pool parks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "engine_rig.hpp"
+
+namespace flowlane::core::testing {
+namespace {
+
+// Many submitting threads, one lane each plus one shared lane, more workers than lanes'
+// worth of work: no two instructions of a lane ever run at once, and each submitter's
+// instructions run in its submission order.
+TEST(LaneStrand, OneRunnerPerLaneInSubmissionOrder) {
+  Rig rig(4);
+  const int kThreads = 3, kEach = FL_UNDER_SANITIZER ? 500 : 5000;
+  struct PerLane {
+    std::atomic<int> running{0};
+    std::atomic<int> max_running{0};
+  };
+  PerLane lanes[kThreads + 1];
+  std::vector<int> last_seen(kThreads, -1);  // written by the shared lane's runner only
+  std::atomic<bool> out_of_order{false};
+  auto body = [&](PerLane& pl) {
+    int now = pl.running.fetch_add(1) + 1;
+    int prev = pl.max_running.load();
+    while (now > prev && !pl.max_running.compare_exchange_weak(prev, now)) {
+    }
+    for (int spin = 0; spin < 50; ++spin) std::atomic_signal_fence(std::memory_order_seq_cst);
+    pl.running.fetch_sub(1);
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int n = 0; n < kEach; ++n) {
+        rig.submit(rig.host(uint32_t(1 + t)), {}, [&, t] {
+          body(lanes[t]);
+          return FL_OK;
+        });
+        rig.submit(rig.host(7), {}, [&, t, n] {  // the shared lane: several producers
+          body(lanes[kThreads]);
+          if (last_seen[t] >= n) out_of_order = true;
+          last_seen[t] = n;
+          return FL_OK;
+        });
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(rig.sync(rig.host(uint32_t(1 + t))));
+  EXPECT_TRUE(rig.sync(rig.host(7)));
+  for (int l = 0; l <= kThreads; ++l) EXPECT_EQ(lanes[l].max_running.load(), 1) << "lane slot " << l;
+  EXPECT_FALSE(out_of_order.load());
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(last_seen[t], kEach - 1);
+}
+
+// A lane whose head waits for another lane's instruction stays owned (scheduled = 1, its
+// head in `cur`) without occupying a worker, and runs the head once the predecessor
+// completes.
+TEST(LaneStrand, BlockedLaneStaysOwnedAndResumes) {
+  Rig rig(2);
+  Object* o = rig.object();
+  Gate gate;
+  std::atomic<bool> ran{false};
+  rig.submit(rig.host(1), {W(o)}, [&] { return gate.wait(); }, "producer");
+  auto consumer = rig.submit(rig.host(2), {R(o)}, [&] {
+    ran = true;
+    return FL_OK;
+  }, "consumer");
+  Lane& lane = rig.engine.lane(2);
+  // The runner reached the head and dropped the lane's unit: the lane is blocked on it.
+  ASSERT_TRUE(eventually([&] { return consumer.i->pending.load() == 1; }));
+  EXPECT_EQ(lane.scheduled.load(), 1u);
+  EXPECT_EQ(lane.cur, consumer.i);
+  EXPECT_FALSE(ran.load());
+  // The blocked lane holds no worker: another lane's work runs meanwhile on the free one.
+  std::atomic<bool> other{false};
+  rig.submit(rig.host(3), {}, [&] {
+    other = true;
+    return FL_OK;
+  });
+  EXPECT_TRUE(rig.sync(rig.host(3)));
+  EXPECT_TRUE(other.load());
+  gate.open = true;
+  EXPECT_TRUE(rig.sync(rig.host(2)));
+  EXPECT_TRUE(ran.load());
+}
+
+// Once its queue is empty the lane gives up its ownership (scheduled = 0) and every
+// worker parks; new work schedules the lane again.
+TEST(LaneStrand, IdleLaneGoesIdleAndThePoolParks) {
+  Rig rig(2);
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<int> ran{0};
+    for (int k = 0; k < 100; ++k)
+      rig.submit(rig.host(1), {}, [&] {
+        ran.fetch_add(1);
+        return FL_OK;
+      });
+    EXPECT_TRUE(rig.sync(rig.host(1)));
+    EXPECT_EQ(ran.load(), 100);
+    Lane& lane = rig.engine.lane(1);
+    EXPECT_TRUE(eventually([&] { return lane.scheduled.load() == 0; })) << "the lane never went idle";
+    EXPECT_TRUE(eventually([&] { return rig.engine.pool().parked_workers() == rig.engine.pool().size(); }))
+        << "the workers never parked";
+  }
+}
+
+}  // namespace
+}  // namespace flowlane::core::testing

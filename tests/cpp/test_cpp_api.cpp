@@ -1,0 +1,353 @@
+// The C++ header (flowlane.hpp) as a C++17 program uses it: lambdas with captures as
+// instructions and tasks, RAII handles, errors as exceptions. Built with -std=c++17.
+#include <flowlane/flowlane.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+flowlane::engine_options workers(uint64_t n) {
+  flowlane::engine_options o;
+  o.workers = n;
+  return o;
+}
+
+// A gate a callable blocks on until the test opens it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return open; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// ---- recursive work through task groups ---------------------------------------------------
+
+uint64_t fib_seq(uint64_t n) { return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2); }
+
+uint64_t fib(const flowlane::engine& e, uint64_t n) {
+  if (n < 12) return fib_seq(n);
+  uint64_t a = 0, b = 0;
+  flowlane::task_group g = e.make_task_group();
+  g.spawn([&] { a = fib(e, n - 1); });
+  g.spawn([&] { b = fib(e, n - 2); });
+  g.wait();
+  return a + b;
+}
+
+void quicksort(const flowlane::engine& e, int* lo, int* hi) {
+  while (hi - lo > 256) {
+    int pivot = lo[(hi - lo) / 2];
+    int* mid1 = std::partition(lo, hi, [pivot](int v) { return v < pivot; });
+    int* mid2 = std::partition(mid1, hi, [pivot](int v) { return v == pivot; });
+    flowlane::task_group g = e.make_task_group();
+    g.spawn([&e, lo, mid1] { quicksort(e, lo, mid1); });
+    quicksort(e, mid2, hi);  // the larger half could be either: both are sorted before wait
+    g.wait();
+    return;
+  }
+  std::sort(lo, hi);
+}
+
+struct Node {
+  uint64_t value = 0;
+  std::unique_ptr<Node> left, right;
+};
+
+std::unique_ptr<Node> make_tree(int depth, uint64_t& next) {
+  auto n = std::make_unique<Node>();
+  n->value = next++;
+  if (depth > 0) {
+    n->left = make_tree(depth - 1, next);
+    n->right = make_tree(depth - 1, next);
+  }
+  return n;
+}
+
+// Every node is its own task, all spawned into one group from inside its tasks.
+void visit(flowlane::task_group& g, const Node* n, std::atomic<uint64_t>& sum) {
+  sum.fetch_add(n->value, std::memory_order_relaxed);
+  for (const Node* child : {n->left.get(), n->right.get()})
+    if (child != nullptr) g.spawn([&g, child, &sum] { visit(g, child, sum); });
+}
+
+class CppTaskGroups : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(CppTaskGroups, FibWithOneTaskPerCall) {
+  flowlane::engine e(workers(GetParam()));
+  EXPECT_EQ(fib(e, 24), fib_seq(24));
+  EXPECT_GT(e.stats().tasks, 0u);
+}
+
+TEST_P(CppTaskGroups, QuicksortSortsAndKeepsTheElements) {
+  flowlane::engine e(workers(GetParam()));
+  std::vector<int> v(200000);
+  std::mt19937 rng(7);
+  for (int& x : v) x = int(rng() % 5000);
+  std::vector<int> expected = v;
+  std::sort(expected.begin(), expected.end());
+  quicksort(e, v.data(), v.data() + v.size());
+  EXPECT_EQ(v, expected);
+}
+
+TEST_P(CppTaskGroups, TreeWalkVisitsEveryNodeOnce) {
+  flowlane::engine e(workers(GetParam()));
+  uint64_t next = 1;
+  std::unique_ptr<Node> root = make_tree(12, next);
+  const uint64_t count = next - 1;
+  std::atomic<uint64_t> sum{0};
+  flowlane::task_group g = e.make_task_group();
+  g.spawn([&] { visit(g, root.get(), sum); });
+  g.wait();
+  EXPECT_EQ(sum.load(), count * (count + 1) / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, CppTaskGroups, ::testing::Values(1, 2, 4));
+
+TEST(CppTaskGroup, WaitRethrowsTheFirstExceptionWithItsOwnType) {
+  flowlane::engine e(workers(2));
+  flowlane::task_group g = e.make_task_group();
+  g.spawn([] { throw std::out_of_range("index 7"); });
+  try {
+    g.wait();
+    FAIL() << "wait() returned";
+  } catch (const std::out_of_range& x) {
+    EXPECT_STREQ(x.what(), "index 7");
+  }
+  // The group is usable again after its failure was returned.
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i) g.spawn([&] { ran++; });
+  g.wait();
+  EXPECT_EQ(ran.load(), 10);
+}
+
+TEST(CppTaskGroup, AStatusFailureThrowsFlowlaneError) {
+  flowlane::engine e(workers(2));
+  flowlane::task_group g = e.make_task_group();
+  g.spawn([] { return FL_ERR_UNSUPPORTED; });
+  try {
+    g.wait();
+    FAIL() << "wait() returned";
+  } catch (const flowlane::error& x) {
+    EXPECT_EQ(x.status(), FL_ERR_UNSUPPORTED);
+  }
+}
+
+TEST(CppTaskGroup, EveryClosureIsDestroyedOnceWhetherItRanOrWasSkipped) {
+  auto token = std::make_shared<int>(0);
+  {
+    flowlane::engine e(workers(1));
+    flowlane::task_group g = e.make_task_group();
+    g.spawn([] { throw std::runtime_error("first"); });
+    for (int i = 0; i < 100; ++i) g.spawn([token] { ++*token; });
+    EXPECT_THROW(g.wait(), std::runtime_error);
+  }
+  EXPECT_EQ(token.use_count(), 1) << "a closure leaked or was destroyed twice";
+}
+
+// ---- instructions as lambdas ----------------------------------------------------------------
+
+TEST(CppSubmit, LambdasWithCapturesRunInOperandOrder) {
+  flowlane::engine e(workers(2));
+  auto x = e.make_object<std::vector<int>>();
+  std::vector<int>* seen = &x.value();
+  for (int i = 0; i < 200; ++i) {
+    uint32_t lane = uint32_t(i % 4);
+    e.host(lane).submit([seen, i] { seen->push_back(i); }, {flowlane::read_write(x)}, "append");
+  }
+  x.wait();
+  std::vector<int> expected(200);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(x.value(), expected);
+}
+
+TEST(CppSubmit, AContextLambdaSeesItsIdAndLane) {
+  flowlane::engine e(workers(2));
+  auto out = e.make_object<std::pair<fl_instr_id, uint32_t>>();
+  auto* v = &out.value();
+  fl_instr_id id = e.host(3).submit([v](flowlane::instr_context c) { *v = {c.id(), c.lane()}; },
+                                    {flowlane::write(out)});
+  out.wait(FL_READ);
+  EXPECT_EQ(out.value().first, id);
+  EXPECT_EQ(out.value().second, 3u);
+}
+
+TEST(CppSubmit, AnExceptionFailsTheInstructionWithItsTextAndSkipsItsDependents) {
+  flowlane::engine e(workers(2));
+  auto x = e.make_object<int>(0);
+  flowlane::stream s = e.host(1);
+  s.submit([]() -> void { throw std::invalid_argument("bad row 12"); }, {flowlane::write(x)}, "parse");
+  bool ran = false;
+  s.submit([&ran] { ran = true; }, {flowlane::read(x)}, "use");
+  try {
+    e.synchronize();
+    FAIL() << "synchronize() returned";
+  } catch (const flowlane::error& err) {
+    EXPECT_EQ(err.status(), FL_ERR_INSTRUCTION_FAILED);
+    EXPECT_NE(std::string(err.what()).find("bad row 12"), std::string::npos) << err.what();
+  }
+  EXPECT_FALSE(ran);
+  e.synchronize();  // each failure is returned once
+}
+
+TEST(CppSubmit, ARefusedSubmissionThrowsAndDoesNotLeakTheClosure) {
+  auto token = std::make_shared<int>(0);
+  flowlane::engine e(workers(1));
+  auto x = e.make_object<int>(0);
+  fl_object_t* h = x.get();
+  x.reset();  // a released handle: the submission is refused
+  flowlane::operand stale{h, FL_READ};
+  try {
+    e.host(0).submit([token] {}, {stale});
+    FAIL() << "submit() accepted a released object";
+  } catch (const flowlane::error& err) {
+    EXPECT_EQ(err.status(), FL_ERR_INVALID_HANDLE);
+  }
+  EXPECT_EQ(token.use_count(), 1);
+}
+
+TEST(CppSubmit, BadArgumentsThrowWithTheStatus) {
+  flowlane::engine e(workers(1));
+  try {
+    (void)e.host(1u << 30);
+    FAIL() << "an out-of-range lane was accepted";
+  } catch (const flowlane::error& err) {
+    EXPECT_EQ(err.status(), FL_ERR_OUT_OF_RANGE);
+    EXPECT_NE(std::string(err.what()).find("lane"), std::string::npos) << err.what();
+  }
+}
+
+// ---- timed waits, queries, cancel, drain ------------------------------------------------------
+
+TEST(CppWaits, TimedWaitsReturnFalseUntilTheWorkIsDone) {
+  flowlane::engine e(workers(2));
+  auto x = e.make_object<int>(0);
+  Gate gate;
+  flowlane::stream s = e.host(1);
+  fl_instr_id id = s.submit([&gate] { gate.wait(); }, {flowlane::write(x)}, "held");
+  EXPECT_FALSE(x.wait_for(20ms, FL_READ));
+  EXPECT_FALSE(s.synchronize_for(1ms));
+  EXPECT_FALSE(e.synchronize_for(1ms));
+  EXPECT_FALSE(s.wait(id, 1ms));
+  EXPECT_NE(s.query(id), FL_INSTR_DONE);
+  gate.release();
+  EXPECT_TRUE(s.wait(id));
+  EXPECT_EQ(s.query(id), FL_INSTR_DONE);
+  EXPECT_TRUE(x.wait_for(10s, FL_READ));
+  EXPECT_TRUE(e.synchronize_for(10s));
+}
+
+TEST(CppWaits, CancelledInstructionsFailAndTheirClosuresAreFreed) {
+  auto token = std::make_shared<int>(0);
+  flowlane::engine e(workers(1));
+  Gate gate, started;
+  flowlane::stream s = e.host(0);
+  s.submit([&] {
+    started.release();
+    gate.wait();
+  });
+  started.wait();
+  fl_instr_id queued = s.submit([token] { ++*token; });
+  s.cancel(queued);
+  gate.release();
+  try {
+    s.wait(queued);
+    FAIL() << "a cancelled instruction completed normally";
+  } catch (const flowlane::error& err) {
+    EXPECT_EQ(err.status(), FL_ERR_CANCELLED);
+  }
+  EXPECT_EQ(*token, 0);
+  e.drain();
+  EXPECT_EQ(token.use_count(), 1);
+}
+
+TEST(CppWaits, DrainStopsAcceptingWork) {
+  flowlane::engine e(workers(2));
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 100; ++i) e.host(uint32_t(i % 3)).submit([&] { ran++; });
+  EXPECT_TRUE(e.drain());
+  EXPECT_EQ(ran.load(), 100);
+  try {
+    e.host(0).submit([] {});
+    FAIL() << "a drained engine accepted work";
+  } catch (const flowlane::error& err) {
+    EXPECT_EQ(err.status(), FL_ERR_SHUTDOWN);
+  }
+}
+
+// ---- parallel_for -------------------------------------------------------------------------
+
+TEST(CppParallelFor, CoversTheRangeOnceAndRethrowsTheFirstException) {
+  flowlane::engine e(workers(2));
+  std::vector<std::atomic<int>> hits(100000);
+  e.parallel_for(0, hits.size(), [&](uint64_t lo, uint64_t hi) {
+    for (uint64_t i = lo; i < hi; ++i) hits[i]++;
+  });
+  EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](const std::atomic<int>& h) { return h.load() == 1; }));
+  EXPECT_THROW(e.parallel_for(0, 1000, [](uint64_t lo, uint64_t) {
+    if (lo == 0) throw std::length_error("chunk 0");
+  }, 10),
+               std::length_error);
+}
+
+TEST(CppParallelFor, RunsInsideAnInstruction) {
+  flowlane::engine e(workers(2));
+  auto sum = e.make_object<uint64_t>(0);
+  uint64_t* out = &sum.value();
+  flowlane::engine* ep = &e;
+  e.host(1).submit([ep, out] {
+    std::atomic<uint64_t> acc{0};
+    ep->parallel_for(0, 10000, [&](uint64_t lo, uint64_t hi) {
+      uint64_t s = 0;
+      for (uint64_t i = lo; i < hi; ++i) s += i;
+      acc += s;
+    });
+    *out = acc.load();
+  }, {flowlane::write(sum)});
+  sum.wait(FL_READ);
+  EXPECT_EQ(sum.value(), 10000ull * 9999 / 2);
+}
+
+// ---- handles --------------------------------------------------------------------------------
+
+TEST(CppHandles, MovesTransferOwnershipAndTheDumpReads) {
+  flowlane::engine a(workers(1));
+  flowlane::engine b = std::move(a);
+  EXPECT_EQ(a.get(), nullptr);
+  auto o = b.make_object<int>(5);
+  auto p = std::move(o);
+  EXPECT_FALSE(o);
+  EXPECT_EQ(p.value(), 5);
+  flowlane::object<void> ph = b.phony();
+  b.host(0).submit([] {}, {flowlane::write(ph), flowlane::read(p)});
+  b.synchronize();
+  std::string d = b.dump();
+  EXPECT_FALSE(d.empty());
+  EXPECT_EQ(d.find('\0'), std::string::npos);
+}
+
+}  // namespace
