@@ -289,7 +289,7 @@ class InstrContext:
         self.engine = engine
         self._ctx = ctx
         #: The lane the instruction runs on.
-        self.lane = int(lib.fl_instr_lane(ctx))
+        self.lane = int(lib.fl_instr_get_lane(ctx))
         #: The instruction's id (as returned by submit).
         self.id = int(lib.fl_instr_get_id(ctx))
         #: The instruction's name.
@@ -369,7 +369,7 @@ def fail_instruction(engine: "Engine", ctx: Any, instr_id: int, name: Optional[s
     close(), which reports it if none does) and gives the library its description (the
     error text every language sees)."""
     engine._remember_failure(instr_id, exc, "instruction %r (#%d, lane %d)"
-                             % (name, instr_id, int(lib.fl_instr_lane(ctx))))
+                             % (name, instr_id, int(lib.fl_instr_get_lane(ctx))))
     try:
         lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
     except BaseException:

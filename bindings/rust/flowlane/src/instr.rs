@@ -29,7 +29,7 @@ impl InstrCtx<'_> {
     /// The lane the instruction runs on.
     pub fn lane(&self) -> u32 {
         // SAFETY: raw is the live context of the running instruction.
-        unsafe { sys::fl_instr_lane(self.raw) }
+        unsafe { sys::fl_instr_get_lane(self.raw) }
     }
 
     /// The instruction's id (as returned by submit).
@@ -196,7 +196,7 @@ unsafe extern "C" fn host_trampoline(ctx: *mut sys::fl_instr_ctx_t, ud: *mut c_v
         None => return sys::FL_ERR_INTERNAL,
     };
     // SAFETY: ctx is the running instruction's context.
-    let engine_raw = unsafe { sys::fl_instr_engine(ctx) };
+    let engine_raw = unsafe { sys::fl_instr_get_engine(ctx) };
     let engine = match NonNull::new(engine_raw) {
         Some(e) => Engine::borrowed(e),
         None => return sys::FL_ERR_INTERNAL,
