@@ -35,7 +35,9 @@ edition = "2021"
 flowlane = { path = "$tmp/crates/flowlane" }
 TOML
   cat >"$1/src/main.rs" <<'RS'
-use flowlane::{Engine, Error, Object};
+use std::time::Duration;
+
+use flowlane::{Engine, Error, InstrState, Object};
 
 struct App {
     total: Object<u64>,
@@ -46,13 +48,24 @@ fn main() -> Result<(), Error> {
     let engine = Engine::builder().workers(2).build()?;
     let app = App { total: engine.object(0u64)?, engine };
     let stream = app.engine.stream(0)?;
+    let mut last = None;
     for i in 1..=10u64 {
         let t = app.total.handle();
-        stream.instr().read_write(&app.total).submit(move || {
+        last = Some(stream.instr().read_write(&app.total).submit(move || {
             *t.write() += i;
             Ok::<(), Error>(())
-        })?;
+        })?);
     }
+    let last = last.expect("submitted");
+    last.wait_for(Duration::from_secs(60))?;
+    assert_eq!(last.state()?, InstrState::Done);
+    let mut halves = [0u64; 2];
+    let (lo, hi) = halves.split_at_mut(1);
+    app.engine.scope(|s| -> Result<(), Error> {
+        s.spawn(|_| { lo[0] = (1..=50).sum(); Ok::<(), Error>(()) })?;
+        s.spawn(|_| { hi[0] = (51..=100).sum(); Ok::<(), Error>(()) })
+    })??;
+    assert_eq!(halves[0] + halves[1], 5050);
     let mut v = vec![0u8; 100];
     app.engine.par_chunks_mut(&mut v, 7, |i, c| {
         c.fill(i as u8);

@@ -170,6 +170,7 @@ class Engine {
   void cancel_stream(Stream* s);           // fl_stream_cancel
   void cancel_all();                       // fl_engine_cancel
   fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
+  bool pools_quiescent() const;                  // every pool of the engine idle (drain)
   bool draining() const { return draining_.load(std::memory_order_acquire); }  // pairs with drain()'s release
   // The lane runner, before starting i: a cancel request covers it (consumes the request).
   // True (and i marked cancelled) when a cancel request covers i. The common case, no

@@ -1,6 +1,8 @@
 // Waiting for streams and the engine (fl_stream_synchronize, fl_engine_synchronize) and the
 // failure ledger that decides which failure a wait returns (core/engine/README.md, "Errors").
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -367,7 +369,34 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
   draining_.store(true, std::memory_order_release);  // pairs with the acquire load in submit()
-  return synchronize(deadline);
+  // Callbacks may still submit (their work is part of what is drained) and task-group tasks
+  // may still run and submit: wait in rounds until one finds no instruction in flight and
+  // every pool idle. The first failure found is the one returned.
+  fl_status_t first = FL_OK;
+  std::string first_message;
+  for (;;) {
+    fl_status_t st = synchronize(deadline);
+    if (st == FL_ERR_TIMEOUT) return st;
+    if (st != FL_OK && first == FL_OK) {
+      first = st;
+      first_message = last_error();
+    }
+    // acquire pairs with the seq_cst decrement in retire_window_slot(): an instruction seen
+    // retired has completed, and what it submitted was admitted (counted) before.
+    if (inflight_.load(std::memory_order_acquire) == 0 && pools_quiescent()) break;
+    if (deadline.passed())
+      return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running");
+    if (inflight_.load(std::memory_order_relaxed) == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return first == FL_OK ? FL_OK : report(first, first_message);
+}
+
+bool Engine::pools_quiescent() const {
+  if (!pool_->quiescent()) return false;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  for (auto& [n, p] : extra_pools_)
+    if (!p->quiescent()) return false;
+  return true;
 }
 
 }  // namespace flowlane::core

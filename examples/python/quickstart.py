@@ -1,6 +1,6 @@
 """The README's Python example: a long chain on lane 0, a read of the loss on a fresh lane
 that does not wait for the chain, an error that reaches its wait as its own type, a
-parallel loop and a task graph.
+future's result with a timeout, a parallel loop and a task graph.
 
     PYTHONPATH=bindings/python python3 examples/python/quickstart.py
 """
@@ -31,6 +31,9 @@ def main() -> int:
         except ZeroDivisionError as e:  # the callable's own exception...
             print("ZeroDivisionError from", e.__cause__)  # ...chained from the instruction's context
 
+        fut = engine.submit(lambda: sum(range(10**6)), name="sum")  # a concurrent.futures.Future
+        total = fut.result(timeout=60)  # its return value (TimeoutError if late)
+
         chunks = []
         engine.parallel_for(0, 1_000_000, lambda lo, hi: chunks.append(hi - lo), grain=100_000)
         with engine.taskgraph() as g:
@@ -39,8 +42,8 @@ def main() -> int:
             b = g.add(lambda: order.append("b"), name="b")
             a >> b
             g.run(threads=-1)
-        engine.synchronize()
-        ok = grads.value == 250.0 and sum(chunks) == 1_000_000 and order == ["a", "b"]
+        engine.synchronize(timeout=60)
+        ok = grads.value == 250.0 and sum(chunks) == 1_000_000 and order == ["a", "b"] and total == 499_999_500_000
         print("grads =", grads.value, "| stats:", engine.stats())
     print("quickstart: %s" % ("ok" if ok else "FAILED"))
     return 0 if ok else 1

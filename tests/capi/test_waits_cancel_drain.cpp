@@ -231,6 +231,54 @@ TEST(Drain, RefusesNewWorkWaitsForTheOldAndLeavesTheEngineQueryable) {
   fl_object_release(o);
 }
 
+// Work a callback submits while the drain already waits — to another lane, or from a
+// task-group task that starts later — is waited for too: when drain returns, nothing is in
+// flight (it used to return once the streams reached the counts it saw at its start).
+TEST(Drain, WaitsForWorkCallbacksAndTasksSubmitDuringTheDrain) {
+  EngineFixture f(2);
+  Gate gate;
+  std::atomic<int> late{0};
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  fl_engine_t* e = f.engine;
+  submit(s1, [&] {
+    if (!gate.wait()) return FL_ERR_TIMEOUT;
+    submit(s2, [&] {  // another lane: not in the counts the drain started with
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ++late;
+      return FL_OK;
+    }, {}, "late_other_lane");
+    return FL_OK;
+  }, {}, "submits_later");
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(e, &g));
+  struct Spawned {
+    Gate* gate;
+    fl_stream_t* s;
+    std::atomic<int>* late;
+  } sp{&gate, s2, &late};
+  ASSERT_FL_OK(fl_task_group_spawn(g, [](void* ud) -> fl_status_t {
+    auto* x = static_cast<Spawned*>(ud);
+    if (!x->gate->wait()) return FL_ERR_TIMEOUT;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::atomic<int>* late = x->late;
+    submit(x->s, [late] { ++*late; return FL_OK; }, {}, "from_a_task");
+    return FL_OK;
+  }, &sp, nullptr));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.open = true;
+  });
+  EXPECT_FL_OK(fl_engine_drain(e, FL_WAIT_FOREVER));
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  EXPECT_FL_OK(fl_engine_stats(e, &st));
+  EXPECT_EQ(st.in_flight, 0u) << "drain returned with work in flight";
+  EXPECT_EQ(late.load(), 2);
+  opener.join();
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+}
+
 TEST(Drain, FromACallbackIsRefused) {
   EngineFixture f(2);
   std::atomic<int> st{-1};

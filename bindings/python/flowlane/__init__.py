@@ -5,8 +5,9 @@
     with flowlane.Engine(workers=4) as engine:
         x = engine.object(3.0)
         y = engine.object()
-        engine.submit(lambda v: v * 2, reads=[x], writes=[y], name="double")
-        print(y.wait())            # 6.0
+        f = engine.submit(lambda v: v * 2, reads=[x], writes=[y], name="double")
+        print(y.wait(timeout=5))   # 6.0
+        print(f.result())          # 6.0: a concurrent.futures.Future
 
 See bindings/README.md for the model (lanes, streams, objects), errors and thread-safety.
 """
@@ -28,6 +29,7 @@ from ._core import (
     current_instruction,
 )
 from ._ffi import LibraryNotFound, LibraryVersionMismatch
+from ._future import Future, InstrState
 from .errors import (
     Cancelled,
     ClosedError,
@@ -62,7 +64,7 @@ from .gpu import (
     cuda_device_count,
     cuda_priority_range,
 )
-from .graph import Task, TaskGraph, parallel_for
+from .graph import Task, TaskGraph, TaskGroup, parallel_for
 
 __version__ = "0.1.0"
 
@@ -78,9 +80,9 @@ READ_WRITE = Access.READ_WRITE
 __all__ = [
     "Access", "CPU", "Cancelled", "ClosedError", "CollOp", "CollPart", "Comm", "CommBackend", "CommUniqueId",
     "CudaError", "DType", "DependencyFailed", "Device", "DeviceType", "Engine", "EngineStats", "Exhausted",
-    "FlowlaneError", "InstrContext", "InstructionFailed", "InternalError", "InvalidArgument", "InvalidHandle",
+    "FlowlaneError", "Future", "InstrContext", "InstrState", "InstructionFailed", "InternalError", "InvalidArgument", "InvalidHandle",
     "KEEP", "Lane", "LibraryNotFound", "LibraryVersionMismatch", "MemcpyKind", "NcclError", "NoDevice", "NoMemory",
     "Object", "OutOfRange", "PinnedBuffer", "READ", "READ_WRITE", "RedOp", "Shutdown", "Stream", "StreamKind",
-    "Task", "TaskGraph", "Timeout", "UnknownStatus", "Unsupported", "WRITE", "WouldBlock", "cuda_device_count",
+    "Task", "TaskGraph", "TaskGroup", "Timeout", "UnknownStatus", "Unsupported", "WRITE", "WouldBlock", "cuda_device_count",
     "cuda_priority_range", "current_instruction", "library_path", "library_version", "parallel_for",
 ]

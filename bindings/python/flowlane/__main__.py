@@ -2,7 +2,8 @@
 
 Prints where the package and the C library were loaded from and their versions, then runs
 a tiny engine: two lanes, an object written on one and read on the other, a failing
-instruction whose exception must reach the wait, a parallel_for. Prints OK and exits 0, or
+instruction whose exception must reach the wait, a parallel_for, futures collected with
+concurrent.futures.as_completed. Prints OK and exits 0, or
 prints what failed and exits 1. (A library that cannot be loaded at all fails at
 ``import flowlane`` with LibraryNotFound, whose message says what to do.)
 """
@@ -22,7 +23,7 @@ def _checks() -> List[Tuple[str, Callable[[], str]]]:
             x = engine.object(0)
             engine.submit(lambda: 21, writes=[x], name="produce", lane=1)
             doubled = engine.object()
-            engine.submit(lambda v: v * 2, reads=[x], writes=[doubled], name="consume", lane=2)
+            engine.submit(lambda v: int(v) * 2, reads=[x], writes=[doubled], name="consume", lane=2)
             value = doubled.wait()
             if value != 42:
                 raise AssertionError("expected 42 from the two lanes, got %r" % (value,))
@@ -52,7 +53,18 @@ def _checks() -> List[Tuple[str, Callable[[], str]]]:
                 raise AssertionError("parallel_for did not cover [0, 1000) exactly once")
             return "parallel_for covered [0, 1000) once"
 
-    return [("engine", lanes_and_objects), ("errors", failures_reach_the_wait), ("parallel_for", parallel_loop)]
+    def futures() -> str:
+        import concurrent.futures
+
+        with flowlane.Engine(workers=2) as engine:
+            fs = [engine.submit(lambda i=i: i * i, name="square") for i in range(10)]
+            got = sorted(f.result(timeout=60) for f in concurrent.futures.as_completed(fs, timeout=60))
+            if got != [i * i for i in range(10)]:
+                raise AssertionError("futures returned %r" % (got,))
+            return "10 futures completed through as_completed with their results"
+
+    return [("engine", lanes_and_objects), ("errors", failures_reach_the_wait), ("parallel_for", parallel_loop),
+            ("futures", futures)]
 
 
 def main() -> int:

@@ -1,394 +1,49 @@
-"""Engine, lanes, streams, objects and host instructions."""
+"""Engine: lifetime, lanes and streams, objects, submission, synchronize, failures and
+diagnostics. Lanes and streams live in _stream.py, objects in _object.py; every name of
+the three is importable from here."""
 
 from __future__ import annotations
 
 import atexit
 import collections
 import ctypes
-import enum
-import itertools
-import logging
 import os
 import re
 import threading
 import traceback
 import weakref
-from ctypes import byref, c_uint32, c_uint64, c_void_p
-from dataclasses import dataclass
+from ctypes import byref, c_uint32, c_uint64
 from types import TracebackType
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Dict,
-    Generic,
-    Iterable,
-    List,
-    NoReturn,
-    Optional,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-    overload,
-)
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, NoReturn, Optional, Tuple, Union, overload
 
 from . import _capi, _ffi
+from ._base import (
+    CPU,
+    KEEP,
+    _U32_MAX,
+    _U64_MAX,
+    Access,
+    Device,
+    DeviceType,
+    EngineStats,
+    InstrContext,
+    StreamKind,
+    T,
+    _int,
+    _unpin_thread_states,
+    _user_traceback,
+    current_instruction,
+    logger,
+    raise_failure,
+)
 from ._ffi import lib
-from ._managed import Managed, _tls, callback_depth
-from .errors import ClosedError, FlowlaneError, InstructionFailed, InvalidArgument, check, error_for
+from ._future import WAIT_SLICE_S, Completer, Future, run_blocking_async, wait_sliced
+from ._managed import Managed, callback_depth
+from .errors import InstructionFailed, InvalidArgument, Shutdown, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .gpu import Comm, CommBackend, CommUniqueId, MemcpyKind
-    from .graph import TaskGraph
-
-T = TypeVar("T")
-
-#: The logger that reports failures nobody retrieved ("flowlane"), as asyncio reports
-#: exceptions of tasks that nobody awaited.
-logger = logging.getLogger("flowlane")
-
-# --------------------------------------------------------------------------------------
-# Small public types
-
-
-class Access(enum.IntFlag):
-    """How an instruction (or a wait) accesses an object: READ, WRITE or READ_WRITE."""
-
-    READ = _capi.FL_READ
-    WRITE = _capi.FL_WRITE
-    READ_WRITE = _capi.FL_READ_WRITE
-
-
-class StreamKind(enum.IntEnum):
-    """The kind of a stream: HOST (Python callables), or a CUDA stream (COMPUTE, H2D, D2H,
-    COLLECTIVE)."""
-
-    HOST = _capi.FL_STREAM_HOST
-    COMPUTE = _capi.FL_STREAM_COMPUTE
-    H2D = _capi.FL_STREAM_H2D
-    D2H = _capi.FL_STREAM_D2H
-    COLLECTIVE = _capi.FL_STREAM_COLLECTIVE
-
-
-class DeviceType(enum.IntEnum):
-    """CPU or CUDA."""
-
-    CPU = _capi.FL_DEVICE_CPU
-    CUDA = _capi.FL_DEVICE_CUDA
-
-
-@dataclass(frozen=True)
-class Device:
-    """A device: ``Device.cpu()`` (the default) or ``Device.cuda(i)``."""
-
-    type: DeviceType = DeviceType.CPU
-    index: int = 0
-
-    @staticmethod
-    def cpu() -> "Device":
-        """The host."""
-        return CPU
-
-    @staticmethod
-    def cuda(index: int = 0) -> "Device":
-        """CUDA device ``index``."""
-        return Device(DeviceType.CUDA, _int("index", index, -(2**31), 2**31 - 1))
-
-    def _c(self) -> Any:
-        return _capi.fl_device(int(self.type), int(self.index))
-
-    def __str__(self) -> str:
-        return "cpu" if self.type == DeviceType.CPU else "cuda:%d" % self.index
-
-
-#: The host device.
-CPU = Device()
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """Counters of fl_engine_stats (a snapshot): instructions submitted, completed and
-    failed, in flight now, submissions that waited for the window, work-stealing steals and
-    worker parks."""
-
-    submitted: int
-    completed: int
-    failed: int
-    in_flight: int
-    window_stalls: int
-    steals: int
-    parks: int
-
-
-class _Keep:
-    """A marker a callable returns (alone, or in its tuple) to leave a written object's
-    value unchanged, e.g. after mutating it in place."""
-
-    _instance: Optional["_Keep"] = None
-
-    def __new__(cls) -> "_Keep":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "flowlane.KEEP"
-
-    def __reduce__(self) -> str:
-        return "KEEP"
-
-
-#: Returned by a callable (alone or in its tuple) to leave a written object's value as it
-#: is, e.g. after mutating it in place.
-KEEP = _Keep()
-
-_U32_MAX = 2**32 - 1
-_U64_MAX = 2**64 - 1
-
-AccessLike = Union[Access, int, str]
-
-
-def _int(what: str, value: Any, lo: int, hi: int) -> int:
-    """An integer argument, refusing bools, floats and strings with a clear TypeError and
-    out-of-range values with a ValueError (ctypes would silently wrap them)."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
-    v = int(value.__index__())
-    if v < lo or v > hi:
-        raise ValueError("%s must be in [%d, %d], got %d" % (what, lo, hi, v))
-    return v
-
-
-def _access(value: AccessLike) -> int:
-    if isinstance(value, str):
-        m = {"r": 1, "read": 1, "w": 2, "write": 2, "rw": 3, "read_write": 3, "readwrite": 3}
-        try:
-            return m[value.lower()]
-        except KeyError:
-            raise ValueError("access must be 'read', 'write' or 'read_write', got %r" % value) from None
-    return _int("access", value, 0, _U32_MAX)
-
-
-# --------------------------------------------------------------------------------------
-# Ownership of Python values by C: a key (the C user_data) maps to what the engine owns.
-# A callback looks its payload up by key; the cleanup/release callback pops it, exactly
-# once. Keys are never reused, so a stray duplicate callback would find nothing.
-
-_keep: Dict[int, Any] = {}
-_next_key = itertools.count(1).__next__
-
-
-def _register(payload: Any) -> int:
-    key = _next_key()
-    _keep[key] = payload
-    return key
-
-
-# Worker threads are foreign to Python: each ctypes callback on such a thread would create
-# and destroy a Python thread state (tens of microseconds, most of a short callback's
-# cost). The first callback on a worker "pins" its thread state with one extra
-# PyGILState_Ensure that is never released, so later callbacks only take the GIL. The
-# engine remembers the pinned states and deletes them once fl_engine_destroy has joined
-# its workers (they can never run Python again then), so nothing leaks per engine.
-_pyapi = ctypes.pythonapi
-try:
-    _pyapi.PyGILState_Ensure.restype = ctypes.c_int
-    _pyapi.PyGILState_Ensure.argtypes = []
-    _pyapi.PyThreadState_Get.restype = c_void_p
-    _pyapi.PyThreadState_Get.argtypes = []
-    _pyapi.PyThreadState_Clear.restype = None
-    _pyapi.PyThreadState_Clear.argtypes = [c_void_p]
-    _pyapi.PyThreadState_Delete.restype = None
-    _pyapi.PyThreadState_Delete.argtypes = [c_void_p]
-    _python_threads = threading._active  # type: ignore[attr-defined]  # ident -> Thread
-    _CAN_PIN = True
-except (AttributeError, TypeError):  # another implementation: stay correct, just slower
-    _CAN_PIN = False
-
-
-def _pin_thread_state(engine: Optional["Engine"]) -> None:
-    """Called inside a callback (GIL held): pins this worker's thread state, once."""
-    if not _CAN_PIN or getattr(_tls, "pinned", False) or engine is None:
-        return
-    _tls.pinned = True
-    if threading.get_ident() in _python_threads:
-        return  # a thread Python owns (main, threading.Thread): its state persists anyway
-    _pyapi.PyGILState_Ensure()
-    engine._pinned.append(_pyapi.PyThreadState_Get())
-
-
-def _unpin_thread_states(pinned: List[int]) -> None:
-    """After fl_engine_destroy joined the workers: frees their pinned thread states."""
-    while pinned:
-        ts = pinned.pop()
-        _pyapi.PyThreadState_Clear(ts)
-        _pyapi.PyThreadState_Delete(ts)
-
-
-def _release(key: int) -> None:
-    # Runs on any thread, exactly once per registration; drops the engine's reference.
-    try:
-        payload = _keep.pop(key, None)
-        if payload is not None:
-            _pin_thread_state(getattr(payload, "engine", None))
-        # Dropping the payload may drop the last reference to an engine (or to anything
-        # whose __del__ calls flowlane): count as "inside a callback" while it happens,
-        # so an engine collected here is destroyed by a helper thread, not by a worker.
-        _tls.depth = getattr(_tls, "depth", 0) + 1
-        try:
-            del payload
-        finally:
-            _tls.depth -= 1
-    except BaseException:  # never let anything cross into C
-        pass
-
-
-_release_trampoline = _capi.fl_release_fn(_release)
-
-_PACKAGE_DIR = os.path.dirname(__file__)
-
-
-def _user_traceback(exc: BaseException) -> Optional[TracebackType]:
-    """exc's traceback without the bindings' own trampoline frames."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    return tb
-
-
-def _describe_exception(exc: BaseException) -> str:
-    """Type, message and traceback, without the bindings' own trampoline frames."""
-    text = "".join(traceback.format_exception(type(exc), exc, _user_traceback(exc)))
-    return "Python %s: %s\n%s" % (type(exc).__qualname__, exc, text.rstrip())
-
-
-def _without_traceback(message: str) -> str:
-    """An instruction failure's text without the Python traceback that _describe_exception
-    put there (the exception re-raised next to it carries its own)."""
-    return re.sub(r"\nTraceback \(most recent call last\):\n.*", "", message, flags=re.S)
-
-
-def raise_failure(err: FlowlaneError, original: Optional[BaseException], tb: Optional[TracebackType]) -> NoReturn:
-    """Raises ``original`` (the exception of a Python callable) chained from ``err`` (the
-    flowlane error with the instruction's context), as concurrent.futures re-raises a
-    worker's exception; raises ``err`` itself when there is no Python exception."""
-    if original is None or not isinstance(err, InstructionFailed):
-        raise err
-    err.original = original
-    err.message = _without_traceback(err.message)
-    raise original.with_traceback(tb) from err
-
-
-# --------------------------------------------------------------------------------------
-# Instruction context
-
-
-class InstrContext:
-    """What a running instruction knows about itself; see :func:`current_instruction`.
-
-    Valid only while the callable runs (afterwards its attributes still read, but it can
-    no longer be used to submit)."""
-
-    __slots__ = ("engine", "lane", "id", "name", "_ctx")
-
-    def __init__(self, engine: "Engine", ctx: Any, name: Optional[str]):
-        #: The engine running the instruction.
-        self.engine = engine
-        self._ctx = ctx
-        #: The lane the instruction runs on.
-        self.lane = int(lib.fl_instr_lane(ctx))
-        #: The instruction's id (as returned by submit).
-        self.id = int(lib.fl_instr_get_id(ctx))
-        #: The instruction's name.
-        self.name = name
-
-    def stream(self, kind: Union[StreamKind, int, str, None] = None, device: Optional[Device] = None) -> "Stream":
-        """A stream on this instruction's lane (host by default), to submit follow-up work
-        (which never blocks on the window from inside a callback)."""
-        return self.engine.stream(self.lane, device=device, kind=kind)
-
-    def __repr__(self) -> str:
-        return "<InstrContext %r #%d lane %d>" % (self.name, self.id, self.lane)
-
-
-def current_instruction() -> Optional[InstrContext]:
-    """The instruction whose callable runs on this thread, or None outside callbacks."""
-    return getattr(_tls, "instr", None)
-
-
-class _Instr:
-    """One submitted Python instruction: the payload its key maps to until cleanup."""
-
-    __slots__ = ("engine", "fn", "reads", "writes", "name")
-
-    def __init__(self, engine: "Engine", fn: Callable[..., Any], reads: List["Object[Any]"],
-                 writes: List["Object[Any]"], name: Optional[str]):
-        self.engine = engine
-        self.fn = fn
-        self.reads = reads
-        self.writes = writes
-        self.name = name
-
-    def run(self, ctx: Any) -> int:
-        info = InstrContext(self.engine, ctx, self.name)
-        prev = getattr(_tls, "instr", None)
-        _tls.instr = info
-        _tls.depth = getattr(_tls, "depth", 0) + 1
-        try:
-            result = self.fn(*[o._value for o in self.reads])
-            writes = self.writes
-            n = len(writes)
-            if n == 1:
-                if result is not KEEP:
-                    writes[0]._value = result
-            elif n > 1:
-                if not isinstance(result, (tuple, list)) or len(result) != n:
-                    raise TypeError(
-                        "instruction %r writes %d objects, so its callable must return a tuple of "
-                        "%d values (or flowlane.KEEP), got %s"
-                        % (self.name, n, n, type(result).__name__ if not isinstance(result, (tuple, list))
-                           else "%d values" % len(result))
-                    )
-                for o, v in zip(writes, result):
-                    if v is not KEEP:
-                        o._value = v
-            return _capi.FL_OK
-        except BaseException as exc:  # noqa: B902 - a callback must not unwind into C
-            fail_instruction(self.engine, ctx, info.id, self.name, exc)
-            return _capi.FL_ERR_INSTRUCTION_FAILED
-        finally:
-            info._ctx = None
-            _tls.instr = prev
-            _tls.depth -= 1
-
-
-def fail_instruction(engine: "Engine", ctx: Any, instr_id: int, name: Optional[str], exc: BaseException) -> None:
-    """Inside a callback: remembers exc for the wait that will observe the failure (and for
-    close(), which reports it if none does) and gives the library its description (the
-    error text every language sees)."""
-    engine._remember_failure(instr_id, exc, "instruction %r (#%d, lane %d)"
-                             % (name, instr_id, int(lib.fl_instr_lane(ctx))))
-    try:
-        lib.fl_instr_set_error(ctx, _describe_exception(exc).encode("utf-8", "replace"))
-    except BaseException:
-        pass
-
-
-def _host(ctx: Any, key: int) -> int:
-    try:
-        payload = _keep.get(key)
-        if payload is None:
-            lib.fl_instr_set_error(ctx, b"flowlane python binding: instruction payload missing")
-            return _capi.FL_ERR_INTERNAL
-        _pin_thread_state(payload.engine)
-        return int(payload.run(ctx))
-    except BaseException:
-        return _capi.FL_ERR_INTERNAL
-
-
-_host_trampoline = _capi.fl_host_fn(_host)
-
+    from .gpu import Comm, CommBackend, CommUniqueId
+    from .graph import TaskGraph, TaskGroup
 
 # --------------------------------------------------------------------------------------
 # Engine
@@ -463,17 +118,27 @@ class Engine(Managed):
         self._watchdogs: List[Any] = []
         self._close_lock = threading.Lock()
         self._pinned: List[int] = []
+        self._completer = Completer()
+        # Admission of Python submissions: close() stops it, then waits for those under
+        # way, so the drain that follows covers every instruction with a future.
+        self._admit = threading.Condition()
+        self._submitting = 0
+        self._closing = False
         self._handle = out
         _live_engines.add(self)
 
     # -- lifetime -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drains every submitted instruction, runs pending cleanups and releases, joins the
-        workers. Failures of Python callables that no wait, synchronize() or value observed
-        are logged then (logger "flowlane", level ERROR, with the exception and traceback).
-        Every stream, object, lane and graph of the engine is unusable afterwards.
-        Idempotent."""
+        """Drains every submitted instruction, completes their futures, runs pending
+        cleanups and releases, joins the workers. Failures of Python callables that no wait,
+        synchronize(), value or future observed are logged then (logger "flowlane", level
+        ERROR, with the exception and traceback). Every stream, object, lane and graph of the
+        engine is unusable afterwards. Idempotent.
+
+        The drain can be interrupted with Ctrl-C (KeyboardInterrupt): the engine then stays
+        open but refuses new submissions from the program's threads (:class:`Shutdown`);
+        call close() again to finish."""
         if self._handle is None:
             return
         if callback_depth() > 0:
@@ -483,17 +148,53 @@ class Engine(Managed):
             h = self._handle
             if h is None:
                 return
+            # Drain first (Ctrl-C can interrupt it), so every future is completed while the
+            # engine can still answer queries. Callbacks that still run can use the engine,
+            # but submitting (from them or any thread) raises Shutdown, as destroy would.
+            self._stop_admitting()
+            wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), None, "Engine.close")
+            self._completer.flush()
             _live_engines.discard(self)
-            # The handle stays valid while destroy drains, so callbacks that still run can
-            # use the engine: submitting then raises Shutdown (from C), not ClosedError.
             st = lib.fl_engine_destroy(h)
             if st != _capi.FL_OK:
                 check(st, "Engine.close")
             self._handle = None
+            self._completer.stop()
             self._watchdogs.clear()
             _unpin_thread_states(self._pinned)
             with self._failures_lock:
                 _report_unretrieved(self._unretrieved, self._unretrieved_overflow, "Engine.close")
+
+    def _settle(self, status: int) -> None:
+        """After a synchronize or drain that did not time out: the futures of the
+        instructions it waited for are done (and their done-callbacks have run) when it
+        returns. (Their completion is queued by the cleanup, before the instruction
+        completes, so waiting for the completer's queue is enough.)"""
+        if status != _capi.FL_ERR_TIMEOUT and callback_depth() == 0:
+            self._completer.flush()
+
+    def _enter_submit(self, where: str) -> None:
+        """Before a Python submission: refused once close() has begun."""
+        with self._admit:
+            if self._closing:
+                raise Shutdown("the engine is being closed (Engine.close drains and destroys it): it admits no new "
+                               "instructions", function=where)
+            self._submitting += 1
+
+    def _leave_submit(self) -> None:
+        with self._admit:
+            self._submitting -= 1
+            if not self._submitting:
+                self._admit.notify_all()
+
+    def _stop_admitting(self) -> None:
+        """Refuses further Python submissions and waits (in slices: Ctrl-C) for those under
+        way (from callbacks they never block; from a thread, at most until the window has
+        room again)."""
+        with self._admit:
+            self._closing = True
+            while self._submitting:
+                self._admit.wait(WAIT_SLICE_S)
 
     def _finalize(self) -> None:
         if self._handle is None:
@@ -501,13 +202,21 @@ class Engine(Managed):
         if callback_depth() > 0:
             # Garbage-collected on a worker: destroying here would wait for the running
             # callback itself. Hand the drain to a helper thread.
-            h, self._handle = self._handle, None
+            h = self._handle
             _live_engines.discard(self)
             pinned, unretrieved, overflow = self._pinned, self._unretrieved, self._unretrieved_overflow
+            completer = self._completer
+
+            self._closing = True  # waiting for submissions under way is the helper's job
 
             def destroy() -> None:
+                self._stop_admitting()
+                lib.fl_engine_drain(h, _capi.FL_WAIT_FOREVER)
+                completer.flush()
+                self._handle = None
                 if lib.fl_engine_destroy(h) == _capi.FL_OK:
                     _unpin_thread_states(pinned)
+                completer.stop()
                 _report_unretrieved(unretrieved, overflow, "Engine (garbage-collected)")
 
             threading.Thread(target=destroy, name="flowlane-engine-destroy").start()
@@ -623,27 +332,73 @@ class Engine(Managed):
 
     # -- submission ------------------------------------------------------------------
 
-    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
+    def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
-               lane: Optional[int] = None, block: bool = True) -> int:
-        """Submits ``fn`` on the host stream of ``lane`` (default: the current lane);
-        see :meth:`Stream.submit`."""
+               lane: Optional[int] = None, block: bool = True) -> "Future[T]":
+        """Submits ``fn`` on the host stream of ``lane`` (default: the current lane) and
+        returns its :class:`Future`; see :meth:`Stream.submit`."""
         return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit")
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout: Optional[float] = None) -> None:
         """Waits for every instruction submitted before the call; raises the first failure
         among them not yet reported by another wait (each failure is reported once): the
-        callable's own exception, chained from the flowlane error. Blocking releases the
-        GIL. Not allowed inside a callback (InvalidArgument)."""
-        st = lib.fl_engine_synchronize(self._ptr())
+        callable's own exception, chained from the flowlane error. ``timeout`` (seconds,
+        None: forever) raises :class:`Timeout` (a TimeoutError) and consumes nothing: the
+        call can be repeated. Blocking releases the GIL; Ctrl-C interrupts it. Not allowed
+        inside a callback (InvalidArgument). When it returns, the futures of the
+        instructions it waited for are done and their done-callbacks have run."""
+        h = self._ptr()
+        st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize")
+        self._settle(st)
         if st != _capi.FL_OK:
             self._raise(st, "Engine.synchronize")
+
+    async def synchronize_async(self, timeout: Optional[float] = None) -> None:
+        """``await engine.synchronize_async()``: synchronize() on a helper thread, so the
+        event loop keeps running (it neither blocks nor polls)."""
+        h = self._ptr()
+
+        def wait(stop: threading.Event) -> None:
+            st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize_async",
+                             stop)
+            self._settle(st)
+            if st != _capi.FL_OK:
+                self._raise(st, "Engine.synchronize_async")
+
+        await run_blocking_async(wait)
+
+    def drain(self, timeout: Optional[float] = None) -> None:
+        """Drains the engine without closing it: from now on submissions from the
+        program's threads raise :class:`Shutdown` (callbacks may still submit: their work
+        belongs to the drain), and the call waits up to ``timeout`` seconds (None: forever;
+        Ctrl-C interrupts it) for every instruction to complete. Raises what synchronize()
+        would, or :class:`Timeout` (the engine stays draining: call again). Waits, futures,
+        stats and dumps keep working; close() frees the engine."""
+        h = self._ptr()
+        st = wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), timeout, "Engine.drain")
+        self._settle(st)
+        if st != _capi.FL_OK:
+            self._raise(st, "Engine.drain")
+
+    def cancel(self) -> None:
+        """Cancels every instruction submitted before the call that has not started
+        (``fl_engine_cancel``): they do not run, their futures are cancelled, and what reads
+        their outputs is skipped. synchronize() then raises :class:`Cancelled` once."""
+        check(lib.fl_engine_cancel(self._ptr()), "Engine.cancel")
+
+    def task_group(self) -> "TaskGroup":
+        """A new :class:`TaskGroup`: ``with engine.task_group() as g: g.spawn(fn, ...)``
+        runs the tasks on the workers and waits for them at the end of the block."""
+        from .graph import TaskGroup
+
+        return TaskGroup(self)
 
     def stats(self) -> EngineStats:
         """A snapshot of the engine's counters."""
         s = _ffi.init(_capi.fl_engine_stats)
         check(lib.fl_engine_stats(self._ptr(), byref(s)), "Engine.stats")
-        return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks)
+        return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks,
+                           s.cancelled, s.tasks)
 
     # -- failures: the Python exception behind a failed instruction ------------------
 
@@ -773,377 +528,10 @@ class _Tracing:
         self.engine.trace_stop()
 
 
-# --------------------------------------------------------------------------------------
-# Lane
 
-
-class Lane:
-    """A lane id of an engine. From ``engine.lane()`` it is held (acquired) until the
-    ``with`` block ends or close(); from ``engine.lane(k)`` it is only named.
-
-    Thread-safety: a Lane may be used from any thread; entering it (``with``) makes it
-    the current lane of the entering thread only."""
-
-    __slots__ = ("engine", "id", "owned", "_released", "__weakref__")
-
-    def __init__(self, engine: Engine, lane_id: int, owned: bool):
-        #: The engine.
-        self.engine = engine
-        #: The lane id.
-        self.id = lane_id
-        #: True when this Lane acquired the id (and releases it).
-        self.owned = owned
-        self._released = False
-
-    def __index__(self) -> int:
-        return self.id
-
-    def __int__(self) -> int:
-        return self.id
-
-    def __repr__(self) -> str:
-        return "<flowlane.Lane %d%s>" % (self.id, " (released)" if self._released else "")
-
-    def stream(self, *, device: Optional[Device] = None, kind: Union[StreamKind, int, str, None] = None) -> "Stream":
-        """This lane's stream (host by default)."""
-        if self._released:
-            raise ClosedError("lane %d was released" % self.id, function="Lane.stream")
-        return self.engine.stream(self.id, device=device, kind=kind)
-
-    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
-               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
-        """Submits on this lane's host stream; see :meth:`Stream.submit`."""
-        return self.stream()._submit(fn, reads, writes, name, block, "Lane.submit")
-
-    def synchronize(self) -> None:
-        """Waits for this lane's host stream."""
-        self.stream()._synchronize("Lane.synchronize")
-
-    def close(self) -> None:
-        """Releases an acquired lane (work already submitted on it still runs). Named
-        lanes (``engine.lane(k)``) are not released. Idempotent."""
-        if self._released:
-            return
-        self._released = True
-        if self.owned and self.engine._handle is not None:
-            check(lib.fl_lane_release(self.engine._handle, self.id), "Lane.close")
-
-    @property
-    def closed(self) -> bool:
-        """True after close()."""
-        return self._released
-
-    def __enter__(self) -> "Lane":
-        if self._released:
-            raise ClosedError("lane %d was released" % self.id, function="Lane.__enter__")
-        self.engine._push_lane(self.id)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.engine._pop_lane(self.id)
-        self.close()
-
-    def __del__(self) -> None:
-        if self._released or not self.owned or _ffi.is_finalizing():
-            return
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-# --------------------------------------------------------------------------------------
-# Stream
-
-
-class Stream:
-    """An in-order queue of instructions, interned by (lane, device, kind); valid until
-    its engine is closed, with nothing to release. Two Stream wrappers of the same
-    stream compare equal.
-
-    Thread-safety: any thread may submit to any stream at any time (submissions from
-    different threads are ordered by whichever the engine admits first)."""
-
-    __slots__ = ("engine", "_handle", "lane", "device", "kind")
-
-    def __init__(self, engine: Engine, handle: Any, lane: int, device: Device, kind: int):
-        #: The engine.
-        self.engine = engine
-        self._handle = handle
-        #: The lane id.
-        self.lane = lane
-        #: The device.
-        self.device = device
-        #: The kind (a StreamKind, or an int the bindings do not know).
-        self.kind: Union[StreamKind, int]
-        try:
-            self.kind = StreamKind(kind)
-        except ValueError:
-            self.kind = kind
-
-    def _ptr(self) -> Any:
-        if self.engine._handle is None:
-            raise ClosedError("the engine of this stream is closed")
-        return self._handle
-
-    @property
-    def closed(self) -> bool:
-        """True once the engine is closed."""
-        return self.engine._handle is None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and _ffi.address(self._handle) == _ffi.address(other._handle)
-
-    def __hash__(self) -> int:
-        return hash(_ffi.address(self._handle))
-
-    def __repr__(self) -> str:
-        kind = self.kind.name if isinstance(self.kind, StreamKind) else self.kind
-        return "<flowlane.Stream lane=%d device=%s kind=%s>" % (self.lane, self.device, kind)
-
-    def info(self) -> Tuple[int, Device, StreamKind]:
-        """(lane, Device, StreamKind) as the library reports them."""
-        lane = c_uint32()
-        dev = _capi.fl_device()
-        kind = _capi.fl_stream_kind_t()
-        check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "Stream.info")
-        return int(lane.value), Device(DeviceType(dev.type), dev.index), StreamKind(kind.value)
-
-    def submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"] = (),
-               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
-        """Submits ``fn`` as a host instruction and returns its id (asynchronous).
-
-        ``fn(*values)`` is called on a worker thread with the values of ``reads``, in
-        order, once every earlier writer of those objects (and every earlier reader and
-        writer of ``writes``) has completed. Its return value becomes the new value of
-        ``writes``: one object takes the value itself, several take a tuple of that
-        length; ``flowlane.KEEP`` (alone or in the tuple) leaves a value unchanged (after
-        an in-place mutation). An object in both lists is read-write.
-
-        If ``fn`` raises, the instruction fails: its written objects are poisoned, the
-        instructions that read them are skipped, and the wait that observes it raises
-        ``fn``'s own exception, chained from an :class:`InstructionFailed` (or
-        :class:`DependencyFailed`, for a skipped dependent) that names the instruction.
-
-        ``block=False`` raises :class:`WouldBlock` instead of waiting when the engine's
-        in-flight window is full. Submissions from inside a callback never block.
-        """
-        return self._submit(fn, reads, writes, name, block, "Stream.submit")
-
-    def _submit(self, fn: Callable[..., Any], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
-                name: Optional[str], block: bool, where: str) -> int:
-        h = self._ptr()
-        if not callable(fn):
-            raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
-        r = _objects("reads", reads, self.engine, where)
-        w = _objects("writes", writes, self.engine, where)
-        label = name if name is not None else getattr(fn, "__qualname__", None)
-        cname = _ffi.encode_name(label)
-        ops, n = _operands(r, w)
-        payload = _Instr(self.engine, fn, r, w, label)
-        key = _register(payload)
-        instr = _ffi.init(_capi.fl_host_instr)
-        instr.fn = _host_trampoline
-        instr.user_data = key
-        instr.cleanup = _release_trampoline
-        if ops is not None:
-            instr.operands = ops
-            instr.num_operands = n
-        instr.name = cname
-        instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
-        out = c_uint64()
-        st = lib.fl_submit_host(h, byref(instr), byref(out))
-        if st != _capi.FL_OK:
-            # Neither fn nor cleanup will ever run: the payload is ours again.
-            err = error_for(st, None, where)
-            _keep.pop(key, None)
-            raise err
-        return int(out.value)
-
-    def synchronize(self) -> None:
-        """Waits for everything submitted to this stream before the call; raises the
-        first failure among them not yet reported (releases the GIL while waiting)."""
-        self._synchronize("Stream.synchronize")
-
-    def _synchronize(self, where: str) -> None:
-        st = lib.fl_stream_synchronize(self._ptr())
-        if st != _capi.FL_OK:
-            self.engine._raise(st, where)
-
-    # GPU entry points live in gpu.py; bound here so streams grow with the API.
-    def set_priority(self, priority: int) -> int:
-        """Sets a CUDA stream's priority before its first instruction; returns the applied
-        (clamped) value."""
-        from .gpu import stream_set_priority
-
-        return stream_set_priority(self, priority)
-
-    def submit_kernel(self, func: int, *, grid: Union[int, Sequence[int]] = (1, 1, 1),
-                      block: Union[int, Sequence[int]] = (1, 1, 1), args: Sequence[Any] = (), shared_mem: int = 0,
-                      reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
-                      name: Optional[str] = None, nonblocking: bool = False) -> int:
-        """Launches a ``__global__`` function; see :func:`flowlane.gpu.submit_kernel`."""
-        from .gpu import submit_kernel
-
-        return submit_kernel(self, func, grid=grid, block=block, args=args, shared_mem=shared_mem,
-                             reads=reads, writes=writes, name=name, nonblocking=nonblocking)
-
-    def submit_device(self, fn: Callable[[int], Any], reads: Iterable["Object[Any]"] = (),
-                      writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
-        """Submits ``fn(cuda_stream)``; see :func:`flowlane.gpu.submit_device`."""
-        from .gpu import submit_device
-
-        return submit_device(self, fn, reads=reads, writes=writes, name=name, block=block)
-
-    def memcpy(self, dst: int, src: int, nbytes: int, kind: Union["MemcpyKind", int], *,
-               reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
-               name: Optional[str] = None, block: bool = True) -> int:
-        """Copies ``nbytes`` from ``src`` to ``dst`` (addresses as ints) on this CUDA stream."""
-        from .gpu import submit_memcpy
-
-        return submit_memcpy(self, kind, dst, src, nbytes, 0, reads=reads, writes=writes, name=name, block=block,
-                             where="Stream.memcpy")
-
-    def memset(self, dst: int, value: int, nbytes: int, *, reads: Iterable["Object[Any]"] = (),
-               writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, block: bool = True) -> int:
-        """Sets ``nbytes`` at ``dst`` to the byte ``value`` on this CUDA stream."""
-        from .gpu import submit_memcpy
-
-        return submit_memcpy(self, _capi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
-                             name=name, block=block, where="Stream.memset")
-
-
-def _objects(what: str, items: Any, engine: Engine, where: str) -> List["Object[Any]"]:
-    if isinstance(items, Object):
-        items = (items,)
-    try:
-        seq = list(items)
-    except TypeError:
-        raise TypeError("%s: %s must be a list of flowlane.Object, not %s"
-                        % (where, what, type(items).__name__)) from None
-    for o in seq:
-        if not isinstance(o, Object):
-            raise TypeError("%s: %s must contain flowlane.Object instances, got %s"
-                            % (where, what, type(o).__name__))
-        if o.engine is not engine:
-            raise ValueError("%s: %s: %r belongs to another engine" % (where, what, o))
-    return seq
-
-
-def _operands(reads: Sequence["Object[Any]"], writes: Sequence["Object[Any]"]) -> Tuple[Any, int]:
-    """A ctypes array of fl_operand_t for reads then writes (None, 0 when empty)."""
-    n = len(reads) + len(writes)
-    if not n:
-        return None, 0
-    ops = (_capi.fl_operand * n)()
-    for i, o in enumerate(reads):
-        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
-    for j, o in enumerate(writes):
-        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
-    return ops, n
-
-
-# --------------------------------------------------------------------------------------
-# Object
-
-
-class _Box:
-    """Holds an object's value; owned by the engine (via its key) until release."""
-
-    __slots__ = ("value", "engine")
-
-    def __init__(self, value: Any, engine: Engine):
-        self.value = value
-        self.engine = engine
-
-
-class Object(Managed, Generic[T]):
-    """A dependence object carrying a Python value of type ``T``.
-
-    Instructions read and write it (``reads=[obj]``, ``writes=[obj]``); the engine
-    orders them (reads after the last write, writes after every earlier access).
-    ``obj.wait()`` blocks until the value is ready and returns it; ``obj.value`` does the
-    same as a property (and, assigned, waits for every earlier access first). Inside an
-    instruction callback ``obj.value`` reads/writes directly, without waiting: declare
-    the object as an operand so the engine orders the access.
-
-    close() drops the program's reference; the engine keeps the value alive until the
-    last instruction using it has completed, then releases it.
-
-    Thread-safety: wait() and value may be used from any thread; close() must not race
-    with other uses of the same object.
-    """
-
-    __slots__ = ("engine", "_box", "_key")
-    _kind = "object"
-
-    def __init__(self, engine: Engine, value: T = None):  # type: ignore[assignment]
-        super().__init__()
-        if not isinstance(engine, Engine):
-            raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
-        h = engine._ptr()
-        #: The engine.
-        self.engine = engine
-        self._box = _Box(value, engine)
-        key = _register(self._box)
-        out = _ffi.object_p()
-        st = lib.fl_object_create(h, key, _release_trampoline, byref(out))
-        if st != _capi.FL_OK:
-            err = error_for(st, None, "Engine.object")
-            _keep.pop(key, None)
-            raise err
-        self._key = key
-        self._handle = out
-
-    @property
-    def _value(self) -> T:
-        return self._box.value  # type: ignore[no-any-return]
-
-    @_value.setter
-    def _value(self, v: T) -> None:
-        self._box.value = v
-
-    def _ptr(self) -> Any:
-        if self.engine._handle is None:
-            raise ClosedError("the engine of this object is closed")
-        return super()._ptr()
-
-    def _close_handle(self, handle: Any) -> None:
-        if self.engine._handle is None:
-            return  # the engine's destroy already released everything
-        check(lib.fl_object_release(handle), "Object.close")
-
-    def wait(self, access: AccessLike = Access.READ) -> T:
-        """Blocks (releasing the GIL) until the object may be accessed: READ waits for
-        every earlier write, WRITE/READ_WRITE also for every earlier read. Returns the
-        value. If the value is poisoned, raises the failing callable's own exception,
-        chained from an InstructionFailed/DependencyFailed naming the instruction."""
-        return self._wait(access, "Object.wait")
-
-    def _wait(self, access: AccessLike, where: str) -> T:
-        st = lib.fl_object_wait(self._ptr(), _access(access))
-        if st != _capi.FL_OK:
-            self.engine._raise(st, where)
-        return self._box.value  # type: ignore[no-any-return]
-
-    @property
-    def value(self) -> T:
-        """The value: waits for earlier writers first (not inside a callback). After the
-        engine is closed, the final value. Assigning waits for every earlier access."""
-        if self.engine._handle is None or callback_depth() > 0:
-            return self._box.value  # type: ignore[no-any-return]
-        return self._wait(Access.READ, "Object.value")
-
-    @value.setter
-    def value(self, v: T) -> None:
-        if self.engine._handle is not None and callback_depth() == 0:
-            self._wait(Access.WRITE, "Object.value")
-        self._box.value = v
-
-    def __repr__(self) -> str:
-        state = "closed" if self.closed else "open"
-        return "<flowlane.Object %s #%d>" % (state, self._key)
-
+# Defined after Engine, which they use (and which uses them at call time).
+from ._object import Object  # noqa: E402
+from ._stream import Lane, Stream  # noqa: E402
 
 __all__ = [
     "Access", "CPU", "Device", "DeviceType", "Engine", "EngineStats", "InstrContext", "KEEP", "Lane", "Object",

@@ -17,21 +17,11 @@ from ctypes import byref, c_int32, c_uint64, c_void_p
 from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 
 from . import _capi, _ffi
-from ._core import (
-    Device,
-    Engine,
-    Object,
-    Stream,
-    StreamKind,
-    _int,
-    _keep,
-    _objects,
-    _operands,
-    _pin_thread_state,
-    _register,
-    _release_trampoline,
-    fail_instruction,
-)
+from ._base import Device, StreamKind, _int, _keep, _pin_thread_state, _register, _release_trampoline, \
+    fail_instruction
+from ._core import Engine
+from ._object import Object
+from ._stream import Stream, _objects, _operands
 from ._ffi import lib
 from ._managed import Managed, _tls
 from .errors import ClosedError, check, error_for

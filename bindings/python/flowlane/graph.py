@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-from ctypes import byref, c_uint64
+import time
+from ctypes import POINTER, byref, c_uint64
 from typing import Any, Callable, List, Optional, Union
 
 from . import _capi, _ffi
-from ._core import Engine, _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, \
-    raise_failure
+from ._base import _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, raise_failure
+from ._core import Engine
 from ._ffi import encode_name, lib
-from ._managed import Managed, _tls
-from .errors import ClosedError, check, error_for
+from ._future import WAIT_SLICE_S, _check_timeout
+from ._managed import Managed, _tls, callback_depth
+from .errors import ClosedError, Timeout, check, error_for
 
-__all__ = ["parallel_for", "TaskGraph", "Task"]
+__all__ = ["parallel_for", "TaskGraph", "Task", "TaskGroup"]
 
 
 class _Failure:
@@ -274,3 +277,143 @@ class TaskGraph(Managed):
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+
+# --------------------------------------------------------------------------------------
+
+
+class _GroupTask(_Node):
+    __slots__ = ("group",)
+
+    def __init__(self, fn: Callable[[], Any], group: "TaskGroup"):
+        super().__init__(fn, group._failure, None, group.engine)
+        self.group = group
+
+
+def _group_cleanup(key: int) -> None:
+    # Called exactly once per spawned task, after it ran or was skipped.
+    try:
+        task = _keep.pop(key, None)
+        if task is not None:
+            task.group._task_done()
+    except BaseException:
+        pass
+
+
+_group_cleanup_trampoline = _capi.fl_release_fn(_group_cleanup)
+
+
+class TaskGroup(Managed):
+    """Tasks waited for together (fork-join, as ``tbb::task_group`` and ``rayon::scope``)::
+
+        with engine.task_group() as group:
+            for part in parts:
+                group.spawn(work, part)
+        # every task has finished here
+
+    Tasks run on the engine's workers, in no particular order and with no stream
+    ordering; a task may spawn more tasks into any group, and wait for groups it created
+    (a worker waiting for a group helps run its tasks). Once a task has raised, tasks not
+    yet started are skipped, and wait() (or the end of the ``with`` block) raises that
+    task's own exception, chained from an :class:`InstructionFailed`; the group is then
+    empty and usable again.
+
+    Thread-safety: spawn() from any thread or task; wait() and close() from one thread.
+    """
+
+    __slots__ = ("engine", "_failure", "_cond", "_pending")
+    _kind = "task group"
+
+    def __init__(self, engine: Engine):
+        super().__init__()
+        if not isinstance(engine, Engine):
+            raise TypeError("TaskGroup: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
+        out = POINTER(_capi.fl_task_group_t)()
+        check(lib.fl_task_group_create(engine._ptr(), byref(out)), "Engine.task_group")
+        #: The engine.
+        self.engine = engine
+        self._failure = _Failure()
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._handle = out
+
+    def _ptr(self) -> Any:
+        if self.engine._handle is None:
+            raise ClosedError("the engine of this task group is closed")
+        return super()._ptr()
+
+    def _task_done(self) -> None:
+        with self._cond:
+            self._pending -= 1
+            if self._pending == 0:
+                self._cond.notify_all()
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Schedules ``fn(*args)`` to run once on a worker; never blocks."""
+        h = self._ptr()
+        if not callable(fn):
+            raise TypeError("TaskGroup.spawn: fn must be callable, not %s" % type(fn).__name__)
+        task: Callable[[], Any] = fn
+        if args:
+            task = functools.partial(fn, *args)
+        key = _register(_GroupTask(task, self))
+        with self._cond:
+            self._pending += 1
+        st = lib.fl_task_group_spawn(h, _task_trampoline, key, _group_cleanup_trampoline)
+        if st != _capi.FL_OK:
+            err = error_for(st, None, "TaskGroup.spawn")
+            _keep.pop(key, None)
+            self._task_done()
+            raise err
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits until every task spawned into the group (before or during the wait) has
+        finished; raises the first task's exception (see the class). ``timeout`` (seconds,
+        None: forever; not inside a task) raises :class:`Timeout` with the tasks still
+        running. Outside tasks the wait can be interrupted with Ctrl-C; inside a task it
+        helps run the group's tasks."""
+        h = self._ptr()
+        if callback_depth() == 0:
+            # Python counts the tasks, so the program's threads wait in slices (Ctrl-C);
+            # the C wait below then returns at once with the group's outcome.
+            timeout = _check_timeout(timeout, "TaskGroup.wait")
+            main = threading.current_thread() is threading.main_thread()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with self._cond:
+                while self._pending > 0:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise Timeout("%d tasks of the group have not finished within %g s"
+                                      % (self._pending, timeout or 0.0), function="TaskGroup.wait")
+                    if main:
+                        left = WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S)
+                    self._cond.wait(left)
+        elif timeout is not None:
+            raise ValueError("TaskGroup.wait: a timeout cannot be used inside a task (the wait helps run tasks)")
+        st = lib.fl_task_group_wait(h)
+        if st != _capi.FL_OK:
+            self._failure.raise_for(st, "TaskGroup.wait", "task raised ")
+        self._failure.exc = None
+
+    def _close_handle(self, handle: Any) -> None:
+        if self.engine._handle is not None:
+            check(lib.fl_task_group_destroy(handle), "TaskGroup.close")
+
+    def close(self) -> None:
+        """Waits for the group's tasks (their exceptions are dropped: wait() first to see
+        them) and frees the group. Idempotent."""
+        if self._handle is not None and self.engine._handle is not None and callback_depth() == 0:
+            with self._cond:  # Ctrl-C can interrupt the wait for running tasks
+                while self._pending > 0:
+                    self._cond.wait(WAIT_SLICE_S)
+        super().close()
+
+    def __exit__(self, *exc: object) -> None:
+        """Waits for the tasks and raises the first task's exception, unless the block
+        itself raised (that exception wins; the tasks are still waited for)."""
+        try:
+            if exc[0] is None:
+                self.wait()
+        finally:
+            self.close()
+

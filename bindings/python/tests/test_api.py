@@ -10,11 +10,11 @@ import weakref
 
 from _support import Gate, flowlane, raises_failure
 
-from flowlane import _capi, _core, _ffi
+from flowlane import _base, _capi, _ffi
 
 
 def payloads():
-    return len(_core._keep)
+    return len(_base._keep)
 
 
 class LibraryLoading(unittest.TestCase):
@@ -84,8 +84,8 @@ class EngineBasics(unittest.TestCase):
             def named_function():
                 raise RuntimeError("x")
 
-            i1 = e.submit(lambda: None)
-            i2 = e.submit(named_function, writes=[o])
+            i1 = e.submit(lambda: None).id
+            i2 = e.submit(named_function, writes=[o]).id
             self.assertGreater(i2, i1)
             with raises_failure(RuntimeError) as f:
                 o.wait()

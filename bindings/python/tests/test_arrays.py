@@ -25,8 +25,9 @@ class NumpyValues(unittest.TestCase):
                 return flowlane.KEEP
 
             e.submit(scale, reads=[a], writes=[a], lane=1, name="scale")
-            e.submit(lambda x: x.sum(axis=0), reads=[a], writes=[b], lane=2, name="sum")
+            total = e.submit(lambda x: x.sum(axis=0), reads=[a], writes=[b], lane=2, name="sum")
             np.testing.assert_array_equal(b.wait(), [6.0, 10.0, 14.0])
+            self.assertIs(total.result(timeout=60), b.value)  # the future's result is the array written
             np.testing.assert_array_equal(a.value, np.arange(6).reshape(2, 3) * 2.0)
 
     def test_numpy_errors_keep_their_type(self):
@@ -73,10 +74,11 @@ class TorchCpuTensors(unittest.TestCase):
             e.submit(on_worker(lambda a, b: torch.relu(a @ b)), reads=[xs, e.object(w1)], writes=[h], lane=1,
                      name="layer1")
             e.submit(on_worker(lambda a: a @ w2), reads=[h], writes=[y], lane=2, name="layer2")
-            e.submit(on_worker(lambda a: float(a.norm())), reads=[y], writes=[norm], lane=3, name="norm")
+            f = e.submit(on_worker(lambda a: float(a.norm())), reads=[y], writes=[norm], lane=3, name="norm")
             expected = torch.relu(x @ w1) @ w2
-            self.assertTrue(torch.allclose(y.wait(), expected))
+            self.assertTrue(torch.allclose(y.wait(timeout=60), expected))
             self.assertAlmostEqual(norm.wait(), float(expected.norm()), places=3)
+            self.assertEqual(f.result(timeout=60), norm.value)  # the future's result is the value written
         self.assertNotIn(threading.get_ident(), seen_threads, "the callables ran on the engine's workers")
 
     def test_torch_errors_keep_their_type(self):

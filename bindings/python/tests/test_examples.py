@@ -21,6 +21,7 @@ class Examples(unittest.TestCase):
         names = [os.path.basename(p) for p in EXAMPLES]
         self.assertIn("quickstart.py", names)
         self.assertIn("numpy_pipeline.py", names)
+        self.assertIn("futures.py", names)
 
     def run_example(self, path):
         with open(path) as f:
@@ -45,6 +46,14 @@ class Examples(unittest.TestCase):
 
     def test_quickstart(self):
         self.run_example(os.path.join(REPO, "examples", "python", "quickstart.py"))
+
+    def test_futures(self):
+        self.run_example(os.path.join(REPO, "examples", "python", "futures.py"))
+
+    def test_every_example_has_its_test(self):
+        tested = {name[len("test_"):] for name in dir(self) if name.startswith("test_")}
+        for path in EXAMPLES:
+            self.assertIn(os.path.splitext(os.path.basename(path))[0], tested)
 
     def test_numpy_pipeline(self):
         self.run_example(os.path.join(REPO, "examples", "python", "numpy_pipeline.py"))

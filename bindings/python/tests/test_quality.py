@@ -261,5 +261,34 @@ class DocumentedAndTyped(unittest.TestCase):
         self.assertIn('expression has type "float", variable has type "str"', errors[0])
 
 
+    @unittest.skipUnless(shutil.which("mypy"), "needs mypy (Debian: apt-get install mypy)")
+    def test_future_result_type_flows_through_for_mypy(self):
+        prog = textwrap.dedent("""
+            import flowlane
+
+            def double(v: float) -> float:
+                return v * 2
+
+            with flowlane.Engine(workers=1) as engine:
+                x = engine.object(1.5)
+                f: flowlane.Future[float] = engine.submit(double, reads=[x])
+                wrong: str = f.result(timeout=1)  # line 10: the one error
+                ok: float = f.result()
+        """)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "prog.py")
+            with open(path, "w") as f:
+                f.write(prog)
+            env = dict(os.environ, MYPYPATH=_PKG_ROOT)
+            r = subprocess.run(["mypy", "--strict", "--no-incremental", "--cache-dir", os.path.join(d, "cache"),
+                                "--python-version", "3.8", path], env=env, capture_output=True, text=True, timeout=300)
+        errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+        self.assertEqual(len(errors), 1, r.stdout + r.stderr)
+        self.assertIn("prog.py:10:", errors[0])
+
+    def test_future_is_subscriptable_at_run_time(self):
+        self.assertIs(flowlane.Future[int].__origin__, flowlane.Future)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -91,8 +91,8 @@ class Scenarios(unittest.TestCase):
             self.assertLess(rss_end - rss_warm, 16 * 1024,
                             "RSS grew from %d KiB to %d KiB over %d iterations" % (rss_warm, rss_end, iters))
             self.assertEqual(counter.value, 0)
-        from flowlane import _core
-        self.assertEqual(len(_core._keep), 0, "payloads leaked: %d" % len(_core._keep))
+        from flowlane import _base
+        self.assertEqual(len(_base._keep), 0, "payloads leaked: %d" % len(_base._keep))
 
     def test_decoder_compute_loss_stages_are_ordered_per_batch(self):
         with flowlane.Engine(workers=3, lanes=4) as engine:

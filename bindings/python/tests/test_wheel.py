@@ -118,6 +118,29 @@ class InstalledWheel(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.startswith("total 45 %s" % self.venv), r.stdout)
 
+    def test_a_program_using_futures_with_timeouts_runs(self):
+        prog = os.path.join(self.tmp, "futures_prog.py")
+        with open(prog, "w") as f:
+            f.write(textwrap.dedent("""
+                import concurrent.futures, threading
+                import flowlane
+                with flowlane.Engine(workers=2) as engine:
+                    gate = threading.Event()
+                    slow = engine.submit(lambda: gate.wait(60) and "late", name="slow")
+                    try:
+                        slow.result(timeout=0.05)
+                        print("no timeout")
+                    except concurrent.futures.TimeoutError:
+                        print("timed out")
+                    gate.set()
+                    fs = [engine.submit(lambda i=i: i * i) for i in range(5)]
+                    done = sorted(f.result(timeout=60) for f in concurrent.futures.as_completed(fs, timeout=60))
+                    print(slow.result(timeout=60), done)
+            """))
+        r = self.run_in_venv(prog)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "timed out\nlate [0, 1, 4, 9, 16]\n")
+
     def test_library_not_found_hint_makes_sense_outside_a_checkout(self):
         env = dict(_clean_env(self.tmp), FLOWLANE_LIBRARY="/nonexistent/libflowlane.so.0")
         r = self.run_in_venv("-c", "import flowlane", env=env)

@@ -16,7 +16,7 @@ use crate::instr::Instr;
 thread_local! {
     /// > 0 while this thread runs a flowlane callback of this crate (instruction, cleanup,
     /// release, task, loop body): an engine dropped here must not be destroyed here.
-    static CALLBACK_DEPTH: Cell<u32> = Cell::new(0);
+    static CALLBACK_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks the current thread as inside a callback for the guard's lifetime.
@@ -127,6 +127,10 @@ pub struct Stats {
     pub steals: u64,
     /// Times a worker went to sleep.
     pub parks: u64,
+    /// Instructions cancelled before they started (counted in `failed` too).
+    pub cancelled: u64,
+    /// Pool tasks run (lane batches, loop chunks' helpers, graph nodes, scope tasks).
+    pub tasks: u64,
 }
 
 /// Configures an [`Engine`]; zero (the default) means the library default.
@@ -177,6 +181,9 @@ type DumpCallback = Box<dyn Fn(&str) + Send + Sync + 'static>;
 /// What an owning [`Engine`] shares among its clones: destroyed with the last of them.
 struct EngineInner {
     raw: NonNull<sys::fl_engine_t>,
+    // Boxed twice: the library holds the address of each inner box (its user_data), which
+    // must not move when the vector grows.
+    #[allow(clippy::vec_box)]
     watchdogs: Mutex<Vec<Box<DumpCallback>>>,
 }
 
@@ -376,6 +383,8 @@ impl Engine {
             window_stalls: s.window_stalls,
             steals: s.steals,
             parks: s.parks,
+            cancelled: s.cancelled,
+            tasks: s.tasks,
         })
     }
 
@@ -583,8 +592,9 @@ impl Stream {
         Instr::new(self.clone())
     }
 
-    /// Submits a closure with no operands (ordered only by this stream).
-    pub fn submit<F, E>(&self, f: F) -> Result<u64>
+    /// Submits a closure with no operands (ordered only by this stream); returns its
+    /// [`InstrHandle`](crate::InstrHandle).
+    pub fn submit<F, E>(&self, f: F) -> Result<crate::InstrHandle>
     where
         F: FnOnce() -> std::result::Result<(), E> + Send + 'static,
         E: std::fmt::Display,

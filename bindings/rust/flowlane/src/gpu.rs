@@ -73,6 +73,7 @@ impl Stream {
     /// # Safety
     /// `func` must be a kernel handle whose parameters match `args`; any device pointers in
     /// `args` must stay valid until the kernel has run (order that through operands).
+    #[allow(clippy::too_many_arguments)] // the fields of fl_kernel_instr_t
     pub unsafe fn submit_kernel(
         &self,
         func: *const c_void,
@@ -109,6 +110,7 @@ impl Stream {
     ///
     /// # Safety
     /// `dst`/`src` must be valid for `bytes` until the instruction completes.
+    #[allow(clippy::too_many_arguments)] // the fields of fl_memcpy_instr_t
     pub unsafe fn submit_memcpy(
         &self,
         kind: sys::fl_memcpy_kind_t,

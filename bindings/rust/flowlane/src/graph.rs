@@ -16,17 +16,17 @@ use crate::instr::drop_payload;
 
 /// The first failure of a synchronous parallel call: an error text or a panic to resume.
 #[derive(Default)]
-struct FirstFailure {
+pub(crate) struct FirstFailure {
     slot: Mutex<Option<Failure>>,
 }
 
-enum Failure {
+pub(crate) enum Failure {
     Message(String),
     Panic(Box<dyn Any + Send>),
 }
 
 impl FirstFailure {
-    fn record(&self, f: Failure) {
+    pub(crate) fn record(&self, f: Failure) {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
             *slot = Some(f);
@@ -36,7 +36,7 @@ impl FirstFailure {
     }
 
     /// After the C call: resumes a panic on the caller, or builds the error.
-    fn finish(&self, status: sys::fl_status_t) -> Result<()> {
+    pub(crate) fn finish(&self, status: sys::fl_status_t) -> Result<()> {
         let taken = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
         if status == sys::FL_OK {
             return Ok(());
@@ -50,7 +50,7 @@ impl FirstFailure {
     }
 }
 
-fn run_guarded<E: Display>(fail: &FirstFailure, f: impl FnOnce() -> std::result::Result<(), E>) -> sys::fl_status_t {
+pub(crate) fn run_guarded<E: Display>(fail: &FirstFailure, f: impl FnOnce() -> std::result::Result<(), E>) -> sys::fl_status_t {
     let _cb = InCallback::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => sys::FL_OK,
@@ -142,6 +142,9 @@ pub struct TaskId(pub u64);
 /// take `&mut self`, so one graph never runs twice at once.
 pub struct TaskGraph<'f> {
     raw: NonNull<sys::fl_taskgraph_t>,
+    // Boxed: the library holds each node's address (its user_data), which must not move
+    // when the vector grows.
+    #[allow(clippy::vec_box)]
     nodes: Vec<Box<Node<'f>>>,
     fail: Box<FirstFailure>,
     _engine: Engine,
@@ -259,7 +262,7 @@ impl Engine {
         let base = &base;
         self.parallel_for(0..chunks as u64, 1, |r| -> std::result::Result<(), String> {
             for i in r.start as usize..r.end as usize {
-                if i >= chunks || claimed[i].swap(true, Ordering::Relaxed) {
+                if claimed.get(i).map_or(true, |c| c.swap(true, Ordering::Relaxed)) {
                     return Err(format!("Engine::par_chunks_mut: chunk {} handed out twice or out of range", i));
                 }
                 let start = i * chunk_size;

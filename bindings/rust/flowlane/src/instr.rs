@@ -9,6 +9,7 @@ use std::ptr::NonNull;
 
 use flowlane_sys as sys;
 
+use crate::control::InstrHandle;
 use crate::engine::{cstring, Engine, InCallback, Stream};
 use crate::error::{Error, Result};
 use crate::object::{Access, Object};
@@ -28,7 +29,7 @@ impl InstrCtx<'_> {
     /// The lane the instruction runs on.
     pub fn lane(&self) -> u32 {
         // SAFETY: raw is the live context of the running instruction.
-        unsafe { sys::fl_instr_lane(self.raw) }
+        unsafe { sys::fl_instr_get_lane(self.raw) }
     }
 
     /// The instruction's id (as returned by submit).
@@ -116,12 +117,12 @@ impl Instr {
         self
     }
 
-    /// Submits `f`; returns the instruction id. `f` runs once on a worker after its
+    /// Submits `f`; returns its [`InstrHandle`] (id, state, wait, cancel). `f` runs once on a worker after its
     /// dependencies; `Err(e)` or a panic fails the instruction (the message is `e`'s
     /// Display or the panic message), poisons what it writes and skips its dependents.
     /// The closure is dropped exactly once: after it ran, or when it is skipped, or here
     /// if submission fails.
-    pub fn submit<F, E>(self, f: F) -> Result<u64>
+    pub fn submit<F, E>(self, f: F) -> Result<InstrHandle>
     where
         F: FnOnce() -> std::result::Result<(), E> + Send + 'static,
         E: Display,
@@ -130,7 +131,7 @@ impl Instr {
     }
 
     /// Like [`submit`](Instr::submit), with the instruction's context (lane, id, engine).
-    pub fn submit_with_ctx<F, E>(self, f: F) -> Result<u64>
+    pub fn submit_with_ctx<F, E>(self, f: F) -> Result<InstrHandle>
     where
         F: FnOnce(&InstrCtx<'_>) -> std::result::Result<(), E> + Send + 'static,
         E: Display,
@@ -158,7 +159,7 @@ impl Instr {
             drop(unsafe { Box::from_raw(payload) });
             return Err(err);
         }
-        Ok(id)
+        Ok(InstrHandle::new(self.stream, id))
     }
 }
 
@@ -195,7 +196,7 @@ unsafe extern "C" fn host_trampoline(ctx: *mut sys::fl_instr_ctx_t, ud: *mut c_v
         None => return sys::FL_ERR_INTERNAL,
     };
     // SAFETY: ctx is the running instruction's context.
-    let engine_raw = unsafe { sys::fl_instr_engine(ctx) };
+    let engine_raw = unsafe { sys::fl_instr_get_engine(ctx) };
     let engine = match NonNull::new(engine_raw) {
         Some(e) => Engine::borrowed(e),
         None => return sys::FL_ERR_INTERNAL,

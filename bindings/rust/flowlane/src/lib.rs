@@ -32,6 +32,8 @@
 //! | [`Handle<T>`] | if `T: Send + Sync` | if `T: Send + Sync` | the value, for closures |
 //! | [`Lane`] | yes | yes | released on drop |
 //! | [`TaskGraph<'f>`] | yes | no | `&mut self` to build and run; closures may borrow `'f` data |
+//! | [`InstrHandle`] | yes | yes | `Clone`; what `submit` returns: state, wait, wait_for, cancel |
+//! | [`Scope<'scope>`] | no | yes | inside [`Engine::scope`]; tasks spawn through `&Scope` |
 //! | [`InstrCtx`] | no | no | only inside the running closure |
 //!
 //! The type system enforces what the C API needs. An instruction cannot borrow the
@@ -66,6 +68,20 @@
 //! engine.par_chunks_mut(&mut v, 2, |_, c| { kept.push(c); Ok::<(), String>(()) }).unwrap();
 //! ```
 //!
+//! A scope's tasks may borrow the caller's data, but nothing that the scope outlives:
+//!
+//! ```compile_fail
+//! let engine = flowlane::Engine::new().unwrap();
+//! engine.scope(|s| {
+//!     let local = vec![1, 2, 3];
+//!     s.spawn(|_| { println!("{:?}", &local); Ok::<(), String>(()) }).unwrap();
+//! }).unwrap();
+//! ```
+//!
+//! Every wait has a timed form (`Object::wait_for`, `Stream::synchronize_for`,
+//! `Engine::synchronize_for`, `InstrHandle::wait_for`) that returns an error of kind
+//! [`ErrorKind::Timeout`] and consumes nothing.
+//!
 //! Linking: `flowlane-sys` finds libflowlane through `FLOWLANE_LIB_DIR`, this checkout's
 //! build tree, or `pkg-config flowlane`; see the bindings README for running programs
 //! against a library installed outside the loader's default paths (rpath).
@@ -73,19 +89,23 @@
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
+mod control;
 mod engine;
 mod error;
 mod gpu;
 mod graph;
 mod instr;
 mod object;
+mod scope;
 
+pub use control::{InstrHandle, InstrState};
 pub use engine::{Device, Engine, EngineBuilder, Lane, Stats, Stream, StreamKind};
 pub use error::{Error, ErrorKind, Result};
 pub use gpu::{cuda_device_count, cuda_priority_range, Comm, CommBackend, CommUniqueId, Operands, PinnedBuffer};
 pub use graph::{TaskGraph, TaskId};
 pub use instr::{Instr, InstrCtx};
 pub use object::{Access, Handle, Object};
+pub use scope::Scope;
 
 /// The raw declarations (generated from the C header), for what the safe interface does
 /// not cover.

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use flowlane_sys as sys;
 
+use crate::control::timeout_ns;
 use crate::engine::{Engine, InCallback};
 use crate::error::{check, Error, ErrorKind, Result};
 
@@ -147,6 +148,14 @@ impl<T> Object<T> {
     pub fn wait(&self, access: Access) -> Result<()> {
         // SAFETY: the object is live (released only in Drop).
         check(unsafe { sys::fl_object_wait(self.raw.as_ptr(), access.raw()) })
+    }
+
+    /// [`wait`](Object::wait) for at most `timeout`: `Err` of kind `Timeout` (whose message
+    /// names the pending instruction) if the object is not ready by then; nothing is
+    /// consumed. `Duration::ZERO` polls.
+    pub fn wait_for(&self, access: Access, timeout: std::time::Duration) -> Result<()> {
+        // SAFETY: the object is live (released only in Drop).
+        check(unsafe { sys::fl_object_wait_for(self.raw.as_ptr(), access.raw(), timeout_ns(timeout)) })
     }
 
     /// Waits for earlier writers, then read-locks the value.

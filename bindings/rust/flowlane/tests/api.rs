@@ -346,11 +346,11 @@ fn submit_during_engine_drop_is_shutdown() -> Result<(), Error> {
 }
 
 trait LateSubmit {
-    fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<u64, Error>;
+    fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<flowlane::InstrHandle, Error>;
 }
 
 impl LateSubmit for flowlane::Stream {
-    fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<u64, Error> {
+    fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<flowlane::InstrHandle, Error> {
         self.instr().submit_with_ctx(move |ctx| -> R {
             let stream = ctx.stream().map_err(|e| e.to_string())?;
             std::thread::sleep(Duration::from_millis(200)); // the engine is being dropped now

@@ -35,7 +35,7 @@ impl Pipeline {
         Ok(Pipeline { engine, weights, activations, stream, side })
     }
 
-    fn step(&self, x: f64) -> Result<u64, Error> {
+    fn step(&self, x: f64) -> Result<flowlane::InstrHandle, Error> {
         let (w, a) = (self.weights.handle(), self.activations.handle());
         self.stream.instr().name("step").read(&self.weights).write(&self.activations).submit(move || -> R {
             let w = w.read();

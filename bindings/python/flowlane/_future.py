@@ -1,0 +1,524 @@
+"""Futures of submitted instructions, and waits that Ctrl-C can interrupt.
+
+A :class:`Future` is a ``concurrent.futures.Future``: it works with
+``concurrent.futures.wait`` / ``as_completed`` and ``asyncio`` because it is completed
+through the base class's own ``set_result`` / ``set_exception`` /
+``set_running_or_notify_cancel``, which notify the waiters those functions install. It is
+completed once the instruction has completed in the engine (``fl_instr_query`` no longer
+says pending), by one helper thread per engine (the "completer"), so done-callbacks run
+there, never on an engine worker, and may block or wait freely.
+
+Who completes what:
+
+* the instruction's callable starts: ``set_running_or_notify_cancel`` (a future cancelled
+  before that makes the callable return ``FL_ERR_CANCELLED`` without running ``fn``);
+* its cleanup runs (after ``fn``, or instead of it when skipped or cancelled): the future
+  is queued to the completer, which waits until the engine has published the outcome and
+  sets the result, the exception, or the cancellation.
+
+An exception is first stored as a provisional one built from what Python knows (the
+callable's exception, or a skip); its first retrieval (``result()``, ``exception()``)
+asks the engine for the failure's text with ``fl_instr_wait_for(id, 0)``, which also
+counts the failure as returned, as every wait that observes a failure does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import concurrent.futures
+import enum
+import logging
+import threading
+import time
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Deque, Generator, Generic, Optional, Tuple, TypeVar
+
+from . import _capi
+from ._ffi import lib
+from ._managed import callback_depth
+from .errors import DependencyFailed, FlowlaneError, InstructionFailed, error_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._core import Engine, Stream
+
+T = TypeVar("T")
+logger = logging.getLogger("flowlane")
+
+#: How long one slice of a blocking wait lasts on the main thread: between slices the
+#: interpreter runs signal handlers, so Ctrl-C interrupts a wait within about this long.
+WAIT_SLICE_S = 0.05
+
+_DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+
+
+def _check_timeout(timeout: Optional[float], where: str) -> Optional[float]:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("%s: timeout must be a number of seconds or None, not %s" % (where, type(timeout).__name__))
+    if timeout != timeout:
+        raise ValueError("%s: timeout is NaN" % where)
+    return max(float(timeout), 0.0)
+
+
+def wait_sliced(call: Callable[[int], Any], timeout: Optional[float], where: str,
+                stop: Optional[threading.Event] = None) -> int:
+    """Calls ``call(timeout_ns)`` (a ``*_for`` C wait, which releases the GIL) until it
+    answers something other than FL_ERR_TIMEOUT or ``timeout`` seconds (None: forever) have
+    passed; returns the last status. On the main thread (and when ``stop`` is given) it
+    waits in slices of :data:`WAIT_SLICE_S`, so signal handlers (KeyboardInterrupt) run in
+    between and ``stop`` is noticed."""
+    timeout = _check_timeout(timeout, where)
+    sliced = stop is not None or threading.current_thread() is threading.main_thread()
+    slice_ns = int(WAIT_SLICE_S * 1e9)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if deadline is None:
+            ns = slice_ns if sliced else _capi.FL_WAIT_FOREVER
+        else:
+            left = deadline - time.monotonic()
+            ns = 0 if left <= 0 else int(min(left, WAIT_SLICE_S) * 1e9) if sliced else int(left * 1e9)
+        st = int(call(ns))
+        if st != _capi.FL_ERR_TIMEOUT or (deadline is not None and time.monotonic() >= deadline):
+            return st
+        if stop is not None and stop.is_set():
+            return st
+        # Back to the interpreter loop: a pending KeyboardInterrupt is raised here.
+
+
+async def run_blocking_async(wait: Callable[[threading.Event], T]) -> T:
+    """Runs ``wait(stop)`` (a sliced blocking wait) on the event loop's default executor,
+    so the event loop thread never blocks or polls; if the awaiting task is cancelled,
+    ``stop`` is set and the helper thread gives up at its next slice."""
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+    try:
+        return await loop.run_in_executor(None, wait, stop)
+    finally:
+        stop.set()
+
+
+class InstrState(enum.IntEnum):
+    """What became of a submitted instruction (``fl_instr_query``)."""
+
+    #: Not completed yet (queued, waiting for its inputs, or running).
+    PENDING = _capi.FL_INSTR_PENDING
+    #: Completed successfully.
+    DONE = _capi.FL_INSTR_DONE
+    #: Its callable raised (or its device work failed).
+    FAILED = _capi.FL_INSTR_FAILED
+    #: Not run: an input was poisoned by a failure.
+    SKIPPED = _capi.FL_INSTR_SKIPPED
+    #: Not run: cancelled before it started.
+    CANCELLED = _capi.FL_INSTR_CANCELLED
+    #: Completed too long ago for its outcome to be remembered.
+    COMPLETED = _capi.FL_INSTR_COMPLETED
+
+
+if TYPE_CHECKING:
+    _FutureBase = concurrent.futures.Future
+else:
+    class _FutureBase(concurrent.futures.Future, Generic[T]):
+        """concurrent.futures.Future made subscriptable before Python 3.9."""
+
+
+class Future(_FutureBase[T]):
+    """The future of a submitted host instruction: a ``concurrent.futures.Future`` whose
+    result is the callable's return value.
+
+    ``result(timeout)``, ``exception(timeout)``, ``done()``, ``running()`` (the callable
+    has started), ``cancelled()``, ``cancel()`` and ``add_done_callback`` behave as
+    concurrent.futures documents, and the future works with ``concurrent.futures.wait``,
+    ``as_completed`` and ``await`` (asyncio). It is done once the instruction has completed
+    in the engine; done-callbacks run on a helper thread of the engine (never on a worker),
+    or at once in the caller when the future is already done.
+
+    If the callable raised, ``result()`` raises that exception (its own type) chained from
+    an :class:`InstructionFailed` naming the instruction; an instruction skipped because an
+    input was poisoned raises the failing callable's exception chained from a
+    :class:`DependencyFailed`. Retrieving a failure counts as observing it: a later
+    ``synchronize()`` does not raise it again and ``close()`` does not report it.
+
+    ``cancel()`` asks the engine (``fl_instr_cancel``) not to run the instruction and
+    returns True unless its callable has already started or finished: then the callable
+    never runs, instructions that read what it writes are skipped, and, as in C, a later
+    ``synchronize()`` raises :class:`flowlane.Cancelled` for it.
+
+    Waiting on the main thread happens in slices, so Ctrl-C interrupts it.
+    """
+
+    # The base class's state, as concurrent.futures.wait, as_completed and asyncio use it
+    # (typeshed does not declare it).
+    _condition: threading.Condition
+    _state: str
+    _result: Any
+    _exception: Optional[BaseException]
+
+    def __init__(self, stream: "Stream", name: Optional[str]):
+        super().__init__()
+        #: The stream the instruction was submitted to.
+        self.stream = stream
+        #: The instruction's name.
+        self.name = name
+        self._id = 0
+        self._cleaned = False
+        self._outcome: Optional[Tuple[bool, Any]] = None  # (True, value) | (False, exception)
+        self._tb: Optional[TracebackType] = None
+        # The flowlane error a callable's exception is chained from. Set as its __cause__
+        # by the thread that retrieves it (the same exception object may also reach a
+        # wait, which chains it from its own error), never by the completer.
+        self._cause: Optional[FlowlaneError] = None
+        self._materialized = False
+
+    # -- what the engine tells -----------------------------------------------------
+
+    @property
+    def id(self) -> int:
+        """The instruction's id (unique in its engine; shown in error messages as #id)."""
+        return self._id
+
+    @property
+    def engine(self) -> "Engine":
+        """The engine the instruction was submitted to."""
+        return self.stream.engine
+
+    def state(self) -> InstrState:
+        """The instruction's state as the engine reports it (``fl_instr_query``: never
+        waits, never counts as observing a failure). After the engine is closed, derived
+        from the future."""
+        h = self.stream.engine._handle
+        if h is None or not self._id:
+            with self._condition:
+                if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                    return InstrState.CANCELLED
+                if self._state == FINISHED:
+                    return InstrState.FAILED if self._exception is not None else InstrState.DONE
+                return InstrState.PENDING
+        out = ctypes.c_uint32()
+        st = lib.fl_instr_query(self.stream._handle, self._id, ctypes.byref(out))
+        if st != _capi.FL_OK:
+            raise error_for(st, None, "Future.state")
+        return InstrState(out.value)
+
+    def __repr__(self) -> str:
+        return "<flowlane.Future #%d %r %s>" % (self._id, self.name, self._state.lower())
+
+    # -- concurrent.futures API ----------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Cancels the instruction unless its callable has started or finished: returns
+        True if the future is (now) cancelled; the callable then never runs."""
+        with self._condition:
+            was_pending = self._state == PENDING
+        if not super().cancel():
+            return False
+        if was_pending and self._id and self.stream.engine._handle is not None:
+            # The engine then skips it without calling back; if its lane reaches it first,
+            # the callable sees the cancelled future and does not run fn.
+            lib.fl_instr_cancel(self.stream._handle, self._id)  # already completed: nothing to do
+        return True
+
+    def _wait_done(self, timeout: Optional[float], where: str) -> None:
+        timeout = _check_timeout(timeout, where)
+        from ._base import current_instruction
+
+        me = current_instruction()
+        if me is not None and me.engine is self.stream.engine and self._id > me.id and self.stream.lane == me.lane \
+                and self._state not in _DONE_STATES:
+            from .errors import InvalidArgument
+
+            raise InvalidArgument("called from inside instruction #%d for instruction #%d, queued behind it on its "
+                                  "own lane: it cannot start before the caller returns" % (me.id, self._id),
+                                  function=where)
+        main = threading.current_thread() is threading.main_thread()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        engine = self.stream.engine
+        completer = engine._completer
+        if callback_depth() > 0 and self._state not in _DONE_STATES and self._id and engine._handle is not None:
+            # On a worker: a C wait, so the engine knows this worker is blocked (it keeps
+            # other callbacks' work off it and can run a spare worker meanwhile).
+            h = self.stream._handle
+            st = wait_sliced(lambda ns: lib.fl_instr_wait_for(h, self._id, ns), timeout, where)
+            if st == _capi.FL_ERR_TIMEOUT:
+                raise concurrent.futures.TimeoutError(
+                    "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
+                                                                               timeout or 0.0))
+            deadline = None  # completed: the completer sets the future at once
+        while True:
+            with self._condition:
+                if self._state in _DONE_STATES:
+                    return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise concurrent.futures.TimeoutError(
+                        "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
+                                                                                   timeout or 0.0))
+                if main or completer.is_current():
+                    left = WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S)
+                if not completer.is_current():
+                    self._condition.wait(left)
+                    continue
+            # A done-callback waiting for another future: only this thread completes
+            # futures, so it completes the queued ones itself meanwhile.
+            completer.help(left)
+
+    def result(self, timeout: Optional[float] = None) -> T:
+        """The callable's return value, waiting up to ``timeout`` seconds (None: forever;
+        ``concurrent.futures.TimeoutError``, which is ``TimeoutError`` from Python 3.11).
+        Raises the callable's exception (see the class), or CancelledError."""
+        self._wait_done(timeout, "Future.result")
+        with self._condition:
+            if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                raise concurrent.futures.CancelledError()
+            self._materialize("Future.result")
+            exc = self._exception
+            if exc is None:
+                return self._result  # type: ignore[no-any-return]
+            tb = self._tb if self._tb is not None else exc.__traceback__
+            cause = self._cause
+        try:
+            if cause is None:
+                raise exc.with_traceback(tb)
+            raise exc.with_traceback(tb) from cause
+        finally:
+            exc = None  # no reference cycle through this frame
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The exception result() would raise (None after a success), waiting as result()
+        does; raises CancelledError for a cancelled future."""
+        self._wait_done(timeout, "Future.exception")
+        with self._condition:
+            if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                raise concurrent.futures.CancelledError()
+            self._materialize("Future.exception")
+            if self._cause is not None and self._exception is not None:
+                self._exception.__cause__ = self._cause
+                self._exception.__suppress_context__ = True
+            return self._exception
+
+    def __await__(self) -> Generator[Any, None, T]:
+        """``await future`` in a coroutine (asyncio.wrap_future: no thread blocks, no
+        polling); cancelling the awaiting task cancels the future."""
+        return asyncio.wrap_future(self, loop=asyncio.get_running_loop()).__await__()
+
+    # -- completion (the bindings' side) -------------------------------------------
+
+    def _set_id(self, instr_id: int) -> None:
+        """Called by submit once the engine gave the id."""
+        with self._condition:
+            self._id = instr_id
+            ready = self._cleaned
+        if ready:
+            self.stream.engine._completer.put(self)
+
+    def _start(self) -> bool:
+        """In the callable, before fn: False if the future was cancelled (fn must not run)."""
+        try:
+            return self.set_running_or_notify_cancel()
+        except RuntimeError:  # not pending: cannot happen; run as the engine decided
+            return True
+
+    def _on_cleanup(self) -> None:
+        """In the instruction's cleanup (after fn ran, or instead of it): hand the future to
+        the completer once the id is known."""
+        with self._condition:
+            self._cleaned = True
+            ready = self._id != 0
+        if ready:
+            self.stream.engine._completer.put(self)
+
+    def _query_completed(self) -> Optional[int]:
+        """On the completer: waits until the engine published the outcome (the cleanup runs
+        just before); None when the engine is gone."""
+        engine = self.stream.engine
+        out = ctypes.c_uint32()
+        pause = 1e-5
+        while engine._handle is not None:
+            if lib.fl_instr_query(self.stream._handle, self._id, ctypes.byref(out)) != _capi.FL_OK:
+                return None
+            if out.value != _capi.FL_INSTR_PENDING:
+                return int(out.value)
+            time.sleep(pause)  # microseconds: only between a cleanup and its completion
+            pause = min(pause * 2, 1e-3)
+        return None
+
+    def _complete(self) -> None:
+        """On the completer: sets the result, the (provisional) exception or the
+        cancellation, once the instruction has completed."""
+        engine = self.stream.engine
+        outcome = self._outcome
+        if outcome is not None and outcome[0]:
+            if engine._handle is not None:
+                # A success: waiting for it consumes nothing; it has all but completed.
+                lib.fl_instr_wait_for(self.stream._handle, self._id, _capi.FL_WAIT_FOREVER)
+            self._finish(result=outcome[1])
+            return
+        with self._condition:
+            if self._state == CANCELLED_AND_NOTIFIED:
+                return  # the callable saw the cancellation
+        state = self._query_completed()
+        if outcome is not None:
+            self._finish(exc=self._provisional(outcome[1], None))
+        elif state == _capi.FL_INSTR_CANCELLED or self._state == CANCELLED:
+            self._finish_cancelled()
+        else:
+            self._finish(exc=self._provisional(None, state))
+
+    def _provisional(self, exc: Optional[BaseException], state: Optional[int]) -> BaseException:
+        what = "instruction %r (#%d, lane %d)" % (self.name, self._id, self.stream.lane)
+        if exc is not None:
+            err = InstructionFailed("%s failed: Python %s: %s" % (what, type(exc).__qualname__, exc),
+                                    _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
+            err.original = exc
+            self._cause = err
+            from ._base import _user_traceback
+
+            self._tb = _user_traceback(exc)
+            return exc
+        if state == _capi.FL_INSTR_SKIPPED or state is None or state == _capi.FL_INSTR_COMPLETED:
+            return DependencyFailed("%s was skipped: something it read was poisoned by a failed instruction"
+                                    % what, _capi.FL_ERR_DEPENDENCY_FAILED, "Future.result")
+        return InstructionFailed("%s failed" % what, _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
+
+    def _finish(self, result: Any = None, exc: Optional[BaseException] = None) -> None:
+        try:
+            if exc is None:
+                self.set_result(result)
+            else:
+                self.set_exception(exc)
+        except concurrent.futures.InvalidStateError:  # cancelled meanwhile (it never ran)
+            self._finish_cancelled()
+
+    def _finish_cancelled(self) -> None:
+        # Cancelled in the engine (fl_stream_cancel, fl_engine_cancel) or by cancel():
+        # cancelled, then notified, as an executor does with a cancelled work item.
+        concurrent.futures.Future.cancel(self)
+        with self._condition:
+            notify = self._state == CANCELLED
+        if notify:
+            self.set_running_or_notify_cancel()
+
+    def _materialize(self, where: str) -> None:
+        """Under _condition, once: replaces a provisional exception by the engine's own
+        account (its text; for a skip, the callable that caused it), which marks the
+        failure as returned; the failure is no longer reported at close()."""
+        if self._materialized or self._state != FINISHED or self._exception is None:
+            return
+        self._materialized = True
+        engine = self.stream.engine
+        provisional = self._exception
+        context = provisional if isinstance(provisional, FlowlaneError) else self._cause
+        err: Optional[FlowlaneError] = None
+        if engine._handle is not None:
+            st = lib.fl_instr_wait_for(self.stream._handle, self._id, 0)
+            if st not in (_capi.FL_OK, _capi.FL_ERR_TIMEOUT):
+                err = error_for(st, None, where)
+        if err is None:
+            err = context if isinstance(context, FlowlaneError) else None
+        engine._retrieved("(#%d," % self._id + (err.message if err is not None else ""))
+        if err is None:
+            return
+        original: Optional[BaseException] = None
+        tb: Optional[TracebackType] = None
+        if isinstance(err, InstructionFailed):
+            original, tb = engine._original(err.message)
+        if original is None and not isinstance(provisional, FlowlaneError):
+            original, tb = provisional, self._tb
+        from ._base import _without_traceback
+
+        if original is not None and isinstance(err, InstructionFailed):
+            err.original = original
+            err.message = _without_traceback(err.message)
+            self._exception, self._tb, self._cause = original, tb, err
+        else:
+            self._exception, self._tb, self._cause = err, None, None
+
+
+class Completer:
+    """One engine's helper thread that completes futures (started on first use)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: Deque[Future[Any]] = collections.deque()
+        self._busy = False
+        self._stopped = False
+        self._thread: Optional[threading.Thread] = None
+
+    def put(self, fut: "Future[Any]") -> None:
+        """Queues a future whose instruction's cleanup has run."""
+        with self._cond:
+            self._items.append(fut)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="flowlane-futures", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._stopped:
+                    self._cond.wait()
+                if not self._items:
+                    return
+                # One at a time: a done-callback that waits for another future completes
+                # the queued ones itself (help), so none may be held aside here.
+                fut: Optional[Future[Any]] = self._items.popleft()
+                self._busy = True
+            assert fut is not None
+            _complete_one(fut)
+            # Hold no future while idle: a future holds its engine, which the garbage
+            # collector may then close (from this thread; close() allows that).
+            fut = None
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def is_current(self) -> bool:
+        """True on the completer's own thread (inside a done-callback)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def help(self, timeout: Optional[float]) -> None:
+        """On the completer's thread: completes one queued future, or waits up to
+        ``timeout`` for one to be queued."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+            fut = self._items.popleft() if self._items else None
+        if fut is not None:
+            _complete_one(fut)
+
+    def flush(self) -> None:
+        """Waits until every queued future is completed (on the completer itself, e.g. from
+        a done-callback that closes the engine, completes them here)."""
+        if threading.current_thread() is self._thread:
+            while True:
+                with self._cond:
+                    if not self._items:
+                        return
+                    fut = self._items.popleft()
+                _complete_one(fut)
+        with self._cond:
+            while self._items or self._busy:
+                self._cond.wait(WAIT_SLICE_S)
+
+    def stop(self) -> None:
+        """Completes what is queued, then ends the thread."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def _complete_one(fut: "Future[Any]") -> None:
+    try:
+        fut._complete()
+    except BaseException:  # never lose the thread; the future's waiters would hang
+        logger.exception("flowlane: completing %r failed", fut)
+
+
+__all__ = ["Future", "InstrState", "Completer", "wait_sliced", "run_blocking_async", "WAIT_SLICE_S"]

@@ -1,0 +1,129 @@
+"""Objects: dependence objects carrying a Python value, and their waits."""
+
+from __future__ import annotations
+
+import threading
+from ctypes import byref
+from typing import Any, Generic, Optional
+
+from . import _capi, _ffi
+from ._base import Access, AccessLike, T, _access, _keep, _register, _release_trampoline
+from ._core import Engine
+from ._ffi import lib
+from ._future import run_blocking_async, wait_sliced
+from ._managed import Managed, callback_depth
+from .errors import ClosedError, check, error_for
+
+# --------------------------------------------------------------------------------------
+# Object
+
+
+class _Box:
+    """Holds an object's value; owned by the engine (via its key) until release."""
+
+    __slots__ = ("value", "engine")
+
+    def __init__(self, value: Any, engine: Engine):
+        self.value = value
+        self.engine = engine
+
+
+class Object(Managed, Generic[T]):
+    """A dependence object carrying a Python value of type ``T``.
+
+    Instructions read and write it (``reads=[obj]``, ``writes=[obj]``); the engine
+    orders them (reads after the last write, writes after every earlier access).
+    ``obj.wait()`` blocks until the value is ready and returns it; ``obj.value`` does the
+    same as a property (and, assigned, waits for every earlier access first). Inside an
+    instruction callback ``obj.value`` reads/writes directly, without waiting: declare
+    the object as an operand so the engine orders the access.
+
+    close() drops the program's reference; the engine keeps the value alive until the
+    last instruction using it has completed, then releases it.
+
+    Thread-safety: wait() and value may be used from any thread; close() must not race
+    with other uses of the same object.
+    """
+
+    __slots__ = ("engine", "_box", "_key")
+    _kind = "object"
+
+    def __init__(self, engine: Engine, value: T = None):  # type: ignore[assignment]
+        super().__init__()
+        if not isinstance(engine, Engine):
+            raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
+        h = engine._ptr()
+        #: The engine.
+        self.engine = engine
+        self._box = _Box(value, engine)
+        key = _register(self._box)
+        out = _ffi.object_p()
+        st = lib.fl_object_create(h, key, _release_trampoline, byref(out))
+        if st != _capi.FL_OK:
+            err = error_for(st, None, "Engine.object")
+            _keep.pop(key, None)
+            raise err
+        self._key = key
+        self._handle = out
+
+    @property
+    def _value(self) -> T:
+        return self._box.value  # type: ignore[no-any-return]
+
+    @_value.setter
+    def _value(self, v: T) -> None:
+        self._box.value = v
+
+    def _ptr(self) -> Any:
+        if self.engine._handle is None:
+            raise ClosedError("the engine of this object is closed")
+        return super()._ptr()
+
+    def _close_handle(self, handle: Any) -> None:
+        if self.engine._handle is None:
+            return  # the engine's destroy already released everything
+        check(lib.fl_object_release(handle), "Object.close")
+
+    def wait(self, access: AccessLike = Access.READ, timeout: Optional[float] = None) -> T:
+        """Blocks (releasing the GIL) until the object may be accessed: READ waits for
+        every earlier write, WRITE/READ_WRITE also for every earlier read. Returns the
+        value. If the value is poisoned, raises the failing callable's own exception,
+        chained from an InstructionFailed/DependencyFailed naming the instruction.
+        ``timeout`` (seconds, None: forever) raises :class:`Timeout` (a TimeoutError);
+        Ctrl-C interrupts the wait."""
+        return self._wait(access, "Object.wait", timeout)
+
+    def _wait(self, access: AccessLike, where: str, timeout: Optional[float] = None,
+              stop: Optional[threading.Event] = None) -> T:
+        h, a = self._ptr(), _access(access)
+        st = wait_sliced(lambda ns: lib.fl_object_wait_for(h, a, ns), timeout, where, stop)
+        if st != _capi.FL_OK:
+            self.engine._raise(st, where)
+        return self._box.value  # type: ignore[no-any-return]
+
+    async def wait_async(self, access: AccessLike = Access.READ, timeout: Optional[float] = None) -> T:
+        """``await obj.wait_async()``: wait() on a helper thread (the event loop's default
+        executor), so the event loop neither blocks nor polls. Cancelling the awaiting task
+        releases the helper thread within a fraction of a second."""
+        self._ptr()
+        return await run_blocking_async(lambda stop: self._wait(access, "Object.wait_async", timeout, stop))
+
+    @property
+    def value(self) -> T:
+        """The value: waits for earlier writers first (not inside a callback). After the
+        engine is closed, the final value. Assigning waits for every earlier access."""
+        if self.engine._handle is None or callback_depth() > 0:
+            return self._box.value  # type: ignore[no-any-return]
+        return self._wait(Access.READ, "Object.value")
+
+    @value.setter
+    def value(self, v: T) -> None:
+        if self.engine._handle is not None and callback_depth() == 0:
+            self._wait(Access.WRITE, "Object.value")
+        self._box.value = v
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return "<flowlane.Object %s #%d>" % (state, self._key)
+
+
