@@ -395,3 +395,41 @@ TEST(OwnLaneWait, ObjectWaitForALaterWriterOfTheOwnLaneIsRefused) {
   EXPECT_FL_OK(fl_object_release(q));
   EXPECT_FL_OK(fl_engine_destroy(e));
 }
+
+// A callback waiting on an object it lists itself, whose latest writer was recorded after it
+// on another lane: that writer depends on the caller through the object, so the wait would
+// wait for the caller itself.
+// (It used to hang: only the caller itself and later instructions of its own lane were refused.)
+TEST(OwnLaneWait, ObjectWaitOnAnOwnOperandWithALaterWriterOnAnotherLaneIsRefused) {
+  HangGuard guard("fl_object_wait on an own operand with a later writer on another lane");
+  fl_engine_t* e = make_engine(2, 4);
+  ASSERT_NE(e, nullptr);
+  fl_object_t* o = fltest::make_obj(e);
+  Gate later_submitted;
+  std::atomic<int> st{-1};
+  submit(host_stream(e, 1), [&] {
+    if (!later_submitted.wait()) return FL_ERR_TIMEOUT;
+    st = fl_object_wait(o, FL_READ);
+    return FL_OK;
+  }, {W(o)}, "writes_then_waits");
+  submit(host_stream(e, 2), [] { return FL_OK; }, {W(o)}, "later_writer_other_lane");
+  later_submitted.open = true;
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(st.load(), FL_ERR_INVALID_ARGUMENT);
+  // A reader recorded after a caller that only reads does not depend on it: no refusal.
+  std::atomic<int> st2{-1};
+  Gate reader_submitted;
+  fl_object_t* q = fltest::make_obj(e);
+  submit(host_stream(e, 1), [&] {
+    if (!reader_submitted.wait()) return FL_ERR_TIMEOUT;
+    st2 = fl_object_wait(q, FL_READ);
+    return FL_OK;
+  }, {R(q)}, "reads_then_waits");
+  submit(host_stream(e, 2), [] { return FL_OK; }, {R(q)}, "later_reader_other_lane");
+  reader_submitted.open = true;
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(st2.load(), FL_OK);
+  EXPECT_FL_OK(fl_object_release(q));
+  EXPECT_FL_OK(fl_object_release(o));
+  EXPECT_FL_OK(fl_engine_destroy(e));
+}
