@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 
 #include "comm/comm.hpp"
 #include "engine/engine.hpp"
@@ -18,8 +19,21 @@ namespace flowlane::capi {
 // A task graph handle: the graph and the handle of the engine it runs on (a graph may
 // outlive its engine: running it then answers FL_ERR_INVALID_HANDLE).
 struct GraphBox {
+  // A node's function as the user gave it: the graph runs a thunk that first gives the
+  // thread the frame of the instruction (if any) that runs the graph (task.cpp).
+  struct Node {
+    GraphBox* box;
+    fl_task_fn fn;
+    void* user_data;
+  };
   uint64_t engine_handle = 0;
   sched::TaskGraph graph;
+  std::deque<Node> nodes;  // stable addresses: each is a node's user_data
+  // Set by fl_taskgraph_run for the length of a run (published to the workers by the
+  // pool's submission of the tasks): the engine and the instruction whose callback runs
+  // the graph, or null.
+  core::Engine* run_engine = nullptr;
+  core::Instr* run_instr = nullptr;
 };
 
 // A task group handle: the group and its engine's handle (a group may outlive its engine:

@@ -23,6 +23,30 @@ std::string range_text(uint64_t lo, uint64_t hi) {
   return s;
 }
 
+// Bodies and tasks run on behalf of an instruction's callback get its frame on whatever
+// thread runs them (a helping worker, a smaller pool's thread), as the calling thread has:
+// a wait there that would wait for the instruction (fl_engine_synchronize, its own lane's
+// fl_stream_synchronize, ...) is refused instead of hanging.
+struct InheritedLoop {
+  core::Engine* engine;
+  core::Instr* instr;
+  fl_range_fn body;
+  void* user_data;
+};
+
+fl_status_t run_inherited_range(uint64_t lo, uint64_t hi, void* p) {
+  auto* c = static_cast<InheritedLoop*>(p);
+  core::CallbackScope frame(c->engine, c->instr, core::CallbackKind::kLoop);
+  return c->body(lo, hi, c->user_data);
+}
+
+fl_status_t run_graph_node(void* p) {
+  auto* n = static_cast<GraphBox::Node*>(p);
+  if (n->box->run_instr == nullptr) return n->fn(n->user_data);
+  core::CallbackScope frame(n->box->run_engine, n->box->run_instr, core::CallbackKind::kLoop);
+  return n->fn(n->user_data);
+}
+
 }  // namespace
 }  // namespace flowlane::capi
 
@@ -40,8 +64,12 @@ FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t
       fail(FL_ERR_INVALID_ARGUMENT, "fl_parallel_for: begin (" + std::to_string(begin) + ") is greater than end (" +
                                         std::to_string(end) + ")");
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_parallel_for: the engine is being destroyed");
+    core::Instr* held = core::pending_instr(e);  // the instruction this loop runs inside, if any
     core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // bodies run on this thread too
-    sched::ParallelForResult r = sched::parallel_for(e->pool(), begin, end, grain, body, user_data);
+    InheritedLoop inherited{e, held, body, user_data};
+    sched::ParallelForResult r =
+        held == nullptr ? sched::parallel_for(e->pool(), begin, end, grain, body, user_data)
+                        : sched::parallel_for(e->pool(), begin, end, grain, &run_inherited_range, &inherited);
     if (r.status == FL_OK) return FL_OK;
     return report(r.status, "fl_parallel_for: the body failed on " + range_text(r.failed_lo, r.failed_hi) +
                                 " with " + fl_status_name(r.status) + "; chunks not yet started were skipped");
@@ -67,7 +95,9 @@ FL_API fl_status_t fl_taskgraph_add(fl_taskgraph_t* graph, fl_task_fn fn, void* 
   return guard([&]() -> fl_status_t {
     GraphBox* g = graph_from(graph, "fl_taskgraph_add");
     require_out(out_node, "fl_taskgraph_add", "out_node");
-    *out_node = g->graph.add(fn, user_data, name);
+    if (fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_taskgraph_add: fn is NULL");
+    g->nodes.push_back(GraphBox::Node{g, fn, user_data});
+    *out_node = g->graph.add(&run_graph_node, &g->nodes.back(), name);
     return FL_OK;
   });
 }
@@ -89,8 +119,22 @@ FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads) 
     core::Engine* e = engine_from(handle_cast<fl_engine_t>(g->engine_handle), "fl_taskgraph_run (the graph's engine)");
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_taskgraph_run: the engine is being destroyed");
     unsigned n = sched::resolve_thread_count(num_threads, e->worker_count());
+    core::Instr* held = core::pending_instr(e);  // the instruction running this graph, if any
     core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // tasks may run on this thread too
-    return g->graph.run(e->pool_for_threads(n));
+    // The run's frame is set only by the run that owns the graph (a concurrent run is refused).
+    struct RunFrame {
+      GraphBox* box;
+      core::Engine* engine;
+      core::Instr* instr;
+    } rf{g, e, held};
+    return g->graph.run(
+        e->pool_for_threads(n),
+        [](void* p) {
+          auto* f = static_cast<RunFrame*>(p);
+          f->box->run_engine = f->engine;
+          f->box->run_instr = f->instr;
+        },
+        [](void* p) { static_cast<RunFrame*>(p)->box->run_instr = nullptr; }, &rf);
   });
 }
 

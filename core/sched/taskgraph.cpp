@@ -129,14 +129,20 @@ void TaskGraph::run_node(Task* t) {
   }
 }
 
-fl_status_t TaskGraph::run(Pool& pool) {
+fl_status_t TaskGraph::run(Pool& pool, void (*on_start)(void*), void (*on_end)(void*), void* arg) {
   if (running_.exchange(true, std::memory_order_acquire))  // pairs with the release below
     return report(FL_ERR_INVALID_ARGUMENT,
                   "fl_taskgraph_run: this graph is already running (a graph runs on one thread at a time)");
   struct Clear {
     std::atomic<bool>& flag;
-    ~Clear() { flag.store(false, std::memory_order_release); }  // pairs with the exchange above
-  } clear{running_};
+    void (*on_end)(void*);
+    void* arg;
+    ~Clear() {
+      if (on_end != nullptr) on_end(arg);
+      flag.store(false, std::memory_order_release);  // pairs with the exchange above
+    }
+  } clear{running_, on_end, arg};
+  if (on_start != nullptr) on_start(arg);
 
   if (!validated_) {
     int64_t v = find_cycle_node();

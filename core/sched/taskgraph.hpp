@@ -43,8 +43,11 @@ class TaskGraph {
   // Runs every node once on `pool`; the caller helps if it is one of pool's workers, else
   // it blocks. Returns FL_OK or a failure with the thread's last error set (cycle:
   // FL_ERR_INVALID_ARGUMENT naming a node on the cycle; concurrent run of this graph:
-  // FL_ERR_INVALID_ARGUMENT; a failing node: its status).
-  fl_status_t run(Pool& pool);
+  // FL_ERR_INVALID_ARGUMENT; a failing node: its status). `on_start(arg)`, if given, is
+  // called once the run owns the graph (not for a refused concurrent run), before any task
+  // is submitted; `on_end(arg)` after the last task finished.
+  fl_status_t run(Pool& pool, void (*on_start)(void*) = nullptr, void (*on_end)(void*) = nullptr,
+                  void* arg = nullptr);
 
   size_t size() const { return nodes_.size(); }
   size_t edge_count() const { return edges_; }

@@ -244,13 +244,11 @@ TEST(CallbacksCallBackIn, FromATaskGraphTaskOnASmallerPool) {
   check_usable_and_destroy(e);
 }
 
-// FIXME: hangs. A task of a graph that an instruction runs executes on another thread (here
-// the graph's own one-thread pool), which carries no callback frame: fl_engine_synchronize
-// there is not refused, waits for the instruction that waits for the graph, and never
-// returns (the same holds for fl_stream_synchronize of the instruction's lane). Tasks and
-// loop bodies run on behalf of an instruction should inherit its frame (its pending
-// instruction) on whatever thread runs them.
-TEST(CallbacksCallBackIn, DISABLED_FromATaskGraphTaskInsideAnInstruction) {
+// A task of a graph that an instruction runs executes on another thread (here the graph's
+// own one-thread pool); it carries the instruction's frame there, so fl_engine_synchronize
+// and the own lane's fl_stream_synchronize are refused. (They used to wait for the
+// instruction that waits for the graph: a hang.)
+TEST(CallbacksCallBackIn, FromATaskGraphTaskInsideAnInstruction) {
   HangGuard guard("every API call from a task-graph task run by an instruction");
   fl_engine_t* e = make_engine(2, 8);
   struct Ctx {
@@ -463,8 +461,7 @@ TEST(DestroyFromCallbacks, FromATaskOnASmallerPoolAndFromTheWatchdogIsRefused) {
 
 // The same rule for a parallel_for body that an instruction's loop runs on another worker:
 // fl_engine_synchronize there would wait for the instruction that waits for the loop.
-// FIXME: hangs for the reason given above (no frame on the helping worker).
-TEST(CallbacksCallBackIn, DISABLED_SynchronizeFromAParallelForBodyOnAnotherWorkerIsRefused) {
+TEST(CallbacksCallBackIn, SynchronizeFromAParallelForBodyOnAnotherWorkerIsRefused) {
   HangGuard guard("fl_engine_synchronize from a parallel_for body on a helping worker");
   fl_engine_t* e = make_engine(2, 4);
   struct Ctx {
