@@ -13,7 +13,8 @@ using flowlane::capi::HandleTable;
 using flowlane::capi::HandleType;
 
 TEST(HandleTable, ReleasedHandlesNeverComeBackWhenTheGenerationWouldWrap) {
-  HandleTable<int, HandleType::kObject> table(7);  // generations 1, 3, 5, 7, then retired
+  // Tables live as long as the process (their slot segments are never freed), as the C API's.
+  static auto& table = *new HandleTable<int, HandleType::kObject>(7);  // generations 1, 3, 5, 7, then retired
   int x = 0;
   std::vector<uint64_t> released;
   std::set<uint32_t> indices;
@@ -30,8 +31,8 @@ TEST(HandleTable, ReleasedHandlesNeverComeBackWhenTheGenerationWouldWrap) {
 }
 
 TEST(HandleTable, AHandleOfAnotherTypeWithTheSameSlotIsNotFound) {
-  HandleTable<int, HandleType::kObject> objects;
-  HandleTable<int, HandleType::kEngine> engines;
+  static auto& objects = *new HandleTable<int, HandleType::kObject>();
+  static auto& engines = *new HandleTable<int, HandleType::kEngine>();
   int a = 0, b = 0;
   uint64_t o = objects.insert(&a);
   uint64_t e = engines.insert(&b);

@@ -90,6 +90,9 @@ struct Round {
 
 fl_status_t noop_fn(fl_instr_ctx_t*, void*) { return FL_OK; }
 
+// The running round's engine, for the hang guard's state dump.
+std::atomic<fl_engine_t*> g_engine{nullptr};
+
 fl_status_t run_ins(fl_instr_ctx_t* ctx, void* ud) {
   Ins* in = static_cast<Ins*>(ud);
   Round* r = in->round;
@@ -179,14 +182,17 @@ std::string quoted_name(const std::string& m) {
 }
 
 // One round; returns "" or a description of what went wrong.
+bool g_no_waits = false;  // --no-waits: no waits inside callbacks
+int g_min_workers = 1;    // --min-workers N
+
 std::string run_round(uint64_t seed, uint64_t* instructions) {
   std::mt19937_64 rng(seed);
   const int threads = 2 + int(rng() % 3);
-  const int workers = 1 + int(rng() % 3);
+  const int workers = std::max(g_min_workers, 1 + int(rng() % 3));
   const int num_objects = 3 + int(rng() % (kMaxObjects - 2));
   const int per_thread = int((FL_UNDER_SANITIZER ? 300 : 3000) + rng() % (FL_UNDER_SANITIZER ? 300 : 3000));
   const int fail_permille = int(rng() % 30);
-  const int wait_permille = int(rng() % 40);
+  const int wait_permille = g_no_waits ? 0 * int(rng() % 40) : int(rng() % 40);
   const bool collector = rng() % 2 == 0;
   const uint64_t window = rng() % 3 == 0 ? 16 : 0;
 
@@ -197,6 +203,7 @@ std::string run_round(uint64_t seed, uint64_t* instructions) {
   d.max_lanes = uint64_t(threads) + 2;
   d.inflight_limit = window;
   if (fl_engine_create(&d, &r.engine) != FL_OK) return std::string("fl_engine_create: ") + fl_last_error_message();
+  g_engine = r.engine;
   fl_device_t cpu{FL_DEVICE_CPU, 0};
   for (int o = 0; o < num_objects; ++o) fl_object_create(r.engine, nullptr, nullptr, &r.objs[o]);
   for (auto& s : r.side) fl_object_create(r.engine, nullptr, nullptr, &s);
@@ -360,6 +367,7 @@ std::string run_round(uint64_t seed, uint64_t* instructions) {
   for (auto* o : r.objs)
     if (o) fl_object_release(o);
   for (auto* o : r.side) fl_object_release(o);
+  g_engine = nullptr;
   if (fl_engine_destroy(r.engine) != FL_OK) r.error(std::string("fl_engine_destroy: ") + fl_last_error_message());
   *instructions += uint64_t(threads) * uint64_t(per_thread);
   if (r.errors.empty()) return "";
@@ -390,8 +398,10 @@ int main(int argc, char** argv) {
     if (a == "--seconds" && k + 1 < argc) seconds = std::atof(argv[++k]);
     else if (a == "--seed" && k + 1 < argc) seed = std::strtoull(argv[++k], nullptr, 0);
     else if (a == "--round-seed" && k + 1 < argc) one_round = true, round_seed = std::strtoull(argv[++k], nullptr, 0);
+    else if (a == "--no-waits") g_no_waits = true;
+    else if (a == "--min-workers" && k + 1 < argc) g_min_workers = std::atoi(argv[++k]);
     else {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--seed N] [--round-seed N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--seconds S] [--seed N] [--round-seed N] [--no-waits] [--min-workers N]\n", argv[0]);
       return 2;
     }
   }
@@ -412,6 +422,10 @@ int main(int argc, char** argv) {
         std::printf("HANG: a round (replay: --round-seed %llu; the whole run: --seed %llu) did not finish within "
                     "%d s: the engine deadlocked\n",
                     (unsigned long long)current_round_seed.load(), (unsigned long long)seed, guard_s);
+        if (fl_engine_t* e = g_engine.load()) {
+          static char dump[1 << 16];
+          if (fl_engine_dump(e, dump, sizeof dump, nullptr) == FL_OK) std::printf("%s\n", dump);
+        }
         std::fflush(stdout);
         std::abort();
       }
