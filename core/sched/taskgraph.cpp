@@ -149,10 +149,13 @@ fl_status_t TaskGraph::run(Pool& pool) {
     if (v >= 0)
       return report(FL_ERR_INVALID_ARGUMENT,
                     "fl_taskgraph_run: the graph has a cycle through task " + label(uint32_t(v)));
-    validated_ = true;
-    roots_.clear();
+    // Built aside and committed only once complete: an allocation failure here must not
+    // leave a graph marked valid with no roots (its next run would wait forever).
+    std::vector<uint32_t> roots;
     for (size_t i = 0; i < nodes_.size(); ++i)
-      if (nodes_[i].num_preds == 0) roots_.push_back(uint32_t(i));
+      if (nodes_[i].num_preds == 0) roots.push_back(uint32_t(i));
+    roots_.swap(roots);
+    validated_ = true;
   }
   size_t n = nodes_.size();
   if (n == 0) return FL_OK;
