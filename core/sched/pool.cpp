@@ -236,7 +236,13 @@ void Pool::Impl::park_spare(Worker& w) {
   // bumping the epoch; we read the epoch before re-checking blocked (seq_cst), and the
   // futex compares the epoch atomically with the sleep, so an increment after our check
   // changes the word and the wait returns at once.
-  if (!w.deque.empty()) notifier.notify_one();
+  // Work this spare leaves behind must not sleep with it: tasks in its deque, and a task it
+  // yielded to the injection queue at its last task boundary (Pool::yield() does not
+  // notify when the yielding worker's deque is empty: it expects to dequeue the task
+  // itself, which a spare that parks never does). A base worker parked meanwhile would
+  // never wake for them, so always pass one wake-up on (a fence and a load when nobody
+  // sleeps; the woken worker's scan finds the work or parks again).
+  notifier.notify_one();
   for (;;) {
     // Pairs with the fetch_add of spare_epoch in BlockedScope() and ~Pool(), which come
     // after their increment of blocked / store of stop (the pattern described above).
