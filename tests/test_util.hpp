@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "flowlane/flowlane.h"
 
@@ -130,6 +131,12 @@ struct Gate {
     return true;
   }
 };
+
+// A path in the test's temporary folder unique to this process: test binaries of several
+// builds (and the nocuda copy of a suite) may run at once on one machine.
+inline std::string unique_temp_path(const std::string& name) {
+  return ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
+}
 
 // The engine's state dump (fl_engine_dump).
 inline std::string engine_dump(fl_engine_t* e) {

@@ -95,19 +95,29 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   for (CallbackFrame* f = current_frame(); f != nullptr && frame == nullptr; f = f->parent)
     if (f->engine == this && f->instr != nullptr) frame = f;
   Instr* self = frame != nullptr ? frame->instr : nullptr;
+  // The caller's own access to the object (0 if it does not list it). A user of the object
+  // recorded after the caller depends on it when either of the two writes: waiting for that
+  // user would wait for the caller too, on any lane.
+  uint32_t own_access = 0;
+  if (self != nullptr)
+    for (const Operand& op : self->operands)
+      if (op.obj == o) own_access |= op.access;
   for (Instr* w : waits) {
     if (self == nullptr) break;
     // Acquire pairs with the seq_cst store of the terminal state in complete().
-    const bool behind = w->stream->lane == self->stream->lane && w->id > self->id &&
-                        !is_terminal(w->load_state(std::memory_order_acquire));
-    if (w != self && !behind) continue;
+    const bool later = w->id > self->id && !is_terminal(w->load_state(std::memory_order_acquire));
+    const bool behind = later && w->stream->lane == self->stream->lane;
+    const bool depends = later && own_access != 0 && ((own_access & FL_WRITE) != 0 || w == writer);
+    if (w != self && !behind && !depends) continue;
     std::string msg = w == self ? "fl_object_wait: the calling instruction " + self->describe() +
                                       " uses this object itself and would wait for its own completion"
+                      : behind  ? "fl_object_wait: the object's pending user " + w->describe() +
+                                     " is queued behind the calling instruction " + self->describe() +
+                                     " on its own lane, so it cannot start before the caller returns; depend on the "
+                                     "object through an operand instead"
                                 : "fl_object_wait: the object's pending user " + w->describe() +
-                                      " is queued behind the calling instruction " +
-                                      self->describe() +
-                                      " on its own lane, so it cannot start before the caller returns; depend on the "
-                                      "object through an operand instead";
+                                     " was recorded after the calling instruction " + self->describe() +
+                                     ", which uses this object itself, so it waits for the caller to complete";
     for (Instr* x : waits)
       if (x->unref()) recycle(x);
     fail(FL_ERR_INVALID_ARGUMENT, msg);

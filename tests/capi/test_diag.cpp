@@ -161,7 +161,7 @@ TEST(Watchdog, DescriptorPathAndOff) {
   d.num_workers = 2;
   d.watchdog_ms = 100;
   ASSERT_FL_OK(fl_engine_create(&d, &e));
-  std::string path = ::testing::TempDir() + "flowlane_watchdog_dump.txt";
+  std::string path = fltest::unique_temp_path("flowlane_watchdog_dump.txt");
   std::remove(path.c_str());
   fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
   w.timeout_ms = 100;

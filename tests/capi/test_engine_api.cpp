@@ -430,12 +430,18 @@ TEST(Submit, DuplicateOperandsCountOnceWithUnionOfAccesses) {
   EngineFixture f(2);
   fl_object_t* o = make_object(f.engine);
   std::atomic<int> value{0};
-  // Listed as READ and WRITE: acts as READ_WRITE, so the reader on lane 2 must see it.
+  fltest::Gate gate;
+  struct Writer {
+    std::atomic<int>* v;
+    fltest::Gate* gate;
+  } writer{&value, &gate};
+  // Listed as READ and WRITE: acts as READ_WRITE, so the reader on lane 2 must wait for it.
   submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    static_cast<std::atomic<int>*>(ud)->store(7);
+    auto* w = static_cast<Writer*>(ud);
+    if (!w->gate->wait()) return FL_ERR_TIMEOUT;
+    w->v->store(7);
     return FL_OK;
-  }, &value, {{o, FL_READ, 0}, {o, FL_WRITE, 0}, {o, FL_READ, 0}});
+  }, &writer, {{o, FL_READ, 0}, {o, FL_WRITE, 0}, {o, FL_READ, 0}}, "writer");
   std::atomic<int> seen{-1};
   struct Ctx {
     std::atomic<int>* v;
@@ -445,7 +451,12 @@ TEST(Submit, DuplicateOperandsCountOnceWithUnionOfAccesses) {
     auto* c = static_cast<Ctx*>(ud);
     c->seen->store(c->v->load());
     return FL_OK;
-  }, &ctx, {{o, FL_READ, 0}});
+  }, &ctx, {{o, FL_READ, 0}}, "reader");
+  // The state, not a sleep: the reader is blocked on the held writer.
+  std::string dump = fltest::wait_for_dump(f.engine, {"oldest: 'reader' (#2, lane 2, host) BLOCKED", "'writer'"});
+  EXPECT_NE(dump.find("oldest: 'reader' (#2, lane 2, host) BLOCKED"), std::string::npos) << dump;
+  EXPECT_EQ(seen.load(), -1);
+  gate.open = true;
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
   EXPECT_EQ(seen.load(), 7);
   ASSERT_FL_OK(fl_object_release(o));

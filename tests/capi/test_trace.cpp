@@ -50,7 +50,7 @@ bool balanced_json(const std::string& s) {
 
 TEST(Trace, SlicesTracksFlowsAndWaits) {
   EngineFixture f(2);
-  std::string path = ::testing::TempDir() + "flowlane_trace_basic.json";
+  std::string path = fltest::unique_temp_path("flowlane_trace_basic.json");
   ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
   EXPECT_FL_ERR(fl_trace_start(f.engine, path.c_str()), FL_ERR_INVALID_ARGUMENT, "already tracing");
   fl_object_t* a = make_obj(f.engine);
@@ -93,7 +93,7 @@ TEST(Trace, SlicesTracksFlowsAndWaits) {
 
 TEST(Trace, ParallelLoopsAndTaskGraphsAreSlicesAndFailuresCarryTheirText) {
   EngineFixture f(2);
-  std::string path = ::testing::TempDir() + "flowlane_trace_loops.json";
+  std::string path = fltest::unique_temp_path("flowlane_trace_loops.json");
   ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
   auto body = [](uint64_t, uint64_t, void*) -> fl_status_t { return FL_OK; };
   ASSERT_FL_OK(fl_parallel_for(f.engine, 0, 1000, 10, body, nullptr));  // on the caller's track
@@ -132,7 +132,7 @@ TEST(Trace, ParallelLoopsAndTaskGraphsAreSlicesAndFailuresCarryTheirText) {
 
 TEST(Trace, WindowStallsAreRecorded) {
   EngineFixture f(2, 0, /*window=*/2);
-  std::string path = ::testing::TempDir() + "flowlane_trace_stall.json";
+  std::string path = fltest::unique_temp_path("flowlane_trace_stall.json");
   ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
   Gate gate;
   submit(host_of(f.engine, 1), [&](fl_instr_ctx_t*) { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "held");
@@ -155,7 +155,7 @@ TEST(Trace, WindowStallsAreRecorded) {
 
 TEST(Trace, RingBufferBoundsMemoryAndCountsDrops) {
   EngineFixture f(2);
-  std::string path = ::testing::TempDir() + "flowlane_trace_ring.json";
+  std::string path = fltest::unique_temp_path("flowlane_trace_ring.json");
   ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
   const int kCount = 300000;  // 2 events each: more than the ring holds
   for (int k = 0; k < kCount; ++k) submit(host_of(f.engine, k % 4), [](fl_instr_ctx_t*) { return FL_OK; }, {}, "tiny");
@@ -171,7 +171,7 @@ TEST(Trace, RingBufferBoundsMemoryAndCountsDrops) {
 }
 
 TEST(Trace, EnvironmentVariableTracesFromCreationToDestroy) {
-  std::string path = ::testing::TempDir() + "flowlane_trace_env_%e.json";
+  std::string path = fltest::unique_temp_path("flowlane_trace_env_%e.json");
   ::setenv("FLOWLANE_TRACE", path.c_str(), 1);
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
@@ -208,7 +208,7 @@ TEST(Trace, Errors) {
 
 // Engine destroy while tracing writes the file (work drained first).
 TEST(Trace, DestroyWritesTheTrace) {
-  std::string path = ::testing::TempDir() + "flowlane_trace_destroy.json";
+  std::string path = fltest::unique_temp_path("flowlane_trace_destroy.json");
   fl_engine_t* e = nullptr;
   ASSERT_FL_OK(fl_engine_create(nullptr, &e));
   ASSERT_FL_OK(fl_trace_start(e, path.c_str()));

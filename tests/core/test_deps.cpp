@@ -134,7 +134,7 @@ TEST_F(Deps, DependenciesPointToEarlierIds) {
   Rig many(4, /*window=*/1 << 16);  // its own: room for every instruction, all held until recorded
   std::vector<Object*> objs;
   for (int k = 0; k < 3; ++k) objs.push_back(many.object());
-  const int kThreads = 4, kEach = FL_UNDER_SANITIZER ? 300 : 3000;
+  const int kThreads = 7, kEach = FL_UNDER_SANITIZER ? 300 : 4000;  // more threads than cores: preemption mid-submission
   // gate: nothing completes while recording, so every cross-lane dependency is an edge
   std::vector<std::thread> ts;
   for (int t = 0; t < kThreads; ++t) {

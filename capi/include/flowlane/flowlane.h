@@ -391,7 +391,8 @@ FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t
    FL_ERR_INVALID_ARGUMENT (NULL out_graph), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_taskgraph_create(fl_engine_t* engine, fl_taskgraph_t** out_graph);
 /* METHOD: fl_taskgraph_t — adds a node; name copied, may be NULL. Node ids are dense from 0.
-   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL fn or out_node, graph running). */
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL fn or out_node, graph running),
+   FL_ERR_OUT_OF_RANGE (the graph is full), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_taskgraph_add(fl_taskgraph_t* graph, fl_task_fn fn, void* user_data,
                                     const char* name, uint64_t* out_node);
 /* METHOD: fl_taskgraph_t — `after` starts only once `before` has finished.
@@ -415,9 +416,10 @@ FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph);
 /* ======================================================================== */
 
 /* Every call of this section is EXPERIMENTAL: the CUDA backend is tested against a fake
-   CUDA runtime on every CUDA build, but has not yet been validated at scale on GPUs, and a
-   CUDA build still needs the CUDA runtime at load time (it is meant to load it on first
-   use). Descriptors and semantics may still change. */
+   CUDA runtime on every CUDA build, but has not yet been validated at scale on GPUs.
+   Descriptors and semantics may still change. A CUDA build loads the CUDA runtime and
+   NCCL on first use: where they are missing, these calls answer FL_ERR_UNSUPPORTED with
+   the reason, and everything else works. */
 
 /* FUNCTION, EXPERIMENTAL (see above) — number of CUDA devices visible (0 when none).
    FL_ERR_INVALID_ARGUMENT (NULL out_count), FL_ERR_UNSUPPORTED in a CPU-only build. */
@@ -797,7 +799,8 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
 /* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
    wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of
-   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). */
+   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE (stale, or
+   destroyed concurrently). */
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
 
 #ifdef __cplusplus

@@ -1,0 +1,97 @@
+// Helpers for the concurrency-guarantee suites (public API only): a hang guard that turns a
+// deadlock into a clear failure, and small engine helpers.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "test_util.hpp"
+
+namespace flguard {
+
+// Aborts the process with a message when the guarded scope has not finished after a
+// generous deadline: a deadlocked engine otherwise hangs CI until ctest's timeout, with no
+// word on what hung. The deadline is never a performance bound: passing runs finish in a
+// small fraction of it.
+class HangGuard {
+ public:
+  // FLOWLANE_HANG_GUARD_S overrides the deadline (e.g. to run the suite quickly against a
+  // revision known to hang).
+  explicit HangGuard(std::string what, int seconds = int(fl_scaled(120, 600)))
+      : what_(std::move(what)), thread_([this, seconds] { watch(override_s(seconds)); }) {}
+  ~HangGuard() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  HangGuard(const HangGuard&) = delete;
+  HangGuard& operator=(const HangGuard&) = delete;
+
+ private:
+  static int override_s(int seconds) {
+    const char* env = std::getenv("FLOWLANE_HANG_GUARD_S");
+    return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : seconds;
+  }
+  void watch(int seconds) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (cv_.wait_for(lk, std::chrono::seconds(seconds), [this] { return done_; })) return;
+    std::fprintf(stderr,
+                 "\nHANG: '%s' did not finish within %d s: the engine deadlocked (or a callback never "
+                 "returned). Aborting so that the test fails instead of hanging.\n",
+                 what_.c_str(), seconds);
+    std::fflush(stderr);
+    std::abort();
+  }
+
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+inline fl_engine_t* make_engine(uint64_t workers, uint64_t lanes = 0, uint64_t window = 0) {
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = workers;
+  d.max_lanes = lanes;
+  d.inflight_limit = window;
+  fl_engine_t* e = nullptr;
+  EXPECT_EQ(fl_engine_create(&d, &e), FL_OK) << fl_last_error_message();
+  return e;
+}
+
+inline fl_stream_t* host_stream(fl_engine_t* e, uint32_t lane) {
+  fl_stream_t* s = nullptr;
+  fl_device_t cpu{FL_DEVICE_CPU, 0};
+  EXPECT_EQ(fl_stream_get(e, lane, cpu, FL_STREAM_HOST, &s), FL_OK) << fl_last_error_message();
+  return s;
+}
+
+inline bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// Submits fn(user_data) with the given operands; returns the status (nothing else owned).
+inline fl_status_t submit_raw(fl_stream_t* s, fl_host_fn fn, void* ud, const fl_operand_t* ops, size_t n,
+                              const char* name = nullptr, fl_release_fn cleanup = nullptr,
+                              fl_instr_id* out_id = nullptr) {
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = fn;
+  in.user_data = ud;
+  in.cleanup = cleanup;
+  in.operands = n ? ops : nullptr;
+  in.num_operands = n;
+  in.name = name;
+  fl_instr_id id = 0;
+  fl_status_t st = fl_submit_host(s, &in, &id);
+  if (out_id) *out_id = id;
+  return st;
+}
+
+}  // namespace flguard
