@@ -1,10 +1,14 @@
 // Collectives: what both communicator backends share, and the interface the C API uses.
 //
-//   comm.hpp/.cpp  names of ops, dtypes and reductions; operation signatures; validation of
-//                  a collective's parts; the flight recorder; the per-engine registry of
-//                  communicators (an engine extension: abort at destroy, dumps, waits)
-//   host.cpp       FL_COMM_HOST_FAKE: ranks of one process over host memory
-//   nccl.cpp       FL_COMM_NCCL: NCCL over CUDA devices (CUDA builds)
+//   comm.hpp/.cpp      names of ops, dtypes and reductions; operation signatures; validation
+//                      of a collective's parts; the flight recorder; the per-engine registry
+//                      of communicators (an engine extension: abort at destroy, dumps, waits)
+//   host.cpp           FL_COMM_HOST_FAKE: ranks of one process over host memory
+//   nccl.cpp           FL_COMM_NCCL: NCCL over CUDA devices (CUDA builds): entry points,
+//                      NcclComm's methods
+//   nccl_watch.cpp     its registry of communicators, watchdog thread and aborts
+//   nccl_launch.cpp    the launch, settle and cleanup of its collectives
+//   nccl_internal.hpp  what the three NCCL files share
 //
 // Protocols (sequence numbers, abort, the engine-wide collective order of NCCL) are
 // written down in comm/README.md.

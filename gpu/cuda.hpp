@@ -1,6 +1,6 @@
 // Internals of the CUDA backend shared by its files (backend.cpp: issue, runs, events;
 // poller.cpp: completion; launch.cpp: what each instruction kind enqueues) and by the
-// NCCL communicator backend (comm/nccl.cpp). CUDA builds only.
+// NCCL communicator backend (comm/nccl.cpp, nccl_watch.cpp, nccl_launch.cpp). CUDA builds only.
 #pragma once
 
 #if !FLOWLANE_HAVE_CUDA
