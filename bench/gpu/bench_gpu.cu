@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "flowlane/flowlane.h"
@@ -29,6 +30,30 @@ __global__ void empty_kernel() {}
 __global__ void add_one(int* p) { *p += 1; }
 
 constexpr int kBatch = 1000;  // kernels per timed batch for the chain benchmarks
+
+// Every call of a raw-CUDA floor and of flowlane is checked: a benchmark whose calls fail
+// measures nothing, so it ends with an error (which scripts/gpu-check.sh treats as a failure).
+void fail_with(benchmark::State& state, const std::string& what) {
+  static thread_local std::string message;  // SkipWithError keeps the pointer
+  message = what;
+  state.SkipWithError(message.c_str());
+}
+#define FLB_CUDA(state, call)                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
+      fail_with(state, std::string(#call) + ": " + cudaGetErrorString(e_));                \
+      return;                                                                              \
+    }                                                                                      \
+  } while (0)
+#define FLB_FL(state, call)                                                                \
+  do {                                                                                     \
+    fl_status_t s_ = (call);                                                               \
+    if (s_ != FL_OK) {                                                                     \
+      fail_with(state, std::string(#call) + ": " + fl_status_name(s_) + ": " + fl_last_error_message()); \
+      return;                                                                              \
+    }                                                                                      \
+  } while (0)
 
 bool have_gpu(benchmark::State& state) {
   int n = 0;
@@ -80,19 +105,26 @@ fl_status_t submit_add(fl_stream_t* s, int* p, fl_object_t* o) {
 
 // --- submit cost ------------------------------------------------------------------------
 
+// The floor of BM_FlowlaneSubmitKernel, measured the same way: caller-side time of kBatch
+// launches (the launch queue never fills), then an untimed wait.
 void BM_RawLaunch(benchmark::State& state) {
   if (!have_gpu(state)) return;
   cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (auto _ : state) {
-    void* args[1] = {nullptr};
-    cudaLaunchKernel(reinterpret_cast<const void*>(&empty_kernel), dim3(1), dim3(1), args, 0, s);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < kBatch; ++k) {
+      void* args[1] = {nullptr};
+      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&empty_kernel), dim3(1), dim3(1), args, 0, s));
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    FLB_CUDA(state, cudaStreamSynchronize(s));
   }
-  cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
-  state.SetItemsProcessed(state.iterations());
+  FLB_CUDA(state, cudaStreamDestroy(s));
+  state.SetItemsProcessed(state.iterations() * kBatch);
 }
-BENCHMARK(BM_RawLaunch)->UseRealTime();
+BENCHMARK(BM_RawLaunch)->UseManualTime();
 
 // Caller-side time only: each iteration times the submission of kBatch kernels (the
 // window, 8192, never fills), then waits for them untimed.
@@ -102,15 +134,10 @@ void BM_FlowlaneSubmitKernel(benchmark::State& state) {
   fl_stream_t* s = eng.compute(1);
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < kBatch; ++k) {
-      if (submit_empty(s) != FL_OK) {
-        state.SkipWithError(fl_last_error_message());
-        return;
-      }
-    }
+    for (int k = 0; k < kBatch; ++k) FLB_FL(state, submit_empty(s));
     auto t1 = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    fl_stream_synchronize(s);
+    FLB_FL(state, fl_stream_synchronize(s));
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
@@ -121,18 +148,18 @@ BENCHMARK(BM_FlowlaneSubmitKernel)->UseManualTime();
 void BM_RawSingleStreamChain(benchmark::State& state) {
   if (!have_gpu(state)) return;
   cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int* p;
-  cudaMalloc(&p, sizeof(int));
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   for (auto _ : state) {
     for (int k = 0; k < kBatch; ++k) {
       void* args[1] = {&p};
-      cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s);
+      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s));
     }
-    cudaStreamSynchronize(s);
+    FLB_CUDA(state, cudaStreamSynchronize(s));
   }
-  cudaFree(p);
-  cudaStreamDestroy(s);
+  FLB_CUDA(state, cudaFree(p));
+  FLB_CUDA(state, cudaStreamDestroy(s));
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 BENCHMARK(BM_RawSingleStreamChain)->UseRealTime();
@@ -142,16 +169,16 @@ BENCHMARK(BM_RawSingleStreamChain)->UseRealTime();
 void flowlane_chain(benchmark::State& state, Engine& eng, fl_stream_t* a, fl_stream_t* b) {
   fl_stream_t* s[2] = {a, b};
   fl_object_t* o = nullptr;
-  fl_object_create(eng.e, nullptr, nullptr, &o);
+  FLB_FL(state, fl_object_create(eng.e, nullptr, nullptr, &o));
   int* p;
-  cudaMalloc(&p, sizeof(int));
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) submit_add(s[k & 1], p, o);
-    fl_object_wait(o, FL_READ);
+    for (int k = 0; k < kBatch; ++k) FLB_FL(state, submit_add(s[k & 1], p, o));
+    FLB_FL(state, fl_object_wait(o, FL_READ));
   }
-  fl_object_release(o);
-  fl_engine_synchronize(eng.e);
-  cudaFree(p);
+  FLB_FL(state, fl_object_release(o));
+  FLB_FL(state, fl_engine_synchronize(eng.e));
+  FLB_CUDA(state, cudaFree(p));
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
@@ -165,24 +192,24 @@ BENCHMARK(BM_FlowlaneSingleStreamChain)->UseRealTime();
 void BM_RawTwoStreamEventChain(benchmark::State& state) {
   if (!have_gpu(state)) return;
   cudaStream_t s[2];
-  for (auto& x : s) cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking);
+  for (auto& x : s) FLB_CUDA(state, cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
   std::vector<cudaEvent_t> ev(kBatch);
-  for (auto& e : ev) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  for (auto& e : ev) FLB_CUDA(state, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   int* p;
-  cudaMalloc(&p, sizeof(int));
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   for (auto _ : state) {
     for (int k = 0; k < kBatch; ++k) {
       cudaStream_t cs = s[k & 1];
-      if (k > 0) cudaStreamWaitEvent(cs, ev[k - 1], 0);
+      if (k > 0) FLB_CUDA(state, cudaStreamWaitEvent(cs, ev[k - 1], 0));
       void* args[1] = {&p};
-      cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, cs);
-      cudaEventRecord(ev[k], cs);
+      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, cs));
+      FLB_CUDA(state, cudaEventRecord(ev[k], cs));
     }
-    cudaEventSynchronize(ev[kBatch - 1]);
+    FLB_CUDA(state, cudaEventSynchronize(ev[kBatch - 1]));
   }
-  for (auto& e : ev) cudaEventDestroy(e);
-  for (auto& x : s) cudaStreamDestroy(x);
-  cudaFree(p);
+  for (auto& e : ev) FLB_CUDA(state, cudaEventDestroy(e));
+  for (auto& x : s) FLB_CUDA(state, cudaStreamDestroy(x));
+  FLB_CUDA(state, cudaFree(p));
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 BENCHMARK(BM_RawTwoStreamEventChain)->UseRealTime();
@@ -198,7 +225,7 @@ void BM_FlowlaneTwoStreamChainOneLane(benchmark::State& state) {
   if (!have_gpu(state)) return;
   Engine eng;
   fl_stream_t* d2h = nullptr;
-  fl_stream_get(eng.e, 1, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_D2H, &d2h);
+  FLB_FL(state, fl_stream_get(eng.e, 1, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_D2H, &d2h));
   flowlane_chain(state, eng, eng.compute(1), d2h);
 }
 BENCHMARK(BM_FlowlaneTwoStreamChainOneLane)->UseRealTime();
@@ -209,15 +236,15 @@ BENCHMARK(BM_FlowlaneTwoStreamChainOneLane)->UseRealTime();
 void BM_RawLaunch8Streams(benchmark::State& state) {
   if (!have_gpu(state)) return;
   cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (auto _ : state) {
     for (int k = 0; k < kBatch; ++k) {
       void* args[1] = {nullptr};
-      cudaLaunchKernel(reinterpret_cast<const void*>(&empty_kernel), dim3(1), dim3(1), args, 0, s);
+      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&empty_kernel), dim3(1), dim3(1), args, 0, s));
     }
-    cudaStreamSynchronize(s);
+    FLB_CUDA(state, cudaStreamSynchronize(s));
   }
-  cudaStreamDestroy(s);
+  FLB_CUDA(state, cudaStreamDestroy(s));
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 BENCHMARK(BM_RawLaunch8Streams)->Threads(8)->UseRealTime();
@@ -236,8 +263,8 @@ void BM_FlowlaneSubmit8Lanes(benchmark::State& state) {
     s = g_shared->compute(1 + uint32_t(state.thread_index()));
   }
   for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) submit_empty(s);
-    fl_stream_synchronize(s);
+    for (int k = 0; k < kBatch; ++k) FLB_FL(state, submit_empty(s));
+    FLB_FL(state, fl_stream_synchronize(s));
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
@@ -248,16 +275,16 @@ BENCHMARK(BM_FlowlaneSubmit8Lanes)->Threads(8)->UseRealTime();
 void BM_RawLaunchSync(benchmark::State& state) {
   if (!have_gpu(state)) return;
   cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int* p;
-  cudaMalloc(&p, sizeof(int));
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   for (auto _ : state) {
     void* args[1] = {&p};
-    cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s);
-    cudaStreamSynchronize(s);
+    FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s));
+    FLB_CUDA(state, cudaStreamSynchronize(s));
   }
-  cudaFree(p);
-  cudaStreamDestroy(s);
+  FLB_CUDA(state, cudaFree(p));
+  FLB_CUDA(state, cudaStreamDestroy(s));
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_RawLaunchSync)->UseRealTime();
@@ -267,16 +294,16 @@ void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
   Engine eng;
   fl_stream_t* s = eng.compute(1);
   fl_object_t* o = nullptr;
-  fl_object_create(eng.e, nullptr, nullptr, &o);
+  FLB_FL(state, fl_object_create(eng.e, nullptr, nullptr, &o));
   int* p;
-  cudaMalloc(&p, sizeof(int));
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   for (auto _ : state) {
-    submit_add(s, p, o);
-    fl_object_wait(o, FL_READ);
+    FLB_FL(state, submit_add(s, p, o));
+    FLB_FL(state, fl_object_wait(o, FL_READ));
   }
-  fl_object_release(o);
-  fl_engine_synchronize(eng.e);
-  cudaFree(p);
+  FLB_FL(state, fl_object_release(o));
+  FLB_FL(state, fl_engine_synchronize(eng.e));
+  FLB_CUDA(state, cudaFree(p));
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_FlowlaneKernelThenObjectWait)->UseRealTime();
@@ -288,17 +315,17 @@ void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
   Engine eng;
   fl_stream_t* s = eng.compute(1);
   fl_stream_t* host = nullptr;
-  fl_stream_get(eng.e, 1, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &host);
+  FLB_FL(state, fl_stream_get(eng.e, 1, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &host));
   fl_object_t* o = nullptr;
   fl_object_t* done = nullptr;
-  fl_object_create(eng.e, nullptr, nullptr, &o);
-  fl_object_create(eng.e, nullptr, nullptr, &done);
+  FLB_FL(state, fl_object_create(eng.e, nullptr, nullptr, &o));
+  FLB_FL(state, fl_object_create(eng.e, nullptr, nullptr, &done));
   int* p;
-  cudaMalloc(&p, sizeof(int));
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   std::atomic<long> seen{0};
   fl_operand_t ops[2] = {{o, FL_READ, 0}, {done, FL_WRITE, 0}};
   for (auto _ : state) {
-    submit_add(s, p, o);
+    FLB_FL(state, submit_add(s, p, o));
     fl_host_instr_t h = FL_HOST_INSTR_INIT;
     h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
       static_cast<std::atomic<long>*>(u)->fetch_add(1, std::memory_order_relaxed);
@@ -307,13 +334,13 @@ void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
     h.user_data = &seen;
     h.operands = ops;
     h.num_operands = 2;
-    fl_submit_host(host, &h, nullptr);
-    fl_object_wait(done, FL_READ);
+    FLB_FL(state, fl_submit_host(host, &h, nullptr));
+    FLB_FL(state, fl_object_wait(done, FL_READ));
   }
-  fl_object_release(o);
-  fl_object_release(done);
-  fl_engine_synchronize(eng.e);
-  cudaFree(p);
+  FLB_FL(state, fl_object_release(o));
+  FLB_FL(state, fl_object_release(done));
+  FLB_FL(state, fl_engine_synchronize(eng.e));
+  FLB_CUDA(state, cudaFree(p));
   if (seen.load() != long(state.iterations())) state.SkipWithError("a host consumer did not run");
   state.SetItemsProcessed(state.iterations());
 }
