@@ -136,20 +136,37 @@ void* open_library(const Spec& s, std::string* file, std::string* why) {
   return nullptr;
 }
 
-// ---- the CUDA runtime ------------------------------------------------------------------
-
-constexpr int kCudaMajor = CUDART_VERSION / 1000;
-
-struct CudaLoad {
-  CudaApi api;
+// A library's function table once loaded, or why it is not usable.
+template <class Api>
+struct Loaded {
+  Api api;
   bool ok = false;
   std::string why;
   std::string file;
 };
 
-const CudaLoad& cuda_load() {
-  static const CudaLoad* l = [] {
-    auto* out = new CudaLoad();  // never destroyed: engines may outlive statics
+// The version check of a loaded library: its version call succeeded (`called`) and its
+// major version is the build's. `have` and `want` describe the two versions for the message.
+bool same_major(const std::string& file, const char* call, bool called, int have_major, int want_major,
+                const std::string& have, const std::string& want, std::string* why) {
+  if (!called) {
+    *why = file + ": " + call + " failed";
+    return false;
+  }
+  if (have_major != want_major) {
+    *why = file + " is " + have + ", but this libflowlane was built with " + want + " (major versions differ)";
+    return false;
+  }
+  return true;
+}
+
+// ---- the CUDA runtime ------------------------------------------------------------------
+
+constexpr int kCudaMajor = CUDART_VERSION / 1000;
+
+const Loaded<CudaApi>& cuda_load() {
+  static const Loaded<CudaApi>* l = [] {
+    auto* out = new Loaded<CudaApi>();  // never destroyed: engines may outlive statics
     Spec s;
     s.what = "the CUDA runtime";
     s.env = "FLOWLANE_CUDART_PATH";
@@ -166,15 +183,11 @@ const CudaLoad& cuda_load() {
 #undef FL_RT_RESOLVE_T
 #undef FL_RT_RESOLVE
       int v = 0;
-      if (t.cudaRuntimeGetVersion(&v) != cudaSuccess) {
-        *why = file + ": cudaRuntimeGetVersion failed";
+      const bool called = t.cudaRuntimeGetVersion(&v) == cudaSuccess;
+      if (!same_major(file, "cudaRuntimeGetVersion", called, v / 1000, kCudaMajor,
+                      "CUDA runtime " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10),
+                      "CUDA " + std::to_string(kCudaMajor), why))
         return false;
-      }
-      if (v / 1000 != kCudaMajor) {
-        *why = file + " is CUDA runtime " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) +
-               ", but this libflowlane was built with CUDA " + std::to_string(kCudaMajor) + " (major versions differ)";
-        return false;
-      }
       out->api = t;
       return true;
     };
@@ -202,16 +215,9 @@ FL_NCCL_FUNCTIONS(FL_NCCL_CHECK)
 // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch, older ones major * 1000 + ...
 int nccl_major(int code) { return code >= 10000 ? code / 10000 : code / 1000; }
 
-struct NcclLoad {
-  NcclApi api;
-  bool ok = false;
-  std::string why;
-  std::string file;
-};
-
-const NcclLoad& nccl_load() {
-  static const NcclLoad* l = [] {
-    auto* out = new NcclLoad();
+const Loaded<NcclApi>& nccl_load() {
+  static const Loaded<NcclApi>* l = [] {
+    auto* out = new Loaded<NcclApi>();  // never destroyed: engines may outlive statics
     Spec s;
     s.what = "NCCL";
     s.env = "FLOWLANE_NCCL_PATH";
@@ -225,15 +231,10 @@ const NcclLoad& nccl_load() {
       FL_NCCL_FUNCTIONS(FL_RT_RESOLVE)
 #undef FL_RT_RESOLVE
       int v = 0;
-      if (t.ncclGetVersion(&v) != ncclSuccess) {
-        *why = file + ": ncclGetVersion failed";
+      const bool called = t.ncclGetVersion(&v) == ncclSuccess;
+      if (!same_major(file, "ncclGetVersion", called, nccl_major(v), nccl_major(NCCL_VERSION_CODE),
+                      "NCCL version " + std::to_string(v), "NCCL " + std::to_string(NCCL_VERSION_CODE), why))
         return false;
-      }
-      if (nccl_major(v) != nccl_major(NCCL_VERSION_CODE)) {
-        *why = file + " is NCCL version " + std::to_string(v) + ", but this libflowlane was built with NCCL " +
-               std::to_string(NCCL_VERSION_CODE) + " (major versions differ)";
-        return false;
-      }
       out->api = t;
       return true;
     };

@@ -137,24 +137,21 @@ void TraceObserver::on_edge(const Instr& pred, const Instr& succ, const Object*)
   push(ev);
 }
 
-void TraceObserver::on_start(const Instr& i) {
+TraceObserver::Event TraceObserver::instr_event(Kind kind, const Instr& i) const {
   Event ev{};
   ev.ts_ns = now();
-  ev.kind = Kind::kStart;
+  ev.kind = kind;
   ev.id = i.id;
   ev.track = track_of(i.stream);
   copy_instr_name(ev.name, i);
-  push(ev);
+  return ev;
 }
 
+void TraceObserver::on_start(const Instr& i) { push(instr_event(Kind::kStart, i)); }
+
 void TraceObserver::on_end(const Instr& i) {
-  Event ev{};
-  ev.ts_ns = now();
-  ev.kind = Kind::kEnd;
-  ev.id = i.id;
+  Event ev = instr_event(Kind::kEnd, i);
   ev.id2 = uint64_t(i.load_state());
-  ev.track = track_of(i.stream);
-  copy_instr_name(ev.name, i);
   std::string text;
   if (InstrState(ev.id2) == InstrState::kFailed && !i.error.empty()) {
     try {

@@ -65,6 +65,7 @@ class TraceObserver : public core::Observer {
 
  private:
   void push(const Event& ev, std::string* detail = nullptr);
+  Event instr_event(Kind kind, const Instr& i) const;  // an event of `i` on its track, named
   void push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2);
   int64_t now() const;
 
