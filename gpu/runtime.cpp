@@ -160,13 +160,28 @@ bool same_major(const std::string& file, const char* call, bool called, int have
   return true;
 }
 
+// Opens the library of `s` once, filling its table with `fill(h, file, &api, why)` (resolve
+// every function, check the version; false with *why). Never destroyed: engines may
+// outlive statics.
+template <class Api, class Fill>
+const Loaded<Api>* load_library(Spec s, Fill fill) {
+  auto* out = new Loaded<Api>();
+  s.accept = [out, fill](void* h, const std::string& file, std::string* why) {
+    Api t;
+    if (!fill(h, file, &t, why)) return false;
+    out->api = t;
+    return true;
+  };
+  out->ok = open_library(s, &out->file, &out->why) != nullptr;
+  return out;
+}
+
 // ---- the CUDA runtime ------------------------------------------------------------------
 
 constexpr int kCudaMajor = CUDART_VERSION / 1000;
 
 const Loaded<CudaApi>& cuda_load() {
   static const Loaded<CudaApi>* l = [] {
-    auto* out = new Loaded<CudaApi>();  // never destroyed: engines may outlive statics
     Spec s;
     s.what = "the CUDA runtime";
     s.env = "FLOWLANE_CUDART_PATH";
@@ -174,25 +189,19 @@ const Loaded<CudaApi>& cuda_load() {
     s.soname = soname.c_str();
     s.build_dir = FLOWLANE_CUDART_DIR;
     s.probe_symbol = "cudaRuntimeGetVersion";
-    s.accept = [out](void* h, const std::string& file, std::string* why) {
-      CudaApi t;
+    return load_library<CudaApi>(s, [](void* h, const std::string& file, CudaApi* t, std::string* why) {
 #define FL_RT_RESOLVE(f) \
-  if (!resolve(h, file, FL_RT_NAME(f), &t.f, why)) return false;
+  if (!resolve(h, file, FL_RT_NAME(f), &t->f, why)) return false;
 #define FL_RT_RESOLVE_T(f, T) FL_RT_RESOLVE(f)
       FL_CUDA_FUNCTIONS(FL_RT_RESOLVE, FL_RT_RESOLVE_T)
 #undef FL_RT_RESOLVE_T
 #undef FL_RT_RESOLVE
       int v = 0;
-      const bool called = t.cudaRuntimeGetVersion(&v) == cudaSuccess;
-      if (!same_major(file, "cudaRuntimeGetVersion", called, v / 1000, kCudaMajor,
-                      "CUDA runtime " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10),
-                      "CUDA " + std::to_string(kCudaMajor), why))
-        return false;
-      out->api = t;
-      return true;
-    };
-    out->ok = open_library(s, &out->file, &out->why) != nullptr;
-    return out;
+      const bool called = t->cudaRuntimeGetVersion(&v) == cudaSuccess;
+      return same_major(file, "cudaRuntimeGetVersion", called, v / 1000, kCudaMajor,
+                        "CUDA runtime " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10),
+                        "CUDA " + std::to_string(kCudaMajor), why);
+    });
   }();
   return *l;
 }
@@ -217,29 +226,22 @@ int nccl_major(int code) { return code >= 10000 ? code / 10000 : code / 1000; }
 
 const Loaded<NcclApi>& nccl_load() {
   static const Loaded<NcclApi>* l = [] {
-    auto* out = new Loaded<NcclApi>();  // never destroyed: engines may outlive statics
     Spec s;
     s.what = "NCCL";
     s.env = "FLOWLANE_NCCL_PATH";
     s.soname = "libnccl.so." FL_RT_NAME(NCCL_MAJOR);
     s.build_dir = FLOWLANE_NCCL_DIR;
     s.probe_symbol = "ncclGetVersion";
-    s.accept = [out](void* h, const std::string& file, std::string* why) {
-      NcclApi t;
+    return load_library<NcclApi>(s, [](void* h, const std::string& file, NcclApi* t, std::string* why) {
 #define FL_RT_RESOLVE(f) \
-  if (!resolve(h, file, FL_RT_NAME(f), &t.f, why)) return false;
+  if (!resolve(h, file, FL_RT_NAME(f), &t->f, why)) return false;
       FL_NCCL_FUNCTIONS(FL_RT_RESOLVE)
 #undef FL_RT_RESOLVE
       int v = 0;
-      const bool called = t.ncclGetVersion(&v) == ncclSuccess;
-      if (!same_major(file, "ncclGetVersion", called, nccl_major(v), nccl_major(NCCL_VERSION_CODE),
-                      "NCCL version " + std::to_string(v), "NCCL " + std::to_string(NCCL_VERSION_CODE), why))
-        return false;
-      out->api = t;
-      return true;
-    };
-    out->ok = open_library(s, &out->file, &out->why) != nullptr;
-    return out;
+      const bool called = t->ncclGetVersion(&v) == ncclSuccess;
+      return same_major(file, "ncclGetVersion", called, nccl_major(v), nccl_major(NCCL_VERSION_CODE),
+                        "NCCL version " + std::to_string(v), "NCCL " + std::to_string(NCCL_VERSION_CODE), why);
+    });
   }();
   return *l;
 }
