@@ -95,3 +95,14 @@ inline fl_status_t submit_raw(fl_stream_t* s, fl_host_fn fn, void* ud, const fl_
 }
 
 }  // namespace flguard
+
+// What the guarantee suites use unqualified.
+using flguard::HangGuard;
+using flguard::has;
+using flguard::host_stream;
+using flguard::make_engine;
+using fltest::Gate;
+using fltest::R;
+using fltest::RW;
+using fltest::submit;
+using fltest::W;

@@ -13,16 +13,6 @@
 
 #include "capi/guarantees_util.hpp"
 
-using flguard::HangGuard;
-using flguard::has;
-using flguard::host_stream;
-using flguard::make_engine;
-using fltest::Gate;
-using fltest::R;
-using fltest::RW;
-using fltest::submit;
-using fltest::W;
-
 namespace {
 
 struct Call {

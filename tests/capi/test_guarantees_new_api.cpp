@@ -7,13 +7,6 @@
 
 #include "capi/guarantees_util.hpp"
 
-using flguard::HangGuard;
-using flguard::host_stream;
-using flguard::make_engine;
-using fltest::Gate;
-using fltest::submit;
-using fltest::W;
-
 namespace {
 
 struct GroupCtx {

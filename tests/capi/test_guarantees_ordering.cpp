@@ -11,16 +11,6 @@
 
 #include "capi/guarantees_util.hpp"
 
-using flguard::HangGuard;
-using flguard::has;
-using flguard::host_stream;
-using flguard::make_engine;
-using fltest::Gate;
-using fltest::R;
-using fltest::RW;
-using fltest::submit;
-using fltest::W;
-
 // ---------------------------------------------------------------------------------------
 // Many submitting threads on shared multi-object instructions: every object sees its
 // instructions in one serial order (writers exclusive, readers between the writers they

@@ -5,47 +5,11 @@
 // only on its own thread.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
-#include <mutex>
 #include <thread>
 
-#include "test_util.hpp"
-
-using fltest::submit;
+#include "capi/guarantees_util.hpp"
 
 namespace {
-
-// Aborts the test binary with a message if the scope is not left within `limit`: a
-// deadlock becomes a failure naming what hung instead of a stuck test.
-class HangGuard {
- public:
-  explicit HangGuard(const char* what, std::chrono::seconds limit = std::chrono::seconds(120)) : what_(what) {
-    thread_ = std::thread([this, limit] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-        std::fprintf(stderr, "HANG: %s did not return within %lld s\n", what_, (long long)limit.count());
-        std::abort();
-      }
-    });
-  }
-  ~HangGuard() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  const char* what_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 struct LoopCtx {
   fl_engine_t* e = nullptr;
