@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace flowlane::capi {
@@ -47,7 +48,8 @@ class HandleTable {
   uint64_t insert(T* p) {
     uint32_t index;
     ThreadCache* tc = thread_cache();
-    if (tc != nullptr && !tc->free.empty()) {  // this thread's own released slots first: no lock
+    if (tc != nullptr && tc->free.empty() && !refill(tc)) return 0;
+    if (tc != nullptr) {  // this thread's own slots: no lock
       index = tc->free.back();
       tc->free.pop_back();
     } else {
@@ -57,10 +59,7 @@ class HandleTable {
         free_.pop_back();
       } else {
         index = next_++;
-        if (index >= kSegments * kSegmentSize) return 0;
-        auto& seg = segments_[index / kSegmentSize];
-        if (seg.load(std::memory_order_relaxed) == nullptr)
-          seg.store(new Slot[kSegmentSize], std::memory_order_release);  // pairs with acquire in slot()
+        if (!map_segment(index)) return 0;
       }
     }
     Slot& s = *slot(index);
@@ -116,6 +115,13 @@ class HandleTable {
     std::atomic<uint32_t> gen{0};
     std::atomic<T*> ptr{nullptr};
   };
+  // Slots per cache line: a thread cache takes fresh slots a whole line at a time, so that
+  // two threads that create and drop handles in a loop (a task group per recursive call on
+  // every worker) never write to one line (false sharing made fl_task_group_create/destroy
+  // miss the cache on every call).
+  static constexpr uint32_t kLineBytes = 64;
+  static constexpr uint32_t kSlotsPerLine = kLineBytes / sizeof(Slot);
+  static_assert(kLineBytes % sizeof(Slot) == 0 && kSegmentSize % kSlotsPerLine == 0);
 
   Slot* slot(uint32_t index) const {
     uint32_t seg = index / kSegmentSize;
@@ -160,10 +166,45 @@ class HandleTable {
   }
   __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadCache* t_cache = nullptr;
 
+  // Makes the segment of `index` exist (under mu_); false when the table is full.
+  bool map_segment(uint32_t index) {
+    if (index >= kSegments * kSegmentSize) return false;
+    auto& seg = segments_[index / kSegmentSize];
+    if (seg.load(std::memory_order_relaxed) == nullptr) {
+      // Line-aligned, so that a line of slots is one cache line.
+      Slot* base = new (std::align_val_t(kLineBytes)) Slot[kSegmentSize];
+      seg.store(base, std::memory_order_release);  // pairs with acquire in slot()
+    }
+    return true;
+  }
+
+  // Fills an empty thread cache: slots other threads gave back first (so that a thread that
+  // only creates while others only release keeps the table's size flat), else a fresh
+  // cache line of slots. False when the table is full.
+  bool refill(ThreadCache* tc) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      tc->free.push_back(free_.back());
+      free_.pop_back();
+      return true;
+    }
+    const uint32_t first = next_;
+    const uint32_t end = (first / kSlotsPerLine + 1) * kSlotsPerLine;  // the rest of first's line
+    if (!map_segment(end - 1)) {
+      if (!map_segment(first)) return false;
+      next_ = first + 1;
+      tc->free.push_back(first);
+      return true;
+    }
+    next_ = end;
+    for (uint32_t i = end; i-- > first;) tc->free.push_back(i);  // handed out lowest first
+    return true;
+  }
+
   const uint32_t max_gen_;
   mutable std::mutex mu_;
   std::vector<uint32_t> free_;
-  uint32_t next_ = 1;
+  uint32_t next_ = 1;  // slot 0 is never used: a zero handle is NULL
   std::array<std::atomic<Slot*>, kSegments> segments_{};
 };
 

@@ -3,24 +3,23 @@
 namespace flowlane {
 namespace {
 thread_local std::string t_last_error;
-FL_TLS thread_local bool t_has_error = false;  // lets a success skip touching the string
 }
+// Lets a success skip touching the string.
+constinit FL_TLS thread_local bool detail::t_has_error = false;
 
 void fail(fl_status_t status, std::string message) { throw Error{status, std::move(message)}; }
 
 void set_last_error(std::string_view message) {
   t_last_error.assign(message.data(), message.size());
-  t_has_error = !message.empty();
+  detail::t_has_error = !message.empty();
 }
 
-void clear_last_error() {
-  if (t_has_error) {
-    t_last_error.clear();
-    t_has_error = false;
-  }
+void detail::clear_last_error_text() {
+  t_last_error.clear();
+  t_has_error = false;
 }
 
-const char* last_error() { return t_has_error ? t_last_error.c_str() : ""; }
+const char* last_error() { return detail::t_has_error ? t_last_error.c_str() : ""; }
 
 fl_status_t report(fl_status_t status, std::string_view message) {
   set_last_error(message);

@@ -22,9 +22,18 @@ struct Error {
 
 [[noreturn, gnu::cold]] void fail(fl_status_t status, std::string message);
 
+namespace detail {
+extern constinit FL_TLS thread_local bool t_has_error;  // defined in error.cpp
+[[gnu::cold]] void clear_last_error_text();
+}  // namespace detail
+
 // The calling thread's last error message (fl_last_error_message).
 void set_last_error(std::string_view message);
-void clear_last_error();
+// Inline: every successful C call makes it; it is one thread-local test when there is no
+// message to clear.
+inline void clear_last_error() {
+  if (__builtin_expect(detail::t_has_error, 0)) detail::clear_last_error_text();
+}
 const char* last_error();
 
 // Sets the thread's message and returns `status`, for paths that report without throwing.

@@ -32,7 +32,9 @@ class Latch {
   // the last waiter, so the next count_down to zero makes no wake-up call for nobody.
   void rearm() {
     int64_t v = kSleeper;
-    count_.compare_exchange_strong(v, 0, std::memory_order_relaxed);
+    // The load first: usually no sleeper was announced, and a failing CAS is still a
+    // locked RMW (on every fl_task_group_wait and _destroy).
+    if (count_.load(std::memory_order_relaxed) == v) count_.compare_exchange_strong(v, 0, std::memory_order_relaxed);
   }
   // Acquire: pairs with the acq_rel RMW in count_down(); what the counted-down tasks wrote
   // is visible to the waiter.

@@ -4,7 +4,10 @@
 // of one slot; here the table's last generation is lowered to get there at once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "../../capi/src/handles.hpp"
@@ -42,4 +45,56 @@ TEST(HandleTable, AHandleOfAnotherTypeWithTheSameSlotIsNotFound) {
   EXPECT_EQ(engines.lookup(o), nullptr);
   EXPECT_EQ(objects.erase(e), nullptr);
   EXPECT_EQ(objects.lookup(o), &a);
+}
+
+// Threads that create and drop handles in a loop (a task group per recursive call on every
+// worker) get their fresh slots a cache line at a time: no two threads write one line.
+TEST(HandleTable, ThreadsTakeFreshSlotsAWholeCacheLineAtATime) {
+  static auto& table = *new HandleTable<char, HandleType::kGroup>();
+  constexpr int kThreads = 4, kLive = 10;
+  std::vector<std::set<uint32_t>> lines(kThreads);
+  std::vector<std::thread> threads;
+  char x = 0;
+  std::atomic<int> inserted{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> live;
+      for (int k = 0; k < kLive; ++k) live.push_back(table.insert(&x));
+      // All alive at once (a thread's exit gives its slots back for others to reuse).
+      inserted.fetch_add(1);
+      while (inserted.load() < kThreads) std::this_thread::yield();
+      for (uint64_t h : live) {
+        ASSERT_NE(h, 0u);
+        lines[size_t(t)].insert((uint32_t(h) & flowlane::capi::kIndexMask) / 4);  // 16-byte slots, 64-byte lines
+      }
+      for (uint64_t h : live) ASSERT_EQ(table.erase(h), &x);
+    });
+  for (auto& th : threads) th.join();
+  for (int a = 0; a < kThreads; ++a)
+    for (int b = a + 1; b < kThreads; ++b)
+      for (uint32_t line : lines[size_t(a)]) EXPECT_EQ(lines[size_t(b)].count(line), 0u) << "threads " << a << " and " << b << " share line " << line;
+}
+
+// One thread only creates, another only releases: the releaser's slots come back to the
+// creator through the shared list, so the table does not grow with the number of cycles.
+TEST(HandleTable, ACreatorFedByAnotherThreadsReleasesKeepsTheTableFlat) {
+  static auto& table = *new HandleTable<short, HandleType::kGroup>();
+  short x = 0;
+  constexpr int kRounds = 2000, kPerRound = 100;
+  uint32_t max_index = 0;
+  std::vector<uint64_t> batch;
+  for (int r = 0; r < kRounds; ++r) {
+    batch.clear();
+    for (int k = 0; k < kPerRound; ++k) {
+      uint64_t h = table.insert(&x);
+      ASSERT_NE(h, 0u);
+      max_index = std::max(max_index, uint32_t(h) & flowlane::capi::kIndexMask);
+      batch.push_back(h);
+    }
+    std::thread([&] {
+      for (uint64_t h : batch) ASSERT_EQ(table.erase(h), &x);
+    }).join();
+  }
+  // Each releasing thread is new, so all but the 64 slots its cache keeps return at its exit.
+  EXPECT_LT(max_index, 4u * kPerRound) << "the table grew with the number of rounds";
 }
