@@ -236,7 +236,7 @@ fl_engine_stats_t Engine::stats() const {
     st.failed += lane->failed.load(std::memory_order_relaxed);
     st.cancelled += lane->cancelled.load(std::memory_order_relaxed);
   }
-  int64_t inflight = inflight_.load(std::memory_order_relaxed);
+  int64_t inflight = this->inflight();
   st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;
   st.window_stalls = window_stalls_.load(std::memory_order_relaxed);
   sched::PoolStats ps = pool_->stats();

@@ -179,7 +179,16 @@ class Engine {
   static bool cancel_requested_slow(Instr* i);
 
   fl_engine_stats_t stats() const;
-  int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
+  // Instructions admitted through the window and not yet retired (completed, or their
+  // submission failed). retired_ is read first: it never exceeds admitted_, so the
+  // difference is never below the true count at the time of the first load.
+  // Acquire pairs with the seq_cst increment in retire_window_slot(): an instruction seen
+  // retired has completed, and what it submitted was admitted before (drain relies on it).
+  int64_t inflight() const {
+    // Pairs with the seq_cst fetch_add in retire_window_slot().
+    const uint64_t r = retired_.load(std::memory_order_acquire);
+    return int64_t(admitted_.load(std::memory_order_relaxed) - r);
+  }
   uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
 
   // --- observers and extensions (engine.cpp) ---
@@ -237,12 +246,21 @@ class Engine {
   std::mutex objects_mu_;
   Object* objects_head_ = nullptr;
 
-  // In-flight window: `inflight_` counts submitted, not completed instructions.
-  std::atomic<int64_t> inflight_{0};
-  std::atomic<uint32_t> window_waiters_{0};
-  std::atomic<uint64_t> window_stalls_{0};
-
+  // In-flight window (core/engine/README.md, "The in-flight window"): in flight =
+  // admitted_ - retired_. Two counters on two cache lines instead of one count that the
+  // submitting thread and the completing worker would both modify for every instruction
+  // (that line moved between their cores twice per instruction).
+  // --- written by submitters, for every instruction ---
+  alignas(kCacheLine) std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> next_id_{1};
+  // A lower bound of retired_, kept by submitters: while admitted_ - retired_seen_ is under
+  // the limit a submitter need not read the completers' line at all. Only grows.
+  std::atomic<uint64_t> retired_seen_{0};
+  // --- written by completers, for every instruction ---
+  alignas(kCacheLine) std::atomic<uint64_t> retired_{0};
+  // --- rarely written ---
+  alignas(kCacheLine) std::atomic<uint32_t> window_waiters_{0};
+  std::atomic<uint64_t> window_stalls_{0};
 
   // The failure ledger: families not yet returned, oldest first (Instr::ledger_prev/next).
   mutable std::mutex ledger_mu_;

@@ -313,14 +313,25 @@ void Engine::admit(bool nonblocking) {
     // Work submitted by engine-run code (a callback, a task, a completion thread) is never
     // blocked: it could be the very work that must finish to open the window. Admitted
     // over the limit.
-    inflight_.fetch_add(1, std::memory_order_relaxed);
+    admitted_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   const int64_t limit = int64_t(inflight_limit_);
-  int64_t cur = inflight_.load(std::memory_order_relaxed);
+  uint64_t cur = admitted_.load(std::memory_order_relaxed);
   for (;;) {
-    if (cur < limit) {
-      if (inflight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return;
+    // Against the submitters' view of retired_ first (their own cache line); only when that
+    // view says full is the completers' counter read. The view is a lower bound, so the
+    // window never admits more than the limit. (Signed: `seen` may be newer than `cur`;
+    // then the CAS below fails, and a successful one means seen <= retired_ <= cur.)
+    uint64_t seen = retired_seen_.load(std::memory_order_relaxed);
+    if (int64_t(cur - seen) >= limit) {
+      const uint64_t r = retired_.load(std::memory_order_relaxed);
+      while (seen < r && !retired_seen_.compare_exchange_weak(seen, r, std::memory_order_relaxed)) {
+      }
+      seen = std::max(seen, r);
+    }
+    if (int64_t(cur - seen) < limit) {
+      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return;
       continue;
     }
     if (nonblocking)
@@ -331,19 +342,20 @@ void Engine::admit(bool nonblocking) {
     Observer* ob = observer();
     if (ob) ob->on_window_stall(true);
     // Sleep until the window has drained to its low-water mark, not just until one slot
-    // frees: the completer wakes parked submitters once per crossing of the mark instead
-    // of once per completion (see retire_window_slot()).
+    // frees: the completer wakes parked submitters once the count is at or below the mark
+    // instead of on every completion (see retire_window_slot()).
     const int64_t low = low_water();
     // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
-    // either the retiring thread sees us registered, or we see its decrement.
+    // either the retiring thread sees us registered, or we see its increment.
     window_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    cur = inflight_.load(std::memory_order_seq_cst);
-    while (cur > low) {
-      inflight_.wait(cur, std::memory_order_relaxed);
-      cur = inflight_.load(std::memory_order_relaxed);
+    uint64_t r = retired_.load(std::memory_order_seq_cst);
+    while (int64_t(admitted_.load(std::memory_order_relaxed) - r) > low) {
+      retired_.wait(r, std::memory_order_relaxed);
+      r = retired_.load(std::memory_order_relaxed);
     }
     window_waiters_.fetch_sub(1, std::memory_order_relaxed);
     if (ob) ob->on_window_stall(false);
+    cur = admitted_.load(std::memory_order_relaxed);
   }
 }
 
@@ -353,13 +365,14 @@ int64_t Engine::low_water() const {
 }
 
 void Engine::retire_window_slot() {
-  // To go from above the low-water mark to below it, the count must be decremented to
-  // exactly the mark (it moves by one), so notifying on that transition alone never
-  // strands a submitter parked above the mark.
   // seq_cst: the store-load pair with admit(), which counts itself in window_waiters_ and
-  // then loads inflight_.
-  int64_t now = inflight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
-  if (now == low_water() && window_waiters_.load(std::memory_order_seq_cst) != 0) inflight_.notify_all();
+  // then loads retired_. A parked submitter is woken once the window is at or below its
+  // low-water mark; the line of admitted_ is read only while someone is parked.
+  const uint64_t r = retired_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  // Store-load (Dekker) pair with admit(): its increment of window_waiters_, then its load of retired_.
+  if (window_waiters_.load(std::memory_order_seq_cst) != 0 &&
+      int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low_water())
+    retired_.notify_all();
 }
 
 }  // namespace flowlane::core

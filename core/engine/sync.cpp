@@ -381,12 +381,12 @@ fl_status_t Engine::drain(const Deadline& deadline) {
       first = st;
       first_message = last_error();
     }
-    // acquire pairs with the seq_cst decrement in retire_window_slot(): an instruction seen
-    // retired has completed, and what it submitted was admitted (counted) before.
-    if (inflight_.load(std::memory_order_acquire) == 0 && pools_quiescent()) break;
+    // inflight() acquires retired_: an instruction seen retired has completed, and what it
+    // submitted was admitted (counted) before.
+    if (inflight() == 0 && pools_quiescent()) break;
     if (deadline.passed())
       return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running");
-    if (inflight_.load(std::memory_order_relaxed) == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (inflight() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return first == FL_OK ? FL_OK : report(first, first_message);
 }
