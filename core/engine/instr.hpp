@@ -1,11 +1,12 @@
 // Instruction records and dependency edges.
 //
 // An instruction's `pending` counter holds one unit per unfinished predecessor, plus
-//   one unit for the submitting thread (dropped when submission has recorded every edge),
+//   one unit for the submitting thread (dropped when submission has recorded every edge,
+//     before the record is pushed on its lane: so never the last one),
 //   one unit for the lane (dropped when the lane reaches the instruction at its head).
 // Whoever drops it to zero launches the instruction: the lane runs it inline; anyone
-// else (a completing predecessor, the submitter) re-schedules the lane, which is then
-// blocked on that very instruction.
+// else (a completing predecessor) re-schedules the lane, which is then blocked on that
+// very instruction.
 #pragma once
 
 #include <atomic>

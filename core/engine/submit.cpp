@@ -229,18 +229,21 @@ fl_instr_id Engine::enqueue(Instr* i) {
     s->last_submitted_id.store(i->id, std::memory_order_release);  // pairs with acquire in query()
     lane.submitted.fetch_add(1, std::memory_order_relaxed);
     id = i->id;
-    lane.push(i);
     if (Observer* ob = observer()) ob->on_submit(*i);
+    // Drop the submitter's unit before the push: every edge is published, and until the
+    // push the lane's unit keeps pending above zero, so this never releases i. (Dropping it
+    // after the push made the record's line travel back to this thread once more per
+    // instruction, after the lane runner had taken it.) Without edges nobody else touches
+    // pending yet: a plain store. With edges, predecessors may be dropping theirs: an RMW,
+    // release, which hands the recording to the thread that drops the last unit.
+    if (i->edges.empty())
+      i->pending.store(1, std::memory_order_relaxed);
+    else  // release: pairs with the acq_rel fetch_subs in run_task() and release_successors()
+      i->pending.fetch_sub(1, std::memory_order_release);
+    lane.push(i);  // i may run, complete and be recycled from here on: not touched again
   }
-
-  // Drop the submitter's unit. If that was the last one, the lane already reached i and is
-  // blocked on it (it stays owned), so resume it; otherwise make sure the lane runs.
-  // acq_rel: pairs with the other droppers of i's units, run_task() and release_successors().
-  if (i->pending.fetch_sub(1, std::memory_order_acq_rel) == 1)
-    pool_->submit(&lane.task);
-  else
-    lane.schedule();
-  return id;  // i may already be recycled: not touched after the fetch_sub
+  lane.schedule();  // make sure the lane runs
+  return id;
 }
 
 namespace {
