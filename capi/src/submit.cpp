@@ -15,7 +15,7 @@ core::Instr* begin_submit(core::Engine& e, const fl_operand_t* ops, uint64_t n, 
     fail(FL_ERR_OUT_OF_RANGE, std::string(fn) + ": num_operands " + std::to_string(n) + " exceeds 1048576");
   core::Instr* i = e.new_instr();
   try {
-    i->operands.clear();
+    if (!i->operands.empty()) i->operands.clear();  // recycled records have none: not written (see core::Instr)
     for (uint64_t k = 0; k < n; ++k) {
       const fl_operand_t& op = ops[k];
       // The message prefix is built only on an error path: this loop is per operand, per submit.

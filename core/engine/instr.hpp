@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,19 +49,52 @@ struct Operand {
   uint32_t access;
 };
 
-struct Instr {
+// Laid out for the cost of handing a record between cores: the fields every instruction
+// writes on its way (submission, the lane runner, completion, recycling) are in the first
+// two cache lines, the rest is read-only on that way or written only by failures, device
+// work and diagnostics. The record is line-aligned, so those are exactly two lines. (The
+// submitting thread fills a record, a worker runs and completes it, and the record comes
+// back through the recycler: every line written on the way moves between the two cores.)
+// Code on that way clears a field only when it is not already clear, for the same reason.
+struct alignas(64) Instr {
+  // ---------------- line 0: written for every instruction ----------------
   // --- identity ---
   fl_instr_id id = 0;
   uint64_t seq = 0;  // position in its stream (1-based)
   Stream* stream = nullptr;
   Engine* engine = nullptr;
-  std::string name;
-
   // --- work ---
   fl_host_fn fn = nullptr;
   void* user_data = nullptr;
   fl_release_fn cleanup = nullptr;
+  // --- scheduling ---
+  std::atomic<int32_t> pending{0};
+  fl_status_t status = FL_OK;  // of a failure (written with `outcome`)
+
+  // ---------------- line 1: written for every instruction ----------------
+  // What a successor's submitter and completer touch of this record (refs, state, the
+  // successor list) share this one line.
+  std::atomic<int32_t> refs{0};
+  // The state is also a futex word: threads waiting for a terminal state sleep on it
+  // (Engine::sleep_until_terminal), counted in `sleepers` so that complete() makes the
+  // wake-up system call only when someone sleeps.
+  std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
+  std::atomic<uint32_t> sleepers{0};
+  // The terminal state complete() will publish: kFailed or kSkipped once the executing
+  // thread decided so (mark_failed / mark_skipped), kDone otherwise. Not `state` itself:
+  // a waiter that saw a terminal state early would return before cleanup and completion.
+  // (Written before the terminal state is published with release, as the result fields.)
+  InstrState outcome = InstrState::kDone;
+  std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed
+  // Asynchronous instructions only: successors that wait for this one to be *issued*
+  // (asynchronous work on another device stream, ordered on the device); kSealed once
+  // issued or completed.
+  std::atomic<Edge*> issue_succ_head{nullptr};
+  std::atomic<Instr*> lane_next{nullptr};
   std::vector<Operand> operands;
+
+  // ---------------- the rest: written when used ----------------
+  std::string name;
   // What this instruction depends on, each entry holding a reference on `pred` until the
   // instruction completes: the last writer of every object it reads (kReads: its poison
   // decides whether this one is skipped) and every predecessor it waits for through an
@@ -77,21 +111,9 @@ struct Instr {
     uint8_t flags;
   };
   std::vector<Dep> deps;
-
-  // --- scheduling ---
-  std::atomic<int32_t> pending{0};
-  std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed
-  // Asynchronous instructions only: successors that wait for this one to be *issued*
-  // (asynchronous work on another device stream, ordered on the device); kSealed once
-  // issued or completed.
-  std::atomic<Edge*> issue_succ_head{nullptr};
-  std::atomic<int32_t> refs{0};
-  // The state is also a futex word: threads waiting for a terminal state sleep on it
-  // (Engine::sleep_until_terminal), counted in `sleepers` so that complete() makes the
-  // wake-up system call only when someone sleeps.
-  std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
-  std::atomic<uint32_t> sleepers{0};
-  std::atomic<Instr*> lane_next{nullptr};
+  // The edges this instruction waits through (see Edge). Keeps its capacity across reuse,
+  // so steady-state submission allocates nothing.
+  std::vector<Edge> edges;
 
   // --- asynchronous instructions ---
   // The device backend's own record for this instruction (its launch description and
@@ -102,12 +124,7 @@ struct Instr {
   void* device = nullptr;
   void (*device_free)(void*) = nullptr;
 
-  // --- result (written before the terminal state is published with release) ---
-  // The terminal state complete() will publish: kFailed or kSkipped once the executing
-  // thread decided so (mark_failed / mark_skipped), kDone otherwise. Not `state` itself:
-  // a waiter that saw a terminal state early would return before cleanup and completion.
-  InstrState outcome = InstrState::kDone;
-  fl_status_t status = FL_OK;
+  // --- result of a failure ---
   std::string error;  // full message naming this instruction
 
   // --- the failure ledger (sync.cpp; core/engine/README.md, "Errors") ---
@@ -124,10 +141,6 @@ struct Instr {
   Instr* ledger_next = nullptr;
   Instr* stream_prev = nullptr;  // member or root: its stream's list of failed/skipped ones
   Instr* stream_next = nullptr;
-
-  // The edges this instruction waits through (see Edge). Keeps its capacity across reuse,
-  // so steady-state submission allocates nothing.
-  std::vector<Edge> edges;
 
   Instr() = default;
   Instr(const Instr&) = delete;
@@ -147,6 +160,10 @@ struct Instr {
   bool unref() { return refs.fetch_sub(1, std::memory_order_acq_rel) == 1; }
   std::string describe() const;  // "'name' (#7, lane 1, host)"
 };
+
+static_assert(offsetof(Instr, status) + sizeof(Instr::status) <= 64 && offsetof(Instr, refs) >= 64 &&
+                  offsetof(Instr, operands) + sizeof(Instr::operands) <= 128,
+              "the fields every instruction writes fill the record's first two cache lines");
 
 inline Edge* const kSealed = reinterpret_cast<Edge*>(uintptr_t(1));
 

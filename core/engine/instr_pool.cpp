@@ -23,19 +23,24 @@ Instr* Engine::new_instr() {
 void Engine::recycle(Instr* i) {
   // Every dependent that could read the device record has completed (they held references).
   if (i->device != nullptr) services_.device->recycle(i);
+  // The first two lines of the record (see Instr) are written anyway; the rest only when
+  // not already in its reset state, so that a plain instruction's record moves back to
+  // the submitting core with two lines written.
   i->state.store(uint32_t(InstrState::kFree), std::memory_order_relaxed);
   i->outcome = InstrState::kDone;
   i->succ_head.store(nullptr, std::memory_order_relaxed);
   i->issue_succ_head.store(nullptr, std::memory_order_relaxed);
-  i->edges.clear();
+  i->status = FL_OK;
+  if (!i->edges.empty()) i->edges.clear();
   if (i->edges.capacity() > kKeptCapacity) std::vector<Edge>().swap(i->edges);
   if (i->deps.capacity() > kKeptCapacity) std::vector<Instr::Dep>().swap(i->deps);
-  i->error.clear();
-  i->status = FL_OK;
-  if (i->root != nullptr && i->root != i && i->root->unref()) recycle(i->root);  // a skipped one's family
-  i->root = nullptr;
-  i->skipped = 0;
-  i->returned = false;
+  if (!i->error.empty()) i->error.clear();
+  if (i->root != nullptr) {
+    if (i->root != i && i->root->unref()) recycle(i->root);  // a skipped one's family
+    i->root = nullptr;
+  }
+  if (i->skipped != 0) i->skipped = 0;
+  if (i->returned) i->returned = false;
   Recycler<Instr>::put(i);
 }
 

@@ -264,7 +264,7 @@ template <class Call>
 fl_status_t run_callback(Instr* i, Call&& call) {
   CallbackScope frame(i->engine, i, CallbackKind::kFn);
   fl_status_t st;
-  i->error.clear();
+  if (!i->error.empty()) i->error.clear();  // not written when clear (see Instr)
   try {
     st = call(i);
   } catch (const std::exception& ex) {
@@ -290,7 +290,7 @@ void Engine::execute_host(Instr* i) {
     fl_status_t st = run_callback(i, [](Instr* x) { return x->fn(reinterpret_cast<fl_instr_ctx_t*>(x), x->user_data); });
     if (st != FL_OK)
       mark_failed(i, st);
-    else
+    else if (!i->error.empty())
       i->error.clear();  // a text set by fl_instr_set_error before success is not a failure
   }
   run_cleanup(i);
@@ -380,7 +380,7 @@ void Engine::complete(Instr* i) {
   const InstrState final_state = i->outcome;
   for (const Instr::Dep& d : i->deps)
     if (d.pred->unref()) recycle(d.pred);
-  i->deps.clear();
+  if (!i->deps.empty()) i->deps.clear();  // not written when clear (see Instr)
 
   // Counters first, so that stats read after any wait include this instruction.
   Lane* lane = i->stream->lane;
@@ -409,7 +409,7 @@ void Engine::complete(Instr* i) {
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
   for (Operand& op : i->operands) release_object_ref(op.obj, i);  // release callbacks: i's completion waits
-  i->operands.clear();
+  if (!i->operands.empty()) i->operands.clear();
   // The window slot is freed before the stream's completion is published, so a caller
   // returning from synchronize sees in_flight without this instruction.
   retire_window_slot();

@@ -288,7 +288,7 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   i->cleanup = a.cleanup;
   if (a.name != nullptr)
     i->name.assign(a.name);
-  else
+  else if (!i->name.empty())  // not written when clear (see Instr)
     i->name.clear();
   if (shutting_down()) fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine is being destroyed");
   // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
