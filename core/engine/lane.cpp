@@ -102,9 +102,13 @@ void Lane::run_task(sched::Task* t) {
         // Briefly wait for the submitter before giving the lane up: when execution is
         // faster than submission, giving up after every instruction costs a trip through
         // the pool's injection queue per instruction.
+        // It watches the link a push writes into the queue's last node (head's lane_next),
+        // not `tail`: the submitter's line (its lock, `tail`, `scheduled`) is left alone
+        // while it submits.
         for (int spin = 0; spin < kIdleSpins && i == nullptr; ++spin) {
           cpu_relax();
-          if (lane->pushed_since(lane->head)) i = lane->pop();
+          // Acquire: pairs with the release store of the link in push().
+          if (lane->head->lane_next.load(std::memory_order_acquire) != nullptr) i = lane->pop();
         }
       }
       if (i != nullptr) {

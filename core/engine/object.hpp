@@ -15,13 +15,14 @@ namespace flowlane::core {
 class Engine;
 struct Instr;
 
-struct Object {
+// Two cache lines: what submitters use (the lock and the dependency state) and the
+// reference count, which every completing instruction decrements. On one line, each
+// completion on a worker took the line away from the thread submitting the next user.
+struct alignas(64) Object {
   Engine* engine = nullptr;
   uint64_t handle = 0;  // the caller's fl_object_t* value (0 once stale)
   void* user_data = nullptr;
   fl_release_fn release = nullptr;
-  // One reference for the caller's handle plus one per in-flight instruction using it.
-  std::atomic<int64_t> refs{1};
 
   SpinLock lock;                // guards the fields below
   Instr* last_writer = nullptr; // referenced
@@ -30,6 +31,9 @@ struct Object {
   // Engine's intrusive list of live objects (under the engine's objects mutex).
   Object* prev = nullptr;
   Object* next = nullptr;
+
+  // One reference for the caller's handle plus one per in-flight instruction using it.
+  alignas(64) std::atomic<int64_t> refs{1};
 };
 
 }  // namespace flowlane::core
