@@ -350,11 +350,15 @@ void Engine::admit(bool nonblocking) {
     const int64_t low = low_water();
     // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
     // either the retiring thread sees us registered, or we see its increment.
+    // window_woken_ is cleared before each look at retired_: a completer that found it set
+    // (and so did not notify) retired before that look (seq_cst on both sides: the
+    // exchange/clear pair orders it), so the look sees its increment.
     window_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    uint64_t r = retired_.load(std::memory_order_seq_cst);
-    while (int64_t(admitted_.load(std::memory_order_relaxed) - r) > low) {
+    for (;;) {
+      window_woken_.store(false, std::memory_order_seq_cst);  // pairs with the exchange in retire_window_slot()
+      const uint64_t r = retired_.load(std::memory_order_seq_cst);
+      if (int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low) break;
       retired_.wait(r, std::memory_order_relaxed);
-      r = retired_.load(std::memory_order_relaxed);
     }
     window_waiters_.fetch_sub(1, std::memory_order_relaxed);
     if (ob) ob->on_window_stall(false);
@@ -373,8 +377,13 @@ void Engine::retire_window_slot() {
   // low-water mark; the line of admitted_ is read only while someone is parked.
   const uint64_t r = retired_.fetch_add(1, std::memory_order_seq_cst) + 1;
   // Store-load (Dekker) pair with admit(): its increment of window_waiters_, then its load of retired_.
-  if (window_waiters_.load(std::memory_order_seq_cst) != 0 &&
-      int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low_water())
+  if (window_waiters_.load(std::memory_order_seq_cst) == 0) return;
+  if (int64_t(admitted_.load(std::memory_order_relaxed) - r) > low_water()) return;
+  // One notification per look of the parked submitters: a woken submitter may not run
+  // for a while (on the completer's own CPU, not before it yields), and notifying on
+  // every completion meanwhile cost a system call each.
+  // seq_cst: pairs with the clear in admit() (see there).
+  if (!window_woken_.load(std::memory_order_relaxed) && !window_woken_.exchange(true, std::memory_order_seq_cst))
     retired_.notify_all();
 }
 
