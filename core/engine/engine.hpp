@@ -260,7 +260,9 @@ class Engine {
   alignas(kCacheLine) std::atomic<uint64_t> retired_{0};
   // --- rarely written ---
   alignas(kCacheLine) std::atomic<uint32_t> window_waiters_{0};
-  std::atomic<bool> window_woken_{false};  // parked submitters were notified since their last look
+  // Parked submitters sleep on the epoch; armed: one of them looked since the last bump.
+  std::atomic<uint32_t> window_epoch_{0};
+  std::atomic<uint32_t> window_armed_{0};
   std::atomic<uint64_t> window_stalls_{0};
 
   // The failure ledger: families not yet returned, oldest first (Instr::ledger_prev/next).

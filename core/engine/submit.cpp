@@ -350,15 +350,20 @@ void Engine::admit(bool nonblocking) {
     const int64_t low = low_water();
     // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
     // either the retiring thread sees us registered, or we see its increment.
-    // window_woken_ is cleared before each look at retired_: a completer that found it set
-    // (and so did not notify) retired before that look (seq_cst on both sides: the
-    // exchange/clear pair orders it), so the look sees its increment.
+    // Each look at retired_ is preceded by reading the wake-up epoch and arming: a completer
+    // that finds the window at or below the mark and the waiters armed disarms, bumps the
+    // epoch and notifies, once per arming (see retire_window_slot()). Lost wake-ups: a
+    // completer that found us not armed read the flag before our arming store, so our look
+    // sees its increment (seq_cst total order); one that consumed our arming bumps the
+    // epoch after the epoch read below, so the wait returns at once.
+    // Store-load (Dekker) pair with retire_window_slot(): its increment of retired_, then its load of this.
     window_waiters_.fetch_add(1, std::memory_order_seq_cst);
     for (;;) {
-      window_woken_.store(false, std::memory_order_seq_cst);  // pairs with the exchange in retire_window_slot()
+      const uint32_t epoch = window_epoch_.load(std::memory_order_seq_cst);  // pairs with the bump in retire_window_slot()
+      window_armed_.store(1, std::memory_order_seq_cst);  // pairs with the exchange in retire_window_slot()
       const uint64_t r = retired_.load(std::memory_order_seq_cst);
       if (int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low) break;
-      retired_.wait(r, std::memory_order_relaxed);
+      window_epoch_.wait(epoch, std::memory_order_seq_cst);
     }
     window_waiters_.fetch_sub(1, std::memory_order_relaxed);
     if (ob) ob->on_window_stall(false);
@@ -379,12 +384,15 @@ void Engine::retire_window_slot() {
   // Store-load (Dekker) pair with admit(): its increment of window_waiters_, then its load of retired_.
   if (window_waiters_.load(std::memory_order_seq_cst) == 0) return;
   if (int64_t(admitted_.load(std::memory_order_relaxed) - r) > low_water()) return;
-  // One notification per look of the parked submitters: a woken submitter may not run
+  // One notification per arming by the parked submitters: a woken submitter may not run
   // for a while (on the completer's own CPU, not before it yields), and notifying on
   // every completion meanwhile cost a system call each.
-  // seq_cst: pairs with the clear in admit() (see there).
-  if (!window_woken_.load(std::memory_order_relaxed) && !window_woken_.exchange(true, std::memory_order_seq_cst))
-    retired_.notify_all();
+  // seq_cst (the load too: it must not see an arming older than the submitter's look):
+  // pairs with the arming store and epoch load in admit().
+  if (window_armed_.load(std::memory_order_seq_cst) != 0 && window_armed_.exchange(0, std::memory_order_seq_cst) != 0) {
+    window_epoch_.fetch_add(1, std::memory_order_seq_cst);  // pairs with the epoch load in admit()
+    window_epoch_.notify_all();
+  }
 }
 
 }  // namespace flowlane::core
