@@ -138,6 +138,10 @@ class HandleTable {
     HandleTable* table = nullptr;
     std::vector<uint32_t> free;
     ~ThreadCache() {
+      // Later uses on this exiting thread (another thread_local's destructor calling the C
+      // API) go through the locked list instead of this destroyed cache.
+      t_cache = nullptr;
+      t_exited = true;
       if (table == nullptr || free.empty()) return;
       std::lock_guard<std::mutex> lock(table->mu_);
       table->free_.insert(table->free_.end(), free.begin(), free.end());
@@ -150,7 +154,10 @@ class HandleTable {
     // The fast path reads a trivial thread-local pointer; the owning thread_local (whose
     // destructor gives the slots back) is touched only the first time.
     ThreadCache* tc = t_cache;
-    if (__builtin_expect(tc == nullptr, 0)) tc = make_thread_cache();
+    if (__builtin_expect(tc == nullptr, 0)) {
+      if (t_exited) return nullptr;
+      tc = make_thread_cache();
+    }
     return tc != nullptr && tc->table == this ? tc : nullptr;
   }
   [[gnu::cold]] ThreadCache* make_thread_cache() {
@@ -165,6 +172,7 @@ class HandleTable {
     return t_cache;
   }
   __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadCache* t_cache = nullptr;
+  __attribute__((tls_model("initial-exec"))) static inline thread_local bool t_exited = false;
 
   // Makes the segment of `index` exist (under mu_); false when the table is full.
   bool map_segment(uint32_t index) {

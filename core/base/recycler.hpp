@@ -21,6 +21,7 @@ class Recycler {
 
   // A record from this thread's cache, the depot, or new (may throw std::bad_alloc).
   static T* get() {
+    if (__builtin_expect(t_cache_ptr == nullptr && t_exited, 0)) return new T();  // thread exit: see ThreadCache
     auto& c = cache().free;
     if (c.empty()) {
       Depot& d = depot();
@@ -47,6 +48,10 @@ class Recycler {
   // Never throws (it runs on paths that have published state): out of memory, the record is
   // freed instead of kept.
   static void put(T* x) noexcept {
+    if (__builtin_expect(t_cache_ptr == nullptr && t_exited, 0)) {  // thread exit: see ThreadCache
+      delete x;
+      return;
+    }
     std::vector<T*>* c = nullptr;
     try {
       c = &cache().free;
@@ -79,8 +84,12 @@ class Recycler {
 
   struct ThreadCache {
     std::vector<T*> free;
-    ~ThreadCache() {  // thread exit: hand the records to the depot in batches
+    // Thread exit: hand the records to the depot in batches. Code that runs later on this
+    // thread (another thread_local's destructor calling flowlane) gets and frees records
+    // with plain new and delete, without a cache.
+    ~ThreadCache() {
       t_cache_ptr = nullptr;
+      t_exited = true;
       while (free.size() >= kBatch) {
         std::vector<T*> batch(free.end() - kBatch, free.end());
         free.resize(free.size() - kBatch);
@@ -102,6 +111,7 @@ class Recycler {
     return *t_cache_ptr;
   }
   FL_TLS static inline thread_local ThreadCache* t_cache_ptr = nullptr;
+  FL_TLS static inline thread_local bool t_exited = false;
   static inline thread_local std::unique_ptr<ThreadCache> t_cache_owner;
 };
 

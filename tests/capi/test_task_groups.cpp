@@ -5,6 +5,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -281,3 +282,30 @@ TEST(TaskGroupCleanup, RunsOnceForEveryTaskRunOrSkipped) {
 }
 
 }  // namespace
+
+// A thread_local destructor that runs after the handle table's per-thread slot cache was
+// destroyed (thread_locals die in reverse order of construction) may still create and
+// destroy handles: the table then takes its locked path instead of the dead cache (which
+// ASan reports as a use after free).
+TEST(TaskGroupErrors, HandlesWorkFromAThreadLocalDestructorAtThreadExit) {
+  EngineFixture f(2);
+  static std::atomic<int> result{-1};
+  result = -1;
+  std::thread([&] {
+    struct AtExit {
+      fl_engine_t* engine = nullptr;
+      ~AtExit() {
+        fl_task_group_t* g = nullptr;
+        fl_status_t st = fl_task_group_create(engine, &g);
+        if (st == FL_OK) st = fl_task_group_destroy(g);
+        result = int(st);
+      }
+    };
+    thread_local AtExit at_exit;  // constructed before this thread's first handle operation
+    at_exit.engine = f.engine;
+    fl_task_group_t* g = nullptr;
+    ASSERT_FL_OK(fl_task_group_create(f.engine, &g));  // makes the thread's slot cache
+    ASSERT_FL_OK(fl_task_group_destroy(g));
+  }).join();
+  EXPECT_EQ(result.load(), int(FL_OK));
+}
