@@ -20,7 +20,8 @@ results="${BENCH_RESULTS:-bench/results}"
 
 # The commit measured, taken before the (possibly long) run.
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-[[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] && commit+=" (with uncommitted changes)"
+# (The outputs, BENCHMARKS.md and bench/results, do not count as changes to what is measured.)
+[[ -n "$(git status --porcelain --untracked-files=no -- . ':!BENCHMARKS.md' ':!bench/results' 2>/dev/null)" ]] && commit+=" (with uncommitted changes)"
 
 run_setup
 say "configure ($BUILD_DIR, Release, benchmarks on)"
