@@ -117,16 +117,22 @@ int flowlane_workers(int threads) { return threads > 1 ? threads - 1 : 1; }
   }
 }
 
-void flowlane_bench(benchmark::State& state, Shape s) {
+void flowlane_run(benchmark::State& state, Shape s, uint64_t flags) {
   const int threads = int(state.range(0));
   flbench::FlEngine f(flowlane_workers(threads));
+  f.submit_flags = flags;
   flbench::run_batches(state, f, [&] { return flowlane_shape(f, s, kBatch); });
   state.counters["os_threads"] = 1 + flowlane_workers(threads);
 }
+void flowlane_bench(benchmark::State& state, Shape s) { flowlane_run(state, s, 0); }
+// FL_SUBMIT_INLINE: an instruction ready at once (lane idle, predecessors complete) runs on
+// the submitting thread, as OpenMP runs an undeferred task.
+void flowlane_inline_bench(benchmark::State& state, Shape s) { flowlane_run(state, s, FL_SUBMIT_INLINE); }
 
-int flowlane_once(Shape s, int count, int threads) {
+int flowlane_once_with(Shape s, int count, int threads, uint64_t flags) {
   const int workers = flowlane_workers(threads);
   flbench::FlEngine f(workers, uint64_t(count) + uint64_t(workers) + 1);  // the window never blocks
+  f.submit_flags = flags;
   flbench::Gate gate(/*spin=*/false);
   const uint64_t before = f.stats().completed;
   const int n = warm_then_measure([&] {
@@ -140,6 +146,10 @@ int flowlane_once(Shape s, int count, int threads) {
   const fl_engine_stats_t st = f.stats();
   if (st.completed - before != 2 * uint64_t(n + workers) || st.failed != 0) die("flowlane did not run every instruction");
   return n;
+}
+int flowlane_once(Shape s, int count, int threads) { return flowlane_once_with(s, count, threads, 0); }
+int flowlane_inline_once(Shape s, int count, int threads) {
+  return flowlane_once_with(s, count, threads, FL_SUBMIT_INLINE);
 }
 
 #endif  // FL_OMP_PEER_ONLY
@@ -281,6 +291,8 @@ std::vector<Runtime> runtimes() {
 #ifndef FL_OMP_PEER_ONLY
   rts.push_back(Runtime{"Flowlane", "libflowlane.so." + std::to_string(FL_VERSION_MAJOR), flowlane_bench,
                         flowlane_once});
+  rts.push_back(Runtime{"FlowlaneInline", "libflowlane.so." + std::to_string(FL_VERSION_MAJOR) + " (FL_SUBMIT_INLINE)",
+                        flowlane_inline_bench, flowlane_inline_once});
 #endif
 #ifdef _OPENMP
   rts.push_back(openmp_runtime());

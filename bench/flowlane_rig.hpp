@@ -24,19 +24,22 @@ inline void check(fl_status_t st, const char* what) {
 
 inline fl_status_t noop(fl_instr_ctx_t*, void*) { return FL_OK; }
 
-inline void submit(fl_stream_t* s, const fl_operand_t* ops, uint64_t n) {
+inline void submit(fl_stream_t* s, const fl_operand_t* ops, uint64_t n, uint64_t flags = 0) {
   fl_host_instr_t in = FL_HOST_INSTR_INIT;
   in.fn = noop;
   in.operands = ops;
   in.num_operands = n;
+  in.flags = flags;
   check(fl_submit_host(s, &in, nullptr), "fl_submit_host");
 }
 
 // An engine with `workers` host workers and lanes 0..7 (host streams, CPU); `window` is the
 // in-flight limit (0: the default, 4096). Objects made by object() are released before
-// the engine is destroyed.
+// the engine is destroyed. `submit_flags` go with every submission of the shapes below
+// (FL_SUBMIT_INLINE for the inline variants).
 struct FlEngine {
   fl_engine_t* e = nullptr;
+  uint64_t submit_flags = 0;
   std::vector<fl_stream_t*> lanes;
   std::vector<fl_object_t*> objects;
 
@@ -81,7 +84,7 @@ struct FlEngine {
 
 // No operands: nothing orders the instructions but their lane; round robin over `lanes`.
 inline int independent(FlEngine& f, int n, int lanes) {
-  for (int k = 0; k < n; ++k) submit(f.lanes[size_t(k % lanes)], nullptr, 0);
+  for (int k = 0; k < n; ++k) submit(f.lanes[size_t(k % lanes)], nullptr, 0, f.submit_flags);
   return n;
 }
 
@@ -89,7 +92,7 @@ inline int independent(FlEngine& f, int n, int lanes) {
 // previous one, which ran on the other lane.
 inline int chain_two_lanes(FlEngine& f, int n) {
   fl_operand_t op{f.shape_object(0), FL_READ_WRITE, 0};
-  for (int k = 0; k < n; ++k) submit(f.lanes[size_t(k & 1)], &op, 1);
+  for (int k = 0; k < n; ++k) submit(f.lanes[size_t(k & 1)], &op, 1, f.submit_flags);
   return n;
 }
 
@@ -102,12 +105,12 @@ inline int fan_out_in(FlEngine& f, int n) {
   const int rounds = n / (kFan + 2);
   for (int r = 0; r < rounds; ++r) {
     fl_operand_t wx{x, FL_WRITE, 0};
-    submit(f.lanes[0], &wx, 1);
+    submit(f.lanes[0], &wx, 1, f.submit_flags);
     for (int i = 0; i < kFan; ++i) {
       fl_operand_t ops[2] = {{x, FL_READ, 0}, {join[i].object, FL_WRITE, 0}};
-      submit(f.lanes[size_t(i & 7)], ops, 2);
+      submit(f.lanes[size_t(i & 7)], ops, 2, f.submit_flags);
     }
-    submit(f.lanes[0], join, kFan);
+    submit(f.lanes[0], join, kFan, f.submit_flags);
   }
   return rounds * (kFan + 2);
 }

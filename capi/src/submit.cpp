@@ -127,7 +127,7 @@ FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* in
     core::Stream* s = stream_from(stream, fn);
     check_desc(instr, fn, "fl_host_instr_t");
     if (instr->fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: fn is NULL");
-    check_submit_flags(instr->flags, fn);
+    check_submit_flags(instr->flags, fn, /*host=*/true);
     if (!s->is_host_executed())
       fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_host: the stream (" + s->describe() +
                                         ") is a device stream; host callbacks go to a host stream "
@@ -141,6 +141,7 @@ FL_API fl_status_t fl_submit_host(fl_stream_t* stream, const fl_host_instr_t* in
     a.cleanup = instr->cleanup;
     a.name = instr->name;
     a.nonblocking = (instr->flags & FL_SUBMIT_NONBLOCKING) != 0;
+    a.run_inline = (instr->flags & FL_SUBMIT_INLINE) != 0;
     a.api = fn;
     fl_instr_id id = s->engine->submit(s, i, a);
     if (out_instr_id) *out_instr_id = id;

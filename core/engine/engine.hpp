@@ -57,6 +57,7 @@ struct SubmitArgs {
   fl_release_fn cleanup = nullptr;  // exactly once, after fn ran or the instruction was skipped
   const char* name = nullptr;       // copied
   bool nonblocking = false;         // FL_SUBMIT_NONBLOCKING: FL_ERR_WOULD_BLOCK instead of waiting
+  bool run_inline = false;          // FL_SUBMIT_INLINE: run it on the caller when it is ready at once
   const char* api = "fl_submit";    // the entry point, for messages
 };
 
@@ -131,7 +132,7 @@ class Engine {
   // In-flight window: takes a slot, blocking while full (FL_ERR_WOULD_BLOCK when
   // nonblocking). Never blocks on a worker thread of this engine (an instruction or task
   // submitting more work): such submissions are admitted over the limit.
-  void admit(bool nonblocking);
+  void admit(bool nonblocking, bool engine_run);  // engine_run: in_any_engine_context()
   void retire_window_slot();
   int64_t low_water() const;  // parked submitters resume once in-flight drops to this
 
@@ -213,7 +214,7 @@ class Engine {
  private:
   // Records the dependencies of `i` and queues it on its lane; owns the window slot
   // admit() took.
-  fl_instr_id enqueue(Instr* i);
+  fl_instr_id enqueue(Instr* i, bool run_inline);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   // Waits for s's completion count to reach target (sched::wait rules); false on the deadline.
   bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever());

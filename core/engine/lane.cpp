@@ -84,10 +84,70 @@ bool Lane::pushed_since(const Instr* h) const {
   return tail.load(std::memory_order_seq_cst) != h;
 }
 
+Instr* Lane::peek() const {
+  // The first node not returned yet is head itself, or the one after the stub.
+  // Acquire pairs with the release store of the link in push().
+  return head == &stub ? stub.lane_next.load(std::memory_order_acquire) : head;
+}
+
+bool Lane::take_unit(Instr* i) {
+  // Only the lane's unit left: every predecessor has dropped its unit (nobody else can
+  // touch `pending` any more), so no RMW is needed. Acquire pairs with the release
+  // fetch_subs of pending in release_successors() and Engine::enqueue(): the predecessors'
+  // results are visible before i runs.
+  if (i->pending.load(std::memory_order_acquire) == 1) return true;
+  // Drop the lane's unit. cur is set first: whoever drops the last unit re-submits this
+  // lane task, and the resumed runner must find the instruction.
+  cur = i;
+  set_active(i, true);  // for diagnostics: blocked until proven otherwise
+  // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
+  // (when we drop it) makes every predecessor's results visible before running.
+  // Pairs with the fetch_sub of pending in release_successors() and Engine::enqueue().
+  return i->pending.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+bool Lane::give_up() {
+  // Publish, then look again, so that a producer that saw the lane owned cannot leave its
+  // instruction behind (see push()). Once `scheduled` is 0 another thread may own the lane,
+  // so only the head captured before is compared.
+  const Instr* h = head;
+  // Store-load (Dekker) pair with push()/schedule(): we store scheduled, then load tail
+  // in pushed_since(); a producer exchanges tail, then loads scheduled. Release also
+  // hands the lane's state to the next owner (pairs with the exchanges below and in schedule()).
+  scheduled.store(0, std::memory_order_seq_cst);
+  if (!pushed_since(h)) return false;
+  // Pairs with schedule()'s exchange (one of us owns the lane) and, acquire, with the
+  // store of 0 above by whichever thread ran the lane since.
+  return scheduled.exchange(1, std::memory_order_seq_cst) == 0;  // else re-scheduled by a producer
+}
+
+bool Lane::run_inline(const Instr* mine) {
+  // Only `mine` itself runs here, and only from the head: instructions queued before it
+  // (another thread's) or after it go to the pool as usual, so a thread that asked to run
+  // its own instruction never runs someone else's. The lane was idle, so nothing is
+  // unflushed on the device backend.
+  Instr* i = peek() == mine ? pop() : nullptr;  // pop() may still say "a push is half done"
+  if (i == nullptr) {
+    engine->pool().submit(&task);  // the lane stays owned; a worker takes over
+    return false;
+  }
+  if (!take_unit(i)) return false;  // blocked: the last predecessor resumes the lane on the pool
+  cur = nullptr;
+  set_active(i, false);
+  engine->execute_host(i);  // i may be recycled from here on
+  // Hand the lane on: to the pool if something is queued behind (not ours to run), else idle.
+  if (peek() != nullptr || give_up()) engine->pool().submit(&task);
+  return true;
+}
+
+bool Lane::try_claim() {
+  // Store-load (Dekker) pair with the runner's seq_cst store of 0 and its tail load (see
+  // push()); the exchange makes one claimant the owner.
+  return scheduled.load(std::memory_order_seq_cst) == 0 && scheduled.exchange(1, std::memory_order_seq_cst) == 0;
+}
+
 void Lane::schedule() {
-  // seq_cst pairs with the runner's seq_cst store of 0 (see push()).
-  if (scheduled.load(std::memory_order_seq_cst) != 0) return;
-  if (scheduled.exchange(1, std::memory_order_seq_cst) == 0) engine->pool().submit(&task);
+  if (try_claim()) engine->pool().submit(&task);
 }
 
 void Lane::run_task(sched::Task* t) {
@@ -112,33 +172,15 @@ void Lane::run_task(sched::Task* t) {
         }
       }
       if (i != nullptr) {
-        // Drop the lane's unit of `pending`. cur is set first: whoever drops the last unit
-        // re-submits this lane task, and the resumed runner must find the instruction.
         if (must_flush_before(lane, i)) engine->flush_device(lane);
-        lane->cur = i;
-        lane->set_active(i, true);  // for diagnostics: blocked until proven otherwise
-        // acq_rel: release publishes `cur` to the thread that drops the last unit; acquire
-        // (when we drop it) makes every predecessor's results visible before running.
-        // Pairs with the fetch_sub of pending in release_successors() and Engine::submit().
-        if (i->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // blocked
+        if (!lane->take_unit(i)) return;  // blocked: its last predecessor resumes the lane
       } else {
-        // Going idle: publish, then look again, so that a producer that saw the lane owned
-        // cannot leave its instruction behind (see push()). Once `scheduled` is 0 another
-        // worker may own the lane, so only the head captured before is compared.
-        const Instr* h = lane->head;
-        // Store-load (Dekker) pair with push()/schedule(): we store scheduled, then load tail
-        // in pushed_since(); a producer exchanges tail, then loads scheduled. Release also
-        // hands the lane's state to the next owner (pairs with the exchanges below and in schedule()).
-        lane->scheduled.store(0, std::memory_order_seq_cst);
-        if (!lane->pushed_since(h)) return;
-        // Pairs with schedule()'s exchange (one of us owns the lane) and, acquire, with the
-        // store of 0 above by whichever worker ran the lane since.
-        if (lane->scheduled.exchange(1, std::memory_order_seq_cst) != 0) return;  // re-scheduled by a producer
-        continue;
+        if (!lane->give_up()) return;
+        continue;  // a producer pushed meanwhile and we took the lane back
       }
     }
     lane->cur = nullptr;
-    lane->set_active(i, false);
+    lane->set_active(i, false);  // running
     if (i->stream->is_host_executed())
       engine->execute_host(i);
     else
@@ -422,9 +464,15 @@ void Engine::complete(Instr* i) {
   // loads in query() and wait_instr(): the outcome history was written before.
   Stream* s = i->stream;
   fl_instr_id last = s->last_completed_id.load(std::memory_order_relaxed);
-  // Pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
-  while (last < i->id && !s->last_completed_id.compare_exchange_weak(last, i->id, std::memory_order_release,
-                                                                   std::memory_order_relaxed)) {
+  if (s->is_host_executed()) {
+    // A host stream completes only on its lane's owner, in order: one writer, no RMW.
+    // release pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
+    if (last < i->id) s->last_completed_id.store(i->id, std::memory_order_release);
+  } else {
+    // Pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
+    while (last < i->id && !s->last_completed_id.compare_exchange_weak(last, i->id, std::memory_order_release,
+                                                                     std::memory_order_relaxed)) {
+    }
   }
   s->advance_completed();
   lane->clear_active(i);

@@ -137,8 +137,21 @@ struct Lane {
   Lane();
   void push(Instr* i);  // producer (under submit_lock)
   Instr* pop();         // consumer
+  Instr* peek() const;  // consumer: the instruction pop() would return next, or null
   bool pushed_since(const Instr* head_before) const;
   void schedule();      // makes the lane runnable if it is idle
+  bool try_claim();     // producer, after a push: takes the lane if it is idle (scheduled 0 -> 1)
+  // Owner, `i` at the head: drops the lane's unit of i->pending. True when i may run now;
+  // false when it waits for predecessors (cur = i; the last one resumes the lane).
+  bool take_unit(Instr* i);
+  // Owner: gives the lane up (scheduled = 0). Returns true when a producer pushed
+  // meanwhile and the caller took the lane back (it owns it again and must run it).
+  bool give_up();
+  // FL_SUBMIT_INLINE: the caller (a thread outside the engine) just claimed the idle lane
+  // (scheduled 0 -> 1) after pushing `mine`. Runs it on the calling thread if it is at the
+  // head of the queue and ready, then hands the lane on (to the pool if more work came,
+  // else idle). Returns whether `mine` ran here; if not, the lane went on as usual.
+  bool run_inline(const Instr* mine);
   static void run_task(sched::Task* t);
 };
 

@@ -203,7 +203,7 @@ void record(Engine* engine, Instr* i, const Operand& op) {
 
 }  // namespace
 
-fl_instr_id Engine::enqueue(Instr* i) {
+fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   Stream* s = i->stream;
   Lane& lane = *s->lane;
   i->refs.store(1, std::memory_order_relaxed);     // the in-flight reference, dropped at completion
@@ -227,7 +227,8 @@ fl_instr_id Engine::enqueue(Instr* i) {
     i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
     s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
     s->last_submitted_id.store(i->id, std::memory_order_release);  // pairs with acquire in query()
-    lane.submitted.fetch_add(1, std::memory_order_relaxed);
+    // Written under the submit lock only (a load and a store, no RMW); stats read it.
+    lane.submitted.store(lane.submitted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     id = i->id;
     if (Observer* ob = observer()) ob->on_submit(*i);
     // Drop the submitter's unit before the push: every edge is published, and until the
@@ -241,6 +242,12 @@ fl_instr_id Engine::enqueue(Instr* i) {
     else  // release: pairs with the acq_rel fetch_subs in run_task() and release_successors()
       i->pending.fetch_sub(1, std::memory_order_release);
     lane.push(i);  // i may run, complete and be recycled from here on: not touched again
+  }
+  if (run_inline) {
+    // FL_SUBMIT_INLINE from a thread outside the engine: if the lane is idle, this thread
+    // claims it as schedule() would and runs i itself when i is ready (Lane::run_inline()).
+    if (lane.try_claim()) lane.run_inline(i);
+    return id;
   }
   lane.schedule();  // make sure the lane runs
   return id;
@@ -296,10 +303,13 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   if (draining_.load(std::memory_order_acquire) && !in_any_engine_context())
     fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine was drained (fl_engine_drain): it accepts no new work "
                                                "from your threads; destroy it, or create another engine");
-  admit(a.nonblocking);
+  const bool engine_run = in_any_engine_context();
+  admit(a.nonblocking, engine_run);
   fl_instr_id id;
   try {
-    id = enqueue(i);
+    // Engine-run code never runs an instruction inline: it would nest one callback in
+    // another (or in a task) on the same stack.
+    id = enqueue(i, a.run_inline && !engine_run);
   } catch (...) {
     retire_window_slot();
     throw;
@@ -311,8 +321,8 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
 // ---------------------------------------------------------------------------------------
 // The in-flight window (core/engine/README.md, "The in-flight window")
 
-void Engine::admit(bool nonblocking) {
-  if (in_any_engine_context()) {
+void Engine::admit(bool nonblocking, bool engine_run) {
+  if (engine_run) {
     // Work submitted by engine-run code (a callback, a task, a completion thread) is never
     // blocked: it could be the very work that must finish to open the window. Admitted
     // over the limit.

@@ -341,6 +341,16 @@ FL_API FL_DEPRECATED("fl_instr_get_lane") uint32_t fl_instr_lane(const fl_instr_
 FL_API FL_DEPRECATED("fl_instr_get_engine") fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx);
 
 #define FL_SUBMIT_NONBLOCKING 1u
+/* fl_host_instr_t.flags: run fn (and cleanup) on the calling thread, before
+   fl_submit_host returns, when the instruction is ready at once: its lane has nothing
+   queued or running, and every instruction it depends on has completed. Otherwise it is
+   queued as without the flag. Either way its id, its order, its dependencies and how its
+   failure is reported are the same; fl_submit_host still returns FL_OK when fn fails (a
+   wait reports it). Ignored (queued) when the caller is code the engine runs (a callback,
+   a task or loop body, a worker): one callback never runs nested in another. Use it for
+   short host work submitted when the engine is likely idle (the OpenMP "undeferred task"):
+   a long fn holds up the submitting thread. Host instructions only. */
+#define FL_SUBMIT_INLINE 2u
 
 typedef struct fl_host_instr {
   uint64_t struct_size;
@@ -351,12 +361,13 @@ typedef struct fl_host_instr {
   const fl_operand_t* operands; /* copied at submit */
   uint64_t num_operands;
   const char* name;           /* copied; shown in errors, dumps and traces; may be NULL */
-  uint64_t flags;             /* FL_SUBMIT_NONBLOCKING */
+  uint64_t flags;             /* FL_SUBMIT_NONBLOCKING, FL_SUBMIT_INLINE */
 } fl_host_instr_t;
 #define FL_HOST_INSTR_INIT { sizeof(fl_host_instr_t), 0, 0, 0, 0, 0, 0, 0 }
 
 /* METHOD: fl_stream_t
-   Asynchronous. Blocks only while the in-flight window is full (or returns
+   Asynchronous (with FL_SUBMIT_INLINE, fn may run on the caller before the return). Blocks
+   only while the in-flight window is full (or returns
    FL_ERR_WOULD_BLOCK with FL_SUBMIT_NONBLOCKING). Submissions made from inside an
    instruction callback never block: they are admitted even over the window, so an
    engine cannot deadlock on itself. If this returns an error, neither fn nor cleanup is

@@ -9,6 +9,7 @@ pub const FL_VERSION_MINOR: u32 = 1;
 pub const FL_VERSION_PATCH: u32 = 0;
 pub const FL_VERSION_HEX: u32 = 256;
 pub const FL_SUBMIT_NONBLOCKING: u32 = 1;
+pub const FL_SUBMIT_INLINE: u32 = 2;
 pub const FL_INSTR_OUTCOME_HISTORY: u32 = 1024;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
