@@ -39,7 +39,8 @@ import re
 import subprocess
 import sys
 
-BINARY = {"Flowlane": "bench_openmp", "Gomp": "bench_openmp", "Libomp": "bench_openmp_libomp"}
+BINARY = {"Flowlane": "bench_openmp", "FlowlaneInline": "bench_openmp", "Gomp": "bench_openmp",
+          "Libomp": "bench_openmp_libomp"}
 SUBMIT_FRAME = re.compile(r"^(?:\(anonymous namespace\)::)?(?:flowlane|openmp)_shape$")
 # Frames that wrap the whole program or the benchmark's own scaffolding; besides these, a
 # frame that holds (nearly) all of its thread's cost is a thread entry and is not listed.
@@ -122,7 +123,7 @@ def profile_once(exe, runtime, shape, count, threads, out_dir, k):
         if old.startswith(os.path.basename(prefix) + "."):
             os.remove(os.path.join(out_dir, old))
     env = dict(os.environ)
-    if runtime != "Flowlane":
+    if not runtime.startswith("Flowlane"):
         env["OMP_WAIT_POLICY"] = "passive"
     cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--separate-threads=yes", "--instr-atstart=no",
            f"--callgrind-out-file={prefix}.%p", exe, f"--once={shape}:{count}:{threads}", f"--runtime={runtime}"]
@@ -178,7 +179,7 @@ def measure(exe, runtime, shape, counts, threads, out_dir, top, repeat):
             "top": [{"function": f, "submitter": s, "others": o} for f, s, o in fn_rows[:top]]}
 
 
-NAMES = {"Flowlane": "flowlane", "Gomp": "libgomp", "Libomp": "libomp"}
+NAMES = {"Flowlane": "flowlane", "FlowlaneInline": "flowlane FL_SUBMIT_INLINE", "Gomp": "libgomp", "Libomp": "libomp"}
 
 
 def markdown(cg, top, top_runtimes=None):

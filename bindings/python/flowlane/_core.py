@@ -334,10 +334,10 @@ class Engine(Managed):
 
     def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
-               lane: Optional[int] = None, block: bool = True) -> "Future[T]":
+               lane: Optional[int] = None, block: bool = True, inline: bool = False) -> "Future[T]":
         """Submits ``fn`` on the host stream of ``lane`` (default: the current lane) and
         returns its :class:`Future`; see :meth:`Stream.submit`."""
-        return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit")
+        return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit", inline)
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Waits for every instruction submitted before the call; raises the first failure

@@ -58,9 +58,9 @@ class Lane:
 
     def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
-               block: bool = True) -> "Future[T]":
+               block: bool = True, inline: bool = False) -> "Future[T]":
         """Submits on this lane's host stream; see :meth:`Stream.submit`."""
-        return self.stream()._submit(fn, reads, writes, name, block, "Lane.submit")
+        return self.stream()._submit(fn, reads, writes, name, block, "Lane.submit", inline)
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Waits for this lane's host stream; see :meth:`Stream.synchronize`."""
@@ -158,7 +158,7 @@ class Stream:
 
     def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
-               block: bool = True) -> "Future[T]":
+               block: bool = True, inline: bool = False) -> "Future[T]":
         """Submits ``fn`` as a host instruction and returns its :class:`Future`
         (asynchronous): ``future.result(timeout)`` is fn's return value, ``future.id`` the
         instruction's id, ``future.cancel()`` cancels it if it has not started.
@@ -178,11 +178,17 @@ class Stream:
 
         ``block=False`` raises :class:`WouldBlock` instead of waiting when the engine's
         in-flight window is full. Submissions from inside a callback never block.
+
+        ``inline=True`` (``FL_SUBMIT_INLINE``) runs ``fn`` on the calling thread before
+        this returns when it is ready at once: its lane has nothing queued or running and
+        every instruction it depends on has completed; otherwise it is queued as usual.
+        Ignored inside callbacks. For short work: a long ``fn`` holds up the caller. (The
+        future is completed by the binding's completer thread, as for any submission.)
         """
-        return self._submit(fn, reads, writes, name, block, "Stream.submit")
+        return self._submit(fn, reads, writes, name, block, "Stream.submit", inline)
 
     def _submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
-                name: Optional[str], block: bool, where: str) -> "Future[T]":
+                name: Optional[str], block: bool, where: str, inline: bool = False) -> "Future[T]":
         h = self._ptr()
         if not callable(fn):
             raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
@@ -191,12 +197,12 @@ class Stream:
         label = name if name is not None else getattr(fn, "__qualname__", None)
         self.engine._enter_submit(where)
         try:
-            return self._submit_host(h, fn, r, w, label, block, where)
+            return self._submit_host(h, fn, r, w, label, block, where, inline)
         finally:
             self.engine._leave_submit()
 
     def _submit_host(self, h: Any, fn: Callable[..., T], r: List["Object[Any]"], w: List["Object[Any]"],
-                     label: Optional[str], block: bool, where: str) -> "Future[T]":
+                     label: Optional[str], block: bool, where: str, inline: bool = False) -> "Future[T]":
         cname = _ffi.encode_name(label)
         ops, n = _operands(r, w)
         future: Future[T] = Future(self, label)
@@ -210,7 +216,7 @@ class Stream:
             instr.operands = ops
             instr.num_operands = n
         instr.name = cname
-        instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
+        instr.flags = (0 if block else _capi.FL_SUBMIT_NONBLOCKING) | (_capi.FL_SUBMIT_INLINE if inline else 0)
         out = c_uint64()
         st = lib.fl_submit_host(h, byref(instr), byref(out))
         if st != _capi.FL_OK:

@@ -234,6 +234,35 @@ class Streams(unittest.TestCase):
             e.submit(lambda: None, block=False)
             e.synchronize()
 
+    def test_inline_submit_runs_on_the_caller_when_ready_and_queues_otherwise(self):
+        with flowlane.Engine(workers=1, lanes=3) as e:
+            x = e.object(1)
+            me = threading.get_ident()
+            ran_on = []
+            f = e.stream(1).submit(lambda v: (ran_on.append(threading.get_ident()), v + 1)[1], reads=[x],
+                                   writes=[x], inline=True)
+            # Ran before submit returned, on this thread (the future itself is completed by
+            # the binding's completer thread, as always).
+            self.assertEqual(ran_on, [me])
+            self.assertEqual(f.result(timeout=60), 2)
+            # A busy lane: queued behind, run by the worker.
+            gate = Gate()
+            e.stream(2).submit(gate.wait, name="held")
+            g = e.stream(2).submit(lambda: ran_on.append(threading.get_ident()), inline=True)
+            self.assertFalse(g.done())
+            gate.open()
+            g.result(timeout=60)
+            self.assertEqual(len(ran_on), 2)
+            self.assertNotEqual(ran_on[1], me)
+            # Lane.submit and Engine.submit take it too; an exception is reported by the future.
+            with e.lane() as lane:
+                h = lane.submit(lambda: ran_on.append(threading.get_ident()) or 1 / 0, inline=True)
+                self.assertEqual(ran_on[-1], me)
+                with self.assertRaises(ZeroDivisionError):
+                    h.result(timeout=60)
+            self.assertEqual(e.submit(lambda: 7, lane=1, inline=True).result(timeout=60), 7)
+            e.synchronize()  # the failure was reported once, by h.result()
+
     def test_gpu_streams_are_unsupported_in_a_cpu_build(self):
         try:
             n = flowlane.cuda_device_count()

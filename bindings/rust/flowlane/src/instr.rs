@@ -117,6 +117,15 @@ impl Instr {
         self
     }
 
+    /// `FL_SUBMIT_INLINE`: run the closure on the submitting thread, before `submit`
+    /// returns, when it is ready at once (its lane has nothing queued or running, and every
+    /// instruction it depends on has completed); otherwise it is queued as usual. Ignored
+    /// inside callbacks. For short work: a long closure holds up the caller.
+    pub fn inline(mut self) -> Self {
+        self.flags |= sys::FL_SUBMIT_INLINE as u64;
+        self
+    }
+
     /// Submits `f`; returns its [`InstrHandle`] (id, state, wait, cancel). `f` runs once on a worker after its
     /// dependencies; `Err(e)` or a panic fails the instruction (the message is `e`'s
     /// Display or the panic message), poisons what it writes and skips its dependents.

@@ -183,6 +183,44 @@ fn closures_are_dropped_exactly_once_run_skipped_or_refused() -> Result<(), Erro
 }
 
 #[test]
+fn inline_submissions_run_on_the_caller_when_ready_and_queue_otherwise() -> Result<(), Error> {
+    let e = engine(1);
+    let o = e.object(0u32)?;
+    let me = std::thread::current().id();
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    // Ready at once: runs during submit, on this thread.
+    let (r, h) = (ran_on.clone(), o.handle());
+    e.stream(1)?.instr().read_write(&o).inline().submit(move || -> R {
+        r.lock().unwrap().push(std::thread::current().id());
+        *h.write() += 1;
+        Ok(())
+    })?;
+    assert_eq!(*ran_on.lock().unwrap(), vec![me]);
+    // Its lane busy: queued behind the held instruction, run by the worker.
+    let gate = Gate::new();
+    let g = gate.clone();
+    let s2 = e.stream(2)?;
+    s2.instr().submit(move || -> R { g.wait() })?;
+    let r = ran_on.clone();
+    s2.instr().inline().submit(move || -> R {
+        r.lock().unwrap().push(std::thread::current().id());
+        Ok(())
+    })?;
+    assert_eq!(ran_on.lock().unwrap().len(), 1);
+    gate.open();
+    e.synchronize()?;
+    let ran = ran_on.lock().unwrap().clone();
+    assert_eq!(ran.len(), 2);
+    assert_ne!(ran[1], me);
+    assert_eq!(o.get()?, 1);
+    // A failure run inline is reported by the wait, as without the flag.
+    e.stream(1)?.instr().inline().submit(|| Err::<(), _>("inline failure"))?;
+    let err = e.synchronize().unwrap_err();
+    assert!(err.to_string().contains("inline failure"), "{}", err);
+    Ok(())
+}
+
+#[test]
 fn errors_and_panics_fail_the_instruction_and_skip_dependents() -> Result<(), Error> {
     let e = Engine::builder().workers(2).lanes(3).build()?;
     let x = e.object(1i32)?;
