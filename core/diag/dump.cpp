@@ -112,10 +112,10 @@ Snapshot take_snapshot(Engine& e) {
   for (core::Extension* x : e.extensions()) x->lane_waits(s.colls);
   for (const auto& lp : e.lanes()) {
     Lane& lane = *lp;
-    // These two pair with no release: the lane's counters are bumped relaxed in complete()
-    // and submit(); a snapshot needs only recent values (what it follows is under diag_lock).
-    uint64_t done = lane.completed.load(std::memory_order_acquire);
-    uint64_t sub = lane.submitted.load(std::memory_order_acquire);
+    // Relaxed: the lane's counters are bumped relaxed in complete() and submit(); a
+    // snapshot needs only recent values (what it follows is under diag_lock).
+    uint64_t done = lane.completed_count();
+    uint64_t sub = lane.submitted.load(std::memory_order_relaxed);
     if (sub <= done) continue;
     LaneSnap ls;
     ls.id = lane.id;

@@ -112,7 +112,7 @@ std::atomic<uint64_t> g_engines{0};  // engines created by this process (FLOWLAN
 
 uint64_t completed_total(const Engine& e) {
   uint64_t n = 0;
-  for (const auto& lane : e.lanes()) n += lane->completed.load(std::memory_order_relaxed);
+  for (const auto& lane : e.lanes()) n += lane->completed_count();
   return n;
 }
 

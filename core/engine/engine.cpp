@@ -232,7 +232,7 @@ fl_engine_stats_t Engine::stats() const {
   st.struct_size = sizeof(st);
   for (const auto& lane : lanes_) {
     st.submitted += lane->submitted.load(std::memory_order_relaxed);
-    st.completed += lane->completed.load(std::memory_order_relaxed);
+    st.completed += lane->completed_count();
     st.failed += lane->failed.load(std::memory_order_relaxed);
     st.cancelled += lane->cancelled.load(std::memory_order_relaxed);
   }

@@ -121,23 +121,19 @@ bool Lane::give_up() {
   return scheduled.exchange(1, std::memory_order_seq_cst) == 0;  // else re-scheduled by a producer
 }
 
-bool Lane::run_inline(const Instr* mine) {
-  // Only `mine` itself runs here, and only from the head: instructions queued before it
-  // (another thread's) or after it go to the pool as usual, so a thread that asked to run
-  // its own instruction never runs someone else's. The lane was idle, so nothing is
-  // unflushed on the device backend.
-  Instr* i = peek() == mine ? pop() : nullptr;  // pop() may still say "a push is half done"
-  if (i == nullptr) {
-    engine->pool().submit(&task);  // the lane stays owned; a worker takes over
-    return false;
-  }
-  if (!take_unit(i)) return false;  // blocked: the last predecessor resumes the lane on the pool
-  cur = nullptr;
+void Lane::run_owned(Instr* i) {
+  // The lane was idle, so nothing is unflushed on the device backend, and i, never queued,
+  // holds only the lane's unit of pending: it runs now.
   set_active(i, false);
   engine->execute_host(i);  // i may be recycled from here on
-  // Hand the lane on: to the pool if something is queued behind (not ours to run), else idle.
+  // Hand the lane on: to the pool if something was queued meanwhile, else idle.
   if (peek() != nullptr || give_up()) engine->pool().submit(&task);
-  return true;
+}
+
+bool Lane::empty_owned() const {
+  // Empty is head == tail == stub (pop() re-pushes the stub behind the last node it
+  // returns). Relaxed: the owner's view of head and, under the submit lock, of tail.
+  return head == &stub && tail.load(std::memory_order_relaxed) == &stub;
 }
 
 bool Lane::try_claim() {
@@ -430,7 +426,10 @@ void Engine::complete(Instr* i) {
 
   // Counters first, so that stats read after any wait include this instruction.
   Lane* lane = i->stream->lane;
-  lane->completed.fetch_add(1, std::memory_order_relaxed);
+  if (i->stream->is_host_executed())  // on the lane's owner: one writer at a time
+    lane->completed.store(lane->completed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  else
+    lane->completed_async.fetch_add(1, std::memory_order_relaxed);
   if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_relaxed);
 
   // Into the ledger before the result is published: a dependent skipped because of i (it
@@ -476,7 +475,11 @@ void Engine::complete(Instr* i) {
   }
   s->advance_completed();
   lane->clear_active(i);
-  if (i->unref()) recycle(i);
+  // The in-flight reference. When it is the only one left nobody else can reach i any more
+  // (every holder of a pointer to i holds a reference; a dump's was taken under diag_lock
+  // while i was active), so no RMW is needed. Acquire pairs with the acq_rel fetch_sub of
+  // the other holders' unref(): their accesses happen before the recycle.
+  if (i->refs.load(std::memory_order_acquire) == 1 || i->unref()) recycle(i);
 }
 
 

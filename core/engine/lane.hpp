@@ -98,7 +98,14 @@ struct Lane {
   // --- consumer side (the lane runner) ---
   alignas(kCacheLine) Instr* head = nullptr;
   Instr* cur = nullptr;  // head instruction waiting for its predecessors
-  std::atomic<uint64_t> completed{0};  // stats
+  // Stats: instructions of this lane completed. Host instructions complete on the lane's
+  // owner, one at a time (a load and a store); device ones on the backend's threads (an
+  // RMW on their own counter). Read them through completed_count().
+  std::atomic<uint64_t> completed{0};
+  std::atomic<uint64_t> completed_async{0};
+  uint64_t completed_count() const {
+    return completed.load(std::memory_order_relaxed) + completed_async.load(std::memory_order_relaxed);
+  }
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};
   Instr stub;
@@ -140,18 +147,20 @@ struct Lane {
   Instr* peek() const;  // consumer: the instruction pop() would return next, or null
   bool pushed_since(const Instr* head_before) const;
   void schedule();      // makes the lane runnable if it is idle
-  bool try_claim();     // producer, after a push: takes the lane if it is idle (scheduled 0 -> 1)
+  bool try_claim();     // producer: takes the lane if it is idle (scheduled 0 -> 1)
   // Owner, `i` at the head: drops the lane's unit of i->pending. True when i may run now;
   // false when it waits for predecessors (cur = i; the last one resumes the lane).
   bool take_unit(Instr* i);
   // Owner: gives the lane up (scheduled = 0). Returns true when a producer pushed
   // meanwhile and the caller took the lane back (it owns it again and must run it).
   bool give_up();
-  // FL_SUBMIT_INLINE: the caller (a thread outside the engine) just claimed the idle lane
-  // (scheduled 0 -> 1) after pushing `mine`. Runs it on the calling thread if it is at the
-  // head of the queue and ready, then hands the lane on (to the pool if more work came,
-  // else idle). Returns whether `mine` ran here; if not, the lane went on as usual.
-  bool run_inline(const Instr* mine);
+  // Owner, under the submit lock: nothing is queued.
+  bool empty_owned() const;
+  // FL_SUBMIT_INLINE: the submitting thread claimed the idle, empty lane (try_claim()
+  // under the submit lock) for `i`, which is ready and was not queued. Runs i on the
+  // calling thread, then hands the lane on (to the pool if work was queued meanwhile,
+  // else idle).
+  void run_owned(Instr* i);
   static void run_task(sched::Task* t);
 };
 

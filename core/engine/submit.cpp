@@ -210,6 +210,8 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   i->pending.store(2, std::memory_order_relaxed);  // the submitter's unit + the lane's unit
   i->state.store(uint32_t(InstrState::kPending), std::memory_order_relaxed);
   fl_instr_id id;
+  bool owned = false;  // this thread claimed the idle lane (FL_SUBMIT_INLINE)
+  bool queued = true;  // i was pushed on the lane's queue
   {
     std::lock_guard<SpinLock> lane_lock(lane.submit_lock);
     // acquire pairs with the release store in drain_and_stop().
@@ -241,15 +243,27 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
       i->pending.store(1, std::memory_order_relaxed);
     else  // release: pairs with the acq_rel fetch_subs in run_task() and release_successors()
       i->pending.fetch_sub(1, std::memory_order_release);
-    lane.push(i);  // i may run, complete and be recycled from here on: not touched again
+    // FL_SUBMIT_INLINE from a thread outside the engine (core/engine/README.md, "Running on
+    // the submitting thread"): i is ready (no edge: every predecessor has completed, and
+    // lane order covers the rest once the lane is idle), so if this thread can claim the
+    // idle lane as schedule() would, it owns the lane; with nothing queued it runs i
+    // itself without queueing it at all. Producers are held off by the submit lock, so
+    // the queue cannot change under the check.
+    owned = run_inline && i->edges.empty() && lane.try_claim();
+    queued = !owned || !lane.empty_owned();
+    if (queued)
+      lane.push(i);  // i may run, complete and be recycled from here on: not touched again
+    else
+      i->lane_next.store(nullptr, std::memory_order_relaxed);  // a dump follows it (queued behind)
   }
-  if (run_inline) {
-    // FL_SUBMIT_INLINE from a thread outside the engine: if the lane is idle, this thread
-    // claims it as schedule() would and runs i itself when i is ready (Lane::run_inline()).
-    if (lane.try_claim()) lane.run_inline(i);
+  if (!owned) {
+    lane.schedule();  // make sure the lane runs
     return id;
   }
-  lane.schedule();  // make sure the lane runs
+  if (queued)
+    pool_->submit(&lane.task);  // another thread's instruction is ahead: a worker runs the lane
+  else
+    lane.run_owned(i);
   return id;
 }
 

@@ -90,7 +90,7 @@ struct Rig {
 
   // Submits `f` on `s` with the operands. Throws flowlane::Error as Engine::submit does.
   Sub submit(Stream* s, std::vector<Operand> ops, std::function<fl_status_t()> f, const char* name = nullptr,
-                bool nonblocking = false) {
+                bool nonblocking = false, bool run_inline = false) {
     Instr* i = engine.new_instr();
     i->operands = std::move(ops);
     SubmitArgs a;
@@ -99,6 +99,7 @@ struct Rig {
     a.user_data = new std::function<fl_status_t()>(std::move(f));
     a.name = name;
     a.nonblocking = nonblocking;
+    a.run_inline = run_inline;
     fl_instr_id id = 0;
     try {
       id = engine.submit(s, i, a);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -109,6 +110,53 @@ TEST(LaneStrand, IdleLaneGoesIdleAndThePoolParks) {
     EXPECT_TRUE(eventually([&] { return rig.engine.pool().parked_workers() == rig.engine.pool().size(); }))
         << "the workers never parked";
   }
+}
+
+// FL_SUBMIT_INLINE on an idle, empty lane: the submitter claims it under the submit lock,
+// runs the instruction without queueing it, and gives the lane back (scheduled = 0).
+TEST(LaneStrand, InlineSubmissionRunsOnTheSubmitterAndLeavesTheLaneIdle) {
+  Rig rig(1);
+  Lane& lane = rig.engine.lane(1);
+  const std::thread::id me = std::this_thread::get_id();
+  std::thread::id ran_on{};
+  rig.submit(rig.host(1), {}, [&] {
+    ran_on = std::this_thread::get_id();
+    return FL_OK;
+  }, "inline", false, /*run_inline=*/true);
+  EXPECT_EQ(ran_on, me);
+  EXPECT_EQ(lane.scheduled.load(), 0u);
+  EXPECT_TRUE(lane.empty_owned());
+  EXPECT_EQ(lane.completed.load(), 1u);
+}
+
+// The window between another producer's push and its schedule(): the lane is idle but
+// not empty. An inline submission that claims it then must not run its own instruction
+// ahead of the queued one (nor run the other thread's instruction itself): both go to a
+// worker, in queue order.
+TEST(LaneStrand, InlineSubmissionBehindAQueuedButUnscheduledInstructionGoesToTheWorker) {
+  Rig rig(1);
+  Lane& lane = rig.engine.lane(1);
+  std::vector<std::string> order;  // written by the lane runner only
+  std::thread::id x_on{}, y_on{};
+  // Pretend the lane is owned while X is pushed, so that X's schedule() submits nothing:
+  // X is then queued on an idle lane, as between another producer's push and schedule().
+  lane.scheduled.store(1);
+  rig.submit(rig.host(1), {}, [&] {
+    order.push_back("x");
+    x_on = std::this_thread::get_id();
+    return FL_OK;
+  }, "x");
+  lane.scheduled.store(0);
+  rig.submit(rig.host(1), {}, [&] {
+    order.push_back("y");
+    y_on = std::this_thread::get_id();
+    return FL_OK;
+  }, "y", false, /*run_inline=*/true);
+  ASSERT_TRUE(rig.sync(rig.host(1)));
+  EXPECT_EQ(order, (std::vector<std::string>{"x", "y"}));
+  EXPECT_NE(y_on, std::this_thread::get_id());
+  EXPECT_NE(x_on, std::this_thread::get_id());
+  EXPECT_TRUE(eventually([&] { return lane.scheduled.load() == 0; }));
 }
 
 }  // namespace
