@@ -92,8 +92,11 @@ struct Closure {
   static void destroy(void* ud) { delete static_cast<Closure*>(ud); }
 };
 
+// Submits f with the submission `flags`; returns fl_submit_host's status (the id in
+// *out_id). A refused submission never calls cleanup: the closure is freed here then.
 template <class F>
-fl_instr_id submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, const char* name = nullptr) {
+fl_status_t try_submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops, const char* name, uint64_t flags,
+                       fl_instr_id* out_id) {
   auto* c = new Closure<F>{std::move(f)};
   fl_host_instr_t in = FL_HOST_INSTR_INIT;
   in.fn = &Closure<F>::call;
@@ -102,10 +105,17 @@ fl_instr_id submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, cons
   in.operands = ops.empty() ? nullptr : ops.data();
   in.num_operands = ops.size();
   in.name = name;
+  in.flags = flags;
+  fl_status_t st = fl_submit_host(s, &in, out_id);
+  if (st != FL_OK) delete c;
+  return st;
+}
+
+template <class F>
+fl_instr_id submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, const char* name = nullptr) {
   fl_instr_id id = 0;
-  fl_status_t st = fl_submit_host(s, &in, &id);
+  fl_status_t st = try_submit(s, std::move(f), std::move(ops), name, 0, &id);
   EXPECT_EQ(st, FL_OK) << fl_last_error_message();
-  if (st != FL_OK) delete c;  // a refused submission never calls cleanup
   return id;
 }
 

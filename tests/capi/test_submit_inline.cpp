@@ -14,35 +14,11 @@
 
 namespace {
 
-using fltest::Closure;
-
 // Submits f with FL_SUBMIT_INLINE (plus `extra` flags); returns the status and id.
 template <class F>
 fl_status_t submit_inline(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, fl_instr_id* out_id = nullptr,
                           uint64_t extra = 0) {
-  auto* c = new Closure<F>{std::move(f)};
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = &Closure<F>::call;
-  in.cleanup = &Closure<F>::destroy;
-  in.user_data = c;
-  in.operands = ops.empty() ? nullptr : ops.data();
-  in.num_operands = ops.size();
-  in.name = "inline";
-  in.flags = FL_SUBMIT_INLINE | extra;
-  fl_status_t st = fl_submit_host(s, &in, out_id);
-  if (st != FL_OK) delete c;  // a refused submission never calls cleanup
-  return st;
-}
-
-// Waits (bounded) until the engine has completed `n` instructions in all.
-void wait_completed(fl_engine_t* e, uint64_t n) {
-  for (int k = 0; k < 60000; ++k) {
-    fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
-    ASSERT_FL_OK(fl_engine_stats(e, &st));
-    if (st.completed >= n) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  FAIL() << "the engine did not complete " << n << " instructions";
+  return fltest::try_submit(s, std::move(f), std::move(ops), "inline", FL_SUBMIT_INLINE | extra, out_id);
 }
 
 struct CleanupProbe {
