@@ -346,7 +346,9 @@ FL_API FL_DEPRECATED("fl_instr_get_engine") fl_engine_t* fl_instr_engine(const f
    queued or running, and every instruction it depends on has completed. Otherwise it is
    queued as without the flag. Either way its id, its order, its dependencies and how its
    failure is reported are the same; fl_submit_host still returns FL_OK when fn fails (a
-   wait reports it). Ignored (queued) when the caller is code the engine runs (a callback,
+   wait reports it). Its completion runs on the caller too: so does the release callback
+   of an operand object already released whose last use it was. Ignored (queued) when the
+   caller is code the engine runs (a callback,
    a task or loop body, a worker): one callback never runs nested in another. Use it for
    short host work submitted when the engine is likely idle (the OpenMP "undeferred task"):
    a long fn holds up the submitting thread. Host instructions only. */
