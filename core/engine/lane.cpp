@@ -1,5 +1,6 @@
 // Lanes as strands on the pool, and the life of an instruction once it reaches the head
 // of its lane: poison check, callback, cleanup, completion, release of successors.
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <exception>
@@ -250,18 +251,13 @@ bool Engine::cancel_requested_slow(Instr* i) {
   // under cancel_mu below).
   if (lane->cancel_requests.load(std::memory_order_acquire) != 0) {
     std::lock_guard<std::mutex> lock(lane->cancel_mu);
-    auto& ids = lane->cancel_ids;
+    auto& ids = lane->cancel_ids;  // sorted, no repeats (Engine::cancel)
     // Ids of a lane start in increasing order: a request below i's id is for an
     // instruction that has started already, and can never take effect.
-    size_t out = 0;
-    for (fl_instr_id x : ids) {
-      if (x == i->id)
-        hit = true;
-      else if (x > i->id)
-        ids[out++] = x;
-    }
-    ids.resize(out);
-    lane->cancel_requests.store(uint32_t(out), std::memory_order_relaxed);
+    auto past = std::upper_bound(ids.begin(), ids.end(), i->id);
+    if (past != ids.begin() && *(past - 1) == i->id) hit = true;
+    ids.erase(ids.begin(), past);
+    lane->cancel_requests.store(uint32_t(ids.size()), std::memory_order_relaxed);
   }
   if (hit) {
     lane->cancelled.fetch_add(1, std::memory_order_relaxed);

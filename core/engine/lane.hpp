@@ -110,7 +110,8 @@ struct Lane {
   std::atomic<uint64_t> cancelled{0};
   Instr stub;
   // fl_instr_cancel requests for instructions of this lane not started yet (ids under
-  // cancel_mu; `cancel_requests` is their number, read by the runner for every instruction).
+  // cancel_mu, sorted and without repeats, so at most one per instruction not completed;
+  // `cancel_requests` is their number, read by the runner for every instruction).
   std::atomic<uint32_t> cancel_requests{0};
   std::mutex cancel_mu;
   std::vector<fl_instr_id> cancel_ids;

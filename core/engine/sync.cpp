@@ -347,9 +347,15 @@ void Engine::cancel(Stream* s, fl_instr_id id) {
                                       " has already completed");
   Lane* lane = s->lane;
   std::lock_guard<std::mutex> lock(lane->cancel_mu);
-  lane->cancel_ids.push_back(id);
+  // Sorted and without repeats: a caller that cancels the same id again and again (or
+  // spins on fl_instr_cancel while the lane is busy) adds nothing, so the list stays
+  // bounded by the lane's instructions not completed yet, and the runner's scan with it.
+  auto& ids = lane->cancel_ids;
+  auto at = std::lower_bound(ids.begin(), ids.end(), id);
+  if (at != ids.end() && *at == id) return;
+  ids.insert(at, id);
   // release pairs with the acquire load in cancel_requested().
-  lane->cancel_requests.store(uint32_t(lane->cancel_ids.size()), std::memory_order_release);
+  lane->cancel_requests.store(uint32_t(ids.size()), std::memory_order_release);
 }
 
 void Engine::cancel_stream(Stream* s) {

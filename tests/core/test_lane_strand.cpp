@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +111,43 @@ TEST(LaneStrand, IdleLaneGoesIdleAndThePoolParks) {
     EXPECT_TRUE(eventually([&] { return rig.engine.pool().parked_workers() == rig.engine.pool().size(); }))
         << "the workers never parked";
   }
+}
+
+// fl_instr_cancel requests are kept once per instruction, however often they are made: a
+// caller spinning on fl_instr_cancel while the lane is busy used to grow the lane's list
+// without bound (and the runner's scan of it for every instruction, a livelock under load).
+// A request for the running instruction is dropped once the next one starts.
+TEST(LaneStrand, RepeatedCancelRequestsAreKeptOncePerInstruction) {
+  Rig rig(1);
+  Lane& lane = rig.engine.lane(1);
+  Stream* s = rig.host(1);
+  Gate gate;
+  std::atomic<int> ran{0};
+  auto counted = [&] {
+    ran.fetch_add(1);
+    return FL_OK;
+  };
+  auto blocker = rig.submit(s, {}, [&] { return gate.wait(); }, "blocker");
+  auto x = rig.submit(s, {}, counted, "x");
+  auto y = rig.submit(s, {}, counted, "y");
+  rig.submit(s, {}, counted, "z");
+  ASSERT_TRUE(eventually([&] { return blocker.i->state.load() == uint32_t(InstrState::kRunning); }));
+  for (int k = 0; k < 10000; ++k) rig.engine.cancel(s, y.id);
+  rig.engine.cancel(s, x.id);
+  rig.engine.cancel(s, blocker.id);  // started already: can never take effect
+  rig.engine.cancel(s, y.id);
+  EXPECT_EQ(lane.cancel_requests.load(), 3u);
+  {
+    std::lock_guard<std::mutex> lock(lane.cancel_mu);
+    EXPECT_EQ(lane.cancel_ids, (std::vector<fl_instr_id>{blocker.id, x.id, y.id}));
+  }
+  gate.open = true;
+  int reported = 0;  // synchronize reports the two cancellations, one per call
+  while (!rig.sync(s) && reported < 10) ++reported;
+  EXPECT_EQ(reported, 2);
+  EXPECT_EQ(ran.load(), 1);  // z only
+  EXPECT_EQ(lane.cancelled.load(), 2u);
+  EXPECT_EQ(lane.cancel_requests.load(), 0u);
 }
 
 // FL_SUBMIT_INLINE on an idle, empty lane: the submitter claims it under the submit lock,
