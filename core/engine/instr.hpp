@@ -85,7 +85,7 @@ struct alignas(64) Instr {
   // a waiter that saw a terminal state early would return before cleanup and completion.
   // (Written before the terminal state is published with release, as the result fields.)
   InstrState outcome = InstrState::kDone;
-  std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed
+  std::atomic<Edge*> succ_head{nullptr};  // successors; kSealed once completed (if it has operands)
   // Asynchronous instructions only: successors that wait for this one to be *issued*
   // (asynchronous work on another device stream, ordered on the device); kSealed once
   // issued or completed.

@@ -439,10 +439,12 @@ void Engine::complete(Instr* i) {
   if (i->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&i->state, INT_MAX);
   if (Observer* ob = observer()) ob->on_end(*i);
 
-  // Seal the successor list and release every successor. acq_rel: acquire pairs with the
-  // release CAS that published each edge in push_edge(); release orders our result before
-  // any successor that sees the list sealed.
-  release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
+  // Seal the successor list and release every successor. An instruction without operands
+  // is nobody's predecessor (edges are pushed only by submitters that found it as an
+  // object's last writer or reader): its list stays empty and is not sealed, one RMW less.
+  // acq_rel: acquire pairs with the release CAS that published each edge in push_edge();
+  // release orders our result before any successor that sees the list sealed.
+  if (!i->operands.empty()) release_successors(i->succ_head.exchange(kSealed, std::memory_order_acq_rel));
   // An asynchronous instruction that was skipped or failed to issue never sealed its issue
   // list: its issue successors are released now (same orders as above).
   // Pairs with the release CAS in push_edge(); a submitter that finds the list sealed acquires it.
