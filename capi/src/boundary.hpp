@@ -45,8 +45,20 @@ inline void require_out(T* p, const char* fn, const char* param) {
 
 // Checks a size-prefixed descriptor: struct_size at least `known_min` (the first released
 // layout) and any bytes beyond sizeof(Desc) all zero.
+// The common case (a descriptor of exactly this library's layout) is one comparison; the
+// rest, and every message, is out of line.
+template <class Desc>
+[[gnu::cold, gnu::noinline]] void check_desc_slow(const Desc* d, const char* fn, const char* type, uint64_t known_min);
+
 template <class Desc>
 inline void check_desc(const Desc* d, const char* fn, const char* type, uint64_t known_min = sizeof(Desc)) {
+  if (d != nullptr && d->struct_size == sizeof(Desc)) [[likely]]
+    return;
+  check_desc_slow(d, fn, type, known_min);
+}
+
+template <class Desc>
+void check_desc_slow(const Desc* d, const char* fn, const char* type, uint64_t known_min) {
   if (d == nullptr) fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": descriptor is NULL");
   uint64_t size = d->struct_size;
   if (size < known_min)
