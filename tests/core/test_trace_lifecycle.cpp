@@ -4,9 +4,11 @@
 // loop must not get a new observer, or keep an event buffer, per trace.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "diag/trace.hpp"
 #include "diag/watchdog.hpp"
@@ -38,6 +40,33 @@ TEST(TraceLifecycle, RestartedTracesReuseOneObserverAndStoppedOnesHoldNoBuffer) 
     diag::trace_stop(&rig.engine, /*at_destroy=*/false);
     EXPECT_EQ(t->buffer_capacity(), 0u) << "round " << round;
   }
+  EXPECT_EQ(rig.engine.observers_kept(), kept_before + 1);
+  std::remove(path.c_str());
+}
+
+// Hooks keep running while traces stop and restart (a hook may still hold the observer it
+// read before fl_trace_stop cleared it): under ThreadSanitizer this checks that a restart
+// does not race with them.
+TEST(TraceLifecycle, TracesRestartWhileInstructionsRun) {
+  Rig rig(2);
+  const size_t kept_before = rig.engine.observers_kept();
+  const std::string path = fltest::unique_temp_path("flowlane_trace_restart_busy.json");
+  std::atomic<bool> stop{false};
+  std::thread submitter([&] {
+    Stream* s = rig.host(1);
+    while (!stop.load()) {
+      for (int k = 0; k < 64; ++k) rig.submit(s, {}, [] { return FL_OK; });
+      ASSERT_TRUE(rig.sync(s));
+    }
+  });
+  const int kRounds = FL_UNDER_SANITIZER ? 8 : 20;
+  for (int round = 0; round < kRounds; ++round) {
+    diag::trace_start(&rig.engine, path.c_str());
+    std::this_thread::yield();
+    diag::trace_stop(&rig.engine, /*at_destroy=*/false);
+  }
+  stop = true;
+  submitter.join();
   EXPECT_EQ(rig.engine.observers_kept(), kept_before + 1);
   std::remove(path.c_str());
 }
