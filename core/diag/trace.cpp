@@ -76,6 +76,11 @@ void put_escaped(std::string& out, const char* s) {
   }
 }
 
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 const char* end_state(uint64_t s) {
   switch (InstrState(s)) {
     case InstrState::kDone: return "done";
@@ -88,8 +93,27 @@ const char* end_state(uint64_t s) {
 }  // namespace
 
 TraceObserver::TraceObserver(Engine* e, std::FILE* f, std::string path)
-    : engine_(e), file_(f), path_(std::move(path)), t0_(std::chrono::steady_clock::now()), pid_(0) {
-  ring_.reserve(1024);
+    : engine_(e), file_(f), path_(std::move(path)), t0_ns_(steady_ns()), pid_(0) {
+  ring_.reserve(kInitialEvents);
+}
+
+void TraceObserver::restart(std::FILE* f, std::string path) {
+  std::vector<Event> ring;
+  try {
+    ring.reserve(kInitialEvents);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  file_ = f;
+  path_ = std::move(path);
+  t0_ns_.store(steady_ns(), std::memory_order_relaxed);
+  std::lock_guard<SpinLock> lock(mu_);
+  ring_.swap(ring);
+  next_ = 0;
+  dropped_ = 0;
+  details_.clear();
+  closed_ = false;
 }
 
 TraceObserver::~TraceObserver() {
@@ -97,7 +121,7 @@ TraceObserver::~TraceObserver() {
 }
 
 int64_t TraceObserver::now() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count();
+  return steady_ns() - t0_ns_.load(std::memory_order_relaxed);
 }
 
 void TraceObserver::push(const Event& ev, std::string* detail) {
@@ -122,6 +146,11 @@ void TraceObserver::push(const Event& ev, std::string* detail) {
     next_ = (next_ + 1) % kCapacity;
     ++dropped_;
   }
+}
+
+size_t TraceObserver::buffer_capacity() const {
+  std::lock_guard<SpinLock> lock(mu_);
+  return ring_.capacity();
 }
 
 void TraceObserver::on_submit(const Instr&) {}
@@ -206,10 +235,11 @@ bool TraceObserver::finish(std::string& error) {
     std::lock_guard<SpinLock> lock(mu_);
     if (closed_) return true;
     closed_ = true;
-    events.reserve(ring_.size());
+    // Both branches leave ring_ without storage (the observer outlives the trace).
     if (ring_.size() < kCapacity) {
       events.swap(ring_);
     } else {
+      events.reserve(ring_.size());
       events.insert(events.end(), ring_.begin() + long(next_), ring_.end());
       events.insert(events.end(), ring_.begin(), ring_.begin() + long(next_));
       std::vector<Event>().swap(ring_);
@@ -370,11 +400,25 @@ void trace_start(Engine* e, const char* path) {
   if (d->trace != nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_start: this engine is already tracing to '" + d->trace->path() +
                                       "'; call fl_trace_stop first");
+  std::string where = path;  // allocated before the file is opened: nothing to close if it throws
   std::FILE* f = std::fopen(path, "w");
   if (f == nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, std::string("fl_trace_start: cannot open '") + path + "' for writing: " +
                                       std::strerror(errno));
-  auto t = std::make_unique<TraceObserver>(e, f, path);
+  if (TraceObserver* t = d->stopped_trace) {  // the engine still owns it: restart it
+    t->restart(f, std::move(where));
+    d->stopped_trace = nullptr;
+    d->trace = t;
+    e->reinstate_observer(t);
+    return;
+  }
+  std::unique_ptr<TraceObserver> t;
+  try {
+    t = std::make_unique<TraceObserver>(e, f, std::move(where));
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
   d->trace = t.get();
   e->set_observer(std::move(t));
 }
@@ -389,6 +433,7 @@ void trace_stop(Engine* e, bool at_destroy) {
   e->clear_observer();
   TraceObserver* t = d->trace;
   d->trace = nullptr;
+  d->stopped_trace = t;  // finished below whatever happens: reused by the next trace
   std::string err;
   if (!t->finish(err)) {
     if (at_destroy) {

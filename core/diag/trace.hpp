@@ -11,8 +11,14 @@
 // failed instruction's slice carries its error text (the first kMaxDetails failures). Memory is bounded: at most kCapacity events are kept (oldest dropped,
 // the number dropped is written into the file's metadata). Cost when off: the engine's one
 // pointer load per hook point; when on: a short critical section per event.
+//
+// The engine keeps an observer it installed until it is destroyed (a hook may still be
+// running in it after fl_trace_stop), so a stopped trace's observer is not freed: it holds
+// no events (finish() frees them) and the next fl_trace_start on the engine restarts it
+// (Engine::reinstate_observer), so traces started and stopped in a loop cost one observer.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +42,11 @@ class TraceObserver : public core::Observer {
 
   TraceObserver(Engine* e, std::FILE* f, std::string path);
   ~TraceObserver() override;
+  // After finish(): records again, into `f` (owned from here on; closed if this throws),
+  // with a fresh clock and no events. Hooks still running from the previous trace may add
+  // an event or two to the new one (unmatched ones are left out of the file, as for a hook
+  // racing a start).
+  void restart(std::FILE* f, std::string path);
 
   void on_submit(const Instr& i) override;
   void on_edge(const Instr& pred, const Instr& succ, const Object* obj) override;
@@ -49,6 +60,8 @@ class TraceObserver : public core::Observer {
   // `error` set) if writing failed.
   bool finish(std::string& error);
   const std::string& path() const { return path_; }
+  // Events the buffer has room for without growing (tests: nothing is held once finished).
+  size_t buffer_capacity() const;
 
   enum class Kind : uint8_t { kStart, kEnd, kEdge, kStallBegin, kStallEnd, kWaitBegin, kWaitEnd, kSpanBegin, kSpanEnd };
   struct Event {
@@ -64,6 +77,8 @@ class TraceObserver : public core::Observer {
   };
 
  private:
+  static constexpr size_t kInitialEvents = 1024;  // room reserved at (re)start
+
   void push(const Event& ev, std::string* detail = nullptr);
   Event instr_event(Kind kind, const Instr& i) const;  // an event of `i` on its track, named
   void push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2);
@@ -72,8 +87,10 @@ class TraceObserver : public core::Observer {
   Engine* engine_;
   std::FILE* file_;
   std::string path_;
-  std::chrono::steady_clock::time_point t0_;
-  SpinLock mu_;
+  // The trace's time origin (steady_clock, ns): restart() moves it while a hook of the
+  // previous trace may still read it. Relaxed: a timestamp orders nothing.
+  std::atomic<int64_t> t0_ns_;
+  mutable SpinLock mu_;
   bool closed_ = false;
   std::vector<Event> ring_;
   size_t next_ = 0;       // ring_ index of the next write once full

@@ -56,6 +56,9 @@ struct Diagnostics : core::Extension {
   // --- trace ---
   std::mutex trace_mu;
   TraceObserver* trace = nullptr;  // owned by the engine (observer list); null when off
+  // The last trace, stopped (the engine still owns it): the next trace restarts it instead
+  // of installing another observer.
+  TraceObserver* stopped_trace = nullptr;
 };
 
 // Attaches the diagnostics of a new engine (starts a trace when FLOWLANE_TRACE is set).

@@ -122,6 +122,18 @@ void Engine::set_observer(std::unique_ptr<Observer> o) {
 // Pairs with the acquire load in observer() (which calls nothing once it reads null).
 void Engine::clear_observer() { observer_.store(nullptr, std::memory_order_release); }
 
+void Engine::reinstate_observer(Observer* o) {
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  auto owned = std::find_if(observers_.begin(), observers_.end(), [o](const auto& p) { return p.get() == o; });
+  if (owned == observers_.end()) fail(FL_ERR_INTERNAL, "reinstate_observer: the engine does not own this observer");
+  observer_.store(o, std::memory_order_release);  // pairs with acquire in observer()
+}
+
+size_t Engine::observers_kept() const {
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  return observers_.size();
+}
+
 Extension* Engine::attach(const void* key, std::unique_ptr<Extension> x) {
   std::lock_guard<std::mutex> lock(extensions_mu_);
   for (auto& [k, ext] : extensions_)

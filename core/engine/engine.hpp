@@ -193,12 +193,17 @@ class Engine {
   uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
 
   // --- observers and extensions (engine.cpp) ---
-  // The engine owns every observer ever installed until it is destroyed;
-  // clear_observer() stops new calls.
-  // Pairs with the release stores in set_observer() and clear_observer().
+  // The engine owns every observer ever installed until it is destroyed (a hook may still
+  // be running in one that was replaced or cleared); clear_observer() stops new calls.
+  // reinstate_observer() makes one the engine already owns the active one again, so a
+  // layer that installs and clears the same observer repeatedly (traces started and
+  // stopped in a loop) keeps one, not one per installation.
+  // Pairs with the release stores in set_observer(), clear_observer() and reinstate_observer().
   Observer* observer() const { return observer_.load(std::memory_order_acquire); }
   void set_observer(std::unique_ptr<Observer> o);
   void clear_observer();
+  void reinstate_observer(Observer* o);  // o: installed earlier by set_observer()
+  size_t observers_kept() const;  // every observer installed so far (tests)
   // Extensions are attached once per key (any stable address, e.g. a static of the
   // attaching module) and live until the engine is destroyed. attach() returns the
   // extension now attached under `key` (an earlier one wins; `x` is then dropped).
@@ -278,7 +283,7 @@ class Engine {
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 
   std::atomic<Observer*> observer_{nullptr};
-  std::mutex observers_mu_;
+  mutable std::mutex observers_mu_;
   std::vector<std::unique_ptr<Observer>> observers_;  // every observer installed, kept to the end
 
   mutable std::mutex extensions_mu_;

@@ -219,6 +219,40 @@ TEST(Trace, DestroyWritesTheTrace) {
   std::remove(path.c_str());
 }
 
+// A stopped trace's observer is restarted by the next fl_trace_start: each file holds its
+// own trace's events only, with its own drop count, and a failure text of the first trace
+// does not reappear in the second.
+TEST(Trace, RestartedTraceHoldsOnlyItsOwnEvents) {
+  EngineFixture f(2);
+  std::string first = fltest::unique_temp_path("flowlane_trace_first.json");
+  std::string second = fltest::unique_temp_path("flowlane_trace_second.json");
+  ASSERT_FL_OK(fl_trace_start(f.engine, first.c_str()));
+  const int kOverflow = 140000;  // 2 events each: more than the ring holds
+  for (int k = 0; k < kOverflow; ++k) submit(host_of(f.engine, 1), [](fl_instr_ctx_t*) { return FL_OK; }, {}, "one");
+  submit(host_of(f.engine, 1), [](fl_instr_ctx_t* ctx) {  // last on its lane: its slice is kept
+    fl_instr_set_error(ctx, "first trace's failure");
+    return FL_ERR_INSTRUCTION_FAILED;
+  }, {}, "one.fails");
+  EXPECT_EQ(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED);
+  ASSERT_FL_OK(fl_trace_stop(f.engine));
+  ASSERT_FL_OK(fl_trace_start(f.engine, second.c_str()));
+  for (int k = 0; k < 30; ++k) submit(host_of(f.engine, 1), [](fl_instr_ctx_t*) { return FL_OK; }, {}, "two");
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  ASSERT_FL_OK(fl_trace_stop(f.engine));
+  std::string a = read_file(first);
+  std::string b = read_file(second);
+  EXPECT_TRUE(balanced_json(a));
+  EXPECT_TRUE(balanced_json(b));
+  EXPECT_FALSE(contains(a, "\"dropped_events\":0,"));
+  EXPECT_TRUE(contains(a, "first trace's failure"));
+  EXPECT_TRUE(contains(b, "\"dropped_events\":0,"));
+  EXPECT_EQ(count_of(b, "\"name\":\"two\""), 30u);
+  EXPECT_EQ(count_of(b, "\"name\":\"one"), 0u);
+  EXPECT_FALSE(contains(b, "first trace's failure"));
+  std::remove(first.c_str());
+  std::remove(second.c_str());
+}
+
 TEST(Stats, CountersAddUp) {
   EngineFixture f(2, 0, /*window=*/2);
   fl_engine_stats_t st = FL_ENGINE_STATS_INIT;

@@ -44,7 +44,10 @@
  *    fl_object_wait returns the poison of the object's current value to every caller, and
  *    the entry then counts as returned. Each of these calls costs O(1) in the number of
  *    failures and dependents (the oldest entry is at the head of a list).
- *  - fl_engine_destroy drops the entries nobody returned.
+ *  - Entries are kept until a wait returns them, however many there are (only
+ *    fl_engine_destroy drops the entries nobody returned), and each keeps the records of its
+ *    instructions: failures that nobody waits for accumulate. A wait returns one entry, so a
+ *    batch with several failures needs as many waits (repeat until one returns FL_OK).
  *
  * Calls from callbacks (an instruction's fn or cleanup, an object's release, a task or
  * fl_parallel_for body, the watchdog callback)
