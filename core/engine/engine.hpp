@@ -177,7 +177,7 @@ class Engine {
   // True (and i marked cancelled) when a cancel request covers i. The common case, no
   // request on i's stream or lane, is two loads inline.
   static bool cancel_requested(Instr* i);
-  static bool cancel_requested_slow(Instr* i);
+  [[gnu::cold, gnu::noinline]] static bool cancel_requested_slow(Instr* i);
 
   fl_engine_stats_t stats() const;
   // Instructions admitted through the window and not yet retired (completed, or their

@@ -233,7 +233,7 @@ void mark_skipped(Instr* i, const Instr* poisoned_by) {
 
 }  // namespace
 
-bool Engine::cancel_requested(Instr* i) {
+inline bool Engine::cancel_requested(Instr* i) {
   // acquire pairs with the release stores in cancel_stream() and cancel(); a request made
   // concurrently with this check may miss this instruction, which then runs (documented).
   if (i->id > i->stream->cancel_upto.load(std::memory_order_acquire) &&
