@@ -149,12 +149,17 @@ TEST(SubmitInlineAdversarial, InlineCallbacksWaitForOtherLanesWhileDumpsRun) {
       (void)fl_engine_stats(e, &st);
     }
   });
+  // The dumps must overlap the submissions: start them only once the dumper has run one
+  // (on a loaded machine it may otherwise not get a CPU before everything is done).
+  while (dumps.load() == 0) std::this_thread::yield();
   std::thread writer([&] {
     for (uint64_t k = 1; k <= uint64_t(rounds); ++k) {
       submit_flags(
           s2,
           [&, k] {
-            for (int spin = 0; spin < int(k % 50); ++spin) std::this_thread::yield();
+            // Writers of varying length; a busy spin, not yields (on a loaded machine each
+            // yield can give the CPU away for a whole time slice).
+            for (int spin = 0; spin < int(k % 50) * 40; ++spin) std::atomic_signal_fence(std::memory_order_seq_cst);
             value.store(k);
             return FL_OK;
           },
@@ -370,14 +375,19 @@ TEST(SubmitInlineAdversarial, InlineSubmissionsWhileAnotherCallbackSynchronizesT
   fl_stream_t* s3 = host_stream(e, 3);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> syncs{0}, errs{0}, ran{0};
+  std::atomic<bool> syncing{false};
   for (int c = 0; c < 2; ++c)
     submit(s2, [&] {
+      syncing.store(true);
       while (!stop.load()) {
         if (fl_stream_synchronize(s1) != FL_OK) errs.fetch_add(1);
         syncs.fetch_add(1);
       }
       return FL_OK;
     });
+  // The inline submissions must overlap the synchronizes: on a loaded machine a worker may
+  // otherwise not start the first synchronizing callback before they are all done.
+  while (!syncing.load()) std::this_thread::yield();
   std::thread feeder([&] {
     for (int k = 0; k < n; ++k) submit(s3, [&] { return ran.fetch_add(1), FL_OK; });
   });
