@@ -29,6 +29,11 @@ struct GroupBox {
   uint64_t engine_handle = 0;
   uint64_t handle = 0;
   sched::TaskGroup group;
+  // Created inside an instruction's callback: that instruction (a reference held until the
+  // group is destroyed) and the frame its tasks run under on other workers, so that their
+  // waits for it are refused as the callback's own would be (core/engine/context.hpp).
+  core::Instr* owner = nullptr;
+  core::CallbackFrame frame{};
 };
 
 // The tables, never destroyed (handles may be used, and answered as stale, during static

@@ -144,6 +144,12 @@ FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** o
       Recycler<GroupBox>::put(g);
       fail(FL_ERR_NO_MEMORY, "fl_task_group_create: too many live task groups");
     }
+    g->owner = core::pending_instr(e);
+    if (g->owner != nullptr) {
+      g->owner->ref();
+      g->frame = core::CallbackFrame{e, g->owner, core::CallbackKind::kGroupTask, nullptr, nullptr};
+    }
+    g->group.set_context(g->owner != nullptr ? &g->frame : nullptr);
     *out_group = handle_cast<fl_task_group_t>(g->handle);
     return FL_OK;
   });
@@ -183,6 +189,12 @@ FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {
     (void)g->group.wait(nullptr);  // its failures are dropped: wait first to see them
     if (group_table().erase(handle_bits(group)) == nullptr)
       fail(FL_ERR_INVALID_HANDLE, "fl_task_group_destroy: the group was destroyed concurrently");
+    if (g->owner != nullptr) {
+      // The engine recycles the record; if it is gone, so is its pool: the record is left.
+      core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);
+      if (g->owner->unref() && e != nullptr) e->recycle(g->owner);
+      g->owner = nullptr;
+    }
     Recycler<GroupBox>::put(g);
     return FL_OK;
   });

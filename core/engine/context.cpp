@@ -2,6 +2,7 @@
 #include "engine/context.hpp"
 
 #include "base/error.hpp"
+#include "engine/instr.hpp"
 #include "sched/pool.hpp"
 
 namespace flowlane::core {
@@ -23,8 +24,13 @@ Instr* current_instr() {
 }
 
 Instr* pending_instr(const Engine* e) {
-  for (CallbackFrame* f = frames(); f != nullptr; f = f->parent)
-    if (f->engine == e && f->instr != nullptr) return f->instr;
+  for (CallbackFrame* f = frames(); f != nullptr; f = f->parent) {
+    if (f->engine != e || f->instr == nullptr) continue;
+    // A group task's instruction may have completed meanwhile: then nothing waits for the
+    // task. Acquire pairs with the seq_cst store of the terminal state in complete().
+    if (f->kind == CallbackKind::kGroupTask && is_terminal(f->instr->load_state(std::memory_order_acquire))) continue;
+    return f->instr;
+  }
   return nullptr;
 }
 

@@ -21,6 +21,10 @@ enum class CallbackKind : uint8_t {
   kRelease,   // an object's release callback
   kLoop,      // fl_parallel_for, fl_taskgraph_run (the calling thread runs bodies or tasks)
   kWatchdog,  // the watchdog's dump callback
+  // A task of a task group created inside an instruction's callback, run by a worker: the
+  // frame lives in the group (which holds a reference on the instruction) and stands for
+  // the instruction only while it has not completed (a group may outlive it).
+  kGroupTask,
 };
 
 // One engine callback running on this thread. Frames nest (a callback that calls

@@ -56,6 +56,10 @@ void TaskGroup::run_item(Task* t) {
     fl_status_t st;
     RunningFrame frame{g, t_running};
     t_running = &frame;
+    // A worker that took the task runs it under the group's context; the thread that made
+    // the group, helping in wait(), keeps its own (which the group's context stands for).
+    const void* own = current_context();
+    ContextScope context(own == nullptr && g->context_ != nullptr ? g->context_ : own);
     try {
       st = fn(ud);
     } catch (...) {  // a C task must not throw; a C++ one through the C API gets a status

@@ -42,6 +42,10 @@ class TaskGroup {
 
   // No task is spawned and unfinished.
   bool idle() const { return latch_.done(); }
+  // The context (sched/task.hpp) the group's tasks run under on a thread that has none of
+  // its own (a worker that took one): set by the layer above while the group is idle, for a
+  // group created inside one of its callbacks (core/engine/context.hpp); null otherwise.
+  void set_context(const void* context) { context_ = context; }
   // The calling thread's innermost running task is one of this group's: waiting for or
   // destroying the group there would wait for itself.
   bool inside_own_task() const;
@@ -51,6 +55,7 @@ class TaskGroup {
   static void run_item(Task* t);
 
   Pool* pool_ = nullptr;
+  const void* context_ = nullptr;
   Latch latch_{0};
   std::atomic<bool> failed_{false};  // a task failed: unstarted ones are skipped
   std::atomic<bool> recorded_{false};  // the first failure's status and text are set

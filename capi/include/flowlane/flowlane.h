@@ -66,8 +66,8 @@
  *      fl_task_group_wait / fl_task_group_destroy of a group from one of its own tasks.
  *    A fl_parallel_for body or task-graph task that an instruction's callback runs counts
  *    as part of that callback on whichever worker runs it (the same refusals apply there).
- *    A task-group task does not (it may outlive the callback that spawned it): a task that
- *    waits for the instruction whose callback waits for its group forms a cycle.
+ *    So does a task of a task group created inside an instruction's callback, until that
+ *    instruction completes (a group may outlive it: its later tasks wait freely).
  *  - Other waits are allowed: a worker that waits helps only with its own callback's work
  *    (never another instruction) and a spare worker stands in while it blocks, so waits
  *    inside callbacks deadlock only if they form a cycle (a hang the state dump names).
