@@ -40,12 +40,17 @@ namespace flowlane::sched {
 
 namespace {
 
-// Rounds of "look everywhere" a worker makes before parking. Each round ends with a
-// pause; after kYieldAfter rounds it also yields. Short: an idle engine must cost ~0 CPU.
-// 512 rounds are on the order of 50-100 us: long enough to catch the next task of a
-// fork-join burst without a futex round trip, short enough to be invisible when idle.
+// Rounds of "look everywhere" a worker makes before parking, each ended by a pause, and
+// the wall time they may take. Short: an idle engine must cost ~0 CPU. 512 rounds are on
+// the order of 50 us: long enough to catch the next task of a fork-join burst without a
+// futex round trip, short enough to be invisible when idle.
+// No yield: on a machine with more runnable threads than CPUs, a yield hands the CPU to
+// another thread for the rest of its time slice (milliseconds), and a worker that is
+// spinning, not parked, is not woken by new work either, so every hand-off waited a time
+// slice. The wall-time bound parks a worker that was descheduled while spinning.
 constexpr int kSpinRounds = 512;
-constexpr int kYieldAfter = 256;
+constexpr int64_t kSpinMaxNs = 100'000;
+constexpr int kClockEvery = 32;  // rounds between two reads of the clock
 
 // xorshift64* (Vigna): victim selection.
 inline uint64_t xorshift(uint64_t& s) {
@@ -268,11 +273,16 @@ void Pool::Impl::worker_main(Worker& w) {
     }
     bool retry = false;
     Task* t = find_any(w, &retry);
-    for (int round = 0; t == nullptr && round < kSpinRounds; ++round) {
-      cpu_relax();
-      if (round >= kYieldAfter) std::this_thread::yield();
-      retry = false;
-      t = find_any(w, &retry);
+    if (t == nullptr) {
+      const auto spin_start = std::chrono::steady_clock::now();
+      for (int round = 1; t == nullptr && round <= kSpinRounds; ++round) {
+        cpu_relax();
+        if (round % kClockEvery == 0 &&
+            std::chrono::steady_clock::now() - spin_start > std::chrono::nanoseconds(kSpinMaxNs))
+          break;
+        retry = false;
+        t = find_any(w, &retry);
+      }
     }
     if (t == nullptr) {
       // Park: announce, re-check everything (Dekker pair with submit()), then sleep.
