@@ -42,6 +42,36 @@ void BM_IndependentOneLaneFlowlane(benchmark::State& state) {
   flbench::run_batches(state, f, [&] { return flbench::independent(f, kBatch, 1); });
 }
 
+// A caller waiting for a busy lane's last instruction: kBusyBatch instructions on one lane,
+// each busy for about 1 us, then fl_instr_wait_for(last) or fl_stream_synchronize. The
+// two rows should take the same time: a waiter for one instruction must cost the lane
+// nothing per instruction completed before it.
+constexpr int kBusyBatch = 2000;
+fl_status_t busy_1us(fl_instr_ctx_t*, void*) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  return FL_OK;
+}
+void busy_lane(benchmark::State& state, bool wait_for_last) {
+  FlEngine f(int(state.range(0)));
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = busy_1us;
+  const fl_engine_stats_t before = f.stats();
+  for (auto _ : state) {
+    fl_instr_id last = 0;
+    for (int k = 0; k < kBusyBatch; ++k) check(fl_submit_host(f.lanes[0], &in, &last), "fl_submit_host");
+    if (wait_for_last)
+      check(fl_instr_wait_for(f.lanes[0], last, FL_WAIT_FOREVER), "fl_instr_wait_for");
+    else
+      check(fl_stream_synchronize(f.lanes[0]), "fl_stream_synchronize");
+  }
+  if (f.stats().completed - before.completed != uint64_t(state.iterations()) * uint64_t(kBusyBatch)) std::abort();
+  finish(state, kBusyBatch);
+}
+void BM_BusyLaneWaitForLastFlowlane(benchmark::State& state) { busy_lane(state, true); }
+void BM_BusyLaneSynchronizeFlowlane(benchmark::State& state) { busy_lane(state, false); }
+
 void BM_IndependentEightLanesFlowlane(benchmark::State& state) {
   FlEngine f(int(state.range(0)));
   flbench::run_batches(state, f, [&] { return flbench::independent(f, kBatch, 8); });
@@ -261,6 +291,8 @@ void Workers(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_IndependentOneLaneFlowlane)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_BusyLaneWaitForLastFlowlane)->Apply(Workers)->UseRealTime();
+BENCHMARK(BM_BusyLaneSynchronizeFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers)->UseRealTime();

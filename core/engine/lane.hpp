@@ -60,17 +60,23 @@ struct Stream {
   std::deque<Instr*> outcomes;
   fl_instr_id forgotten_upto = 0;
 
-  // Waiters (synchronize) register the completion count they need; completers wake them
-  // only when the smallest registered target is reached, not on every completion.
+  // Waiters register what they need: a completion count (synchronize) or an instruction
+  // id (fl_instr_wait_for). Completers wake them only when the smallest registered target
+  // of either kind is reached, not on every completion.
   std::atomic<uint64_t> wake_at{UINT64_MAX};
+  std::atomic<fl_instr_id> wake_at_id{UINT64_MAX};
   std::mutex wait_mu;
   std::condition_variable wait_cv;
-  std::multiset<uint64_t> targets;  // under wait_mu
+  std::multiset<uint64_t> targets;        // under wait_mu
+  std::multiset<fl_instr_id> id_targets;  // under wait_mu
 
   bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
-  void advance_completed();              // completed += 1, wakes waiters whose target is reached
+  // completed += 1 (last_completed_id already stored), wakes waiters whose target is reached
+  void advance_completed();
   // Sleeps until completed >= target or the deadline passes; returns whether it reached it.
   bool wait_completed(uint64_t target, const Deadline& deadline);
+  // Sleeps until last_completed_id >= id or the deadline passes; returns whether it did.
+  bool wait_completed_id(fl_instr_id id, const Deadline& deadline);
   std::string describe() const;          // "lane 1, host"
 };
 

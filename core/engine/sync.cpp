@@ -15,17 +15,42 @@ namespace flowlane::core {
 
 void Stream::advance_completed() {
   // seq_cst: everything the instruction did (cleanup, release callbacks, failure record)
-  // happens-before a waiter that sees the count; and with the waiter's seq_cst store of
-  // wake_at and load of completed (wait_completed) a store–load pattern: either the
-  // waiter sees this count or we see its target.
+  // happens-before a waiter that sees the count; and with the waiters' seq_cst stores of
+  // wake_at / wake_at_id and loads of completed (wait_completed, wait_completed_id) a
+  // store–load pattern: either the waiter sees this count (and the id stored before it)
+  // or we see its target.
   uint64_t now = completed.fetch_add(1, std::memory_order_seq_cst) + 1;
-  if (now < wake_at.load(std::memory_order_seq_cst)) return;
+  // The loads of that pattern: pair with the seq_cst stores in wait_completed() and
+  // wait_completed_id(). (Our own last_completed_id store, or a later one: relaxed.)
+  if (now < wake_at.load(std::memory_order_seq_cst) &&
+      last_completed_id.load(std::memory_order_relaxed) < wake_at_id.load(std::memory_order_seq_cst))
+    return;
   std::lock_guard<std::mutex> lock(wait_mu);
-  auto it = targets.upper_bound(now);  // waiters still short of their target stay registered
-  // seq_cst: part of the store-load pattern above (a later completion's load of wake_at).
+  // Waiters already satisfied stay registered until they run; the next targets are the
+  // smallest ones not reached yet.
+  auto it = targets.upper_bound(now);
+  auto jt = id_targets.upper_bound(last_completed_id.load(std::memory_order_relaxed));
+  // seq_cst: part of the store-load pattern above (a later completion's loads).
   wake_at.store(it == targets.end() ? UINT64_MAX : *it, std::memory_order_seq_cst);
+  wake_at_id.store(jt == id_targets.end() ? UINT64_MAX : *jt, std::memory_order_seq_cst);
   wait_cv.notify_all();
 }
+
+namespace {
+// Sleeps on `s`'s condition variable (lock held) until reached() or the deadline passes;
+// returns whether it was reached.
+template <class Reached>
+bool sleep_until(Stream* s, std::unique_lock<std::mutex>& lock, const Deadline& deadline, Reached reached) {
+  while (!reached()) {
+    if (deadline.infinite()) {
+      s->wait_cv.wait(lock);
+    } else if (s->wait_cv.wait_until(lock, deadline.at()) == std::cv_status::timeout && !reached()) {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
 
 bool Stream::wait_completed(uint64_t target, const Deadline& deadline) {
   // Acquire pairs with the fetch_add of completed in advance_completed().
@@ -35,18 +60,30 @@ bool Stream::wait_completed(uint64_t target, const Deadline& deadline) {
   // Store-load pair with advance_completed(): we store wake_at, then load completed; it
   // increments completed, then loads wake_at.
   if (target < wake_at.load(std::memory_order_relaxed)) wake_at.store(target, std::memory_order_seq_cst);
-  bool reached = true;
   // The load side of that store-load pair (and acquire: pairs with advance_completed()).
-  while (completed.load(std::memory_order_seq_cst) < target) {
-    if (deadline.infinite()) {
-      wait_cv.wait(lock);
-    } else if (wait_cv.wait_until(lock, deadline.at()) == std::cv_status::timeout &&
-               completed.load(std::memory_order_seq_cst) < target) {  // pairs with advance_completed()
-      reached = false;
-      break;
-    }
-  }
+  const bool reached = sleep_until(this, lock, deadline, [this, target] {
+    return completed.load(std::memory_order_seq_cst) >= target;  // pairs with advance_completed()
+  });
   targets.erase(it);
+  return reached;
+}
+
+bool Stream::wait_completed_id(fl_instr_id id, const Deadline& deadline) {
+  // Acquire pairs with the release store (or CAS) of last_completed_id in complete().
+  if (last_completed_id.load(std::memory_order_acquire) >= id) return true;
+  std::unique_lock<std::mutex> lock(wait_mu);
+  auto it = id_targets.insert(id);
+  // Store-load pair with advance_completed(): we store wake_at_id, then load completed; it
+  // stores last_completed_id, increments completed, then loads wake_at_id. Either our
+  // load of completed sees its increment (and then, acquire, the id it stored before), or
+  // its load of wake_at_id sees our target and it wakes us. (Store-load pair, as above.)
+  if (id < wake_at_id.load(std::memory_order_relaxed)) wake_at_id.store(id, std::memory_order_seq_cst);
+  const bool reached = sleep_until(this, lock, deadline, [this, id] {
+    (void)completed.load(std::memory_order_seq_cst);  // the load of the pair above
+    // Acquire pairs with the release store (or CAS) of last_completed_id in complete().
+    return last_completed_id.load(std::memory_order_acquire) >= id;
+  });
+  id_targets.erase(it);
   return reached;
 }
 
@@ -313,14 +350,8 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
   auto done = [s, id] { return s->last_completed_id.load(std::memory_order_acquire) >= id; };
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_instr_wait_for");
-  const bool reached = sched::wait(done, [s, &done](const Deadline& d) {
-    // Wake at every completion of the stream until id's: read the count, re-check, sleep
-    // for one more (a completion stores the id before it advances the count).
-    while (!done()) {
-      uint64_t c = s->completed.load(std::memory_order_acquire);  // pairs with advance_completed()
-      if (done() || !s->wait_completed(c + 1, d)) break;
-    }
-  }, deadline);
+  // The sleeper registers the id: the stream's completions before it do not wake it.
+  const bool reached = sched::wait(done, [s, id](const Deadline& d) { s->wait_completed_id(id, d); }, deadline);
   if (ob) ob->on_wait(false, "fl_instr_wait_for");
   if (!reached)
     return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +

@@ -1,4 +1,6 @@
 // Timed waits, instruction queries by id, cancel and drain (public API only).
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -139,6 +141,55 @@ TEST(InstrQueries, WaitingForWorkQueuedBehindTheCallerIsRefused) {
   later_submitted.open = true;
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
   EXPECT_EQ(st.load(), FL_ERR_INVALID_ARGUMENT);
+}
+
+// Sleeps of the calling thread so far that really slept (voluntary context switches).
+long voluntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw;
+}
+
+// A thread waiting for one instruction sleeps through the completions before it: it is
+// woken when that instruction completes, not at every completion of its stream (which
+// cost the waiter a wake-up, and the lane a notify, per instruction before it: a waiter
+// for the last of 400 instructions slept over a hundred times).
+TEST(InstrQueries, AWaiterSleepsThroughTheCompletionsBeforeItsInstruction) {
+  EngineFixture f(1);
+  fl_stream_t* s = f.host(1);
+  Gate gate;
+  submit(s, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate");
+  const int n = 400;
+  std::vector<fl_instr_id> ids;
+  for (int k = 0; k < n; ++k)
+    ids.push_back(submit(s, [] {
+      const auto until = Clock::now() + std::chrono::microseconds(2);  // completions spread out
+      while (Clock::now() < until) {
+      }
+      return FL_OK;
+    }));
+  struct Waiter {
+    fl_instr_id id = 0;
+    fl_status_t st = FL_ERR_INTERNAL;
+    long sleeps = -1;
+  };
+  std::vector<Waiter> waiters{{ids[n / 4]}, {ids[n - 1]}, {ids[n - 1]}};
+  std::vector<std::thread> threads;
+  for (Waiter& w : waiters)
+    threads.emplace_back([s, &w] {
+      const long before = voluntary_switches();
+      w.st = fl_instr_wait_for(s, w.id, FL_WAIT_FOREVER);
+      w.sleeps = voluntary_switches() - before;
+    });
+  // Let the waiters fall asleep first. (Not needed for the check: a late waiter sleeps less.)
+  std::this_thread::sleep_for(milliseconds(20));
+  gate.open = true;
+  for (auto& t : threads) t.join();
+  for (const Waiter& w : waiters) {
+    EXPECT_FL_OK(w.st);
+    EXPECT_LE(w.sleeps, 10) << "the waiter for #" << w.id << " was woken at completions before its instruction";
+  }
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
 }
 
 TEST(Cancel, AQueuedInstructionIsCancelledItsReadersSkippedItsCleanupRun) {
