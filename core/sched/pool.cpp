@@ -40,17 +40,20 @@ namespace flowlane::sched {
 
 namespace {
 
-// Rounds of "look everywhere" a worker makes before parking, each ended by a pause, and
-// the wall time they may take. Short: an idle engine must cost ~0 CPU. 512 rounds are on
-// the order of 50 us: long enough to catch the next task of a fork-join burst without a
-// futex round trip, short enough to be invisible when idle.
-// No yield: on a machine with more runnable threads than CPUs, a yield hands the CPU to
-// another thread for the rest of its time slice (milliseconds), and a worker that is
-// spinning, not parked, is not woken by new work either, so every hand-off waited a time
-// slice. The wall-time bound parks a worker that was descheduled while spinning.
+// Rounds of "look everywhere" a worker makes before parking, and the wall time they may
+// take. Short: an idle engine must cost ~0 CPU. Each round ends with a pause; the second
+// half also yields, so that a thread sharing this worker's CPU (the submitter, when there
+// are more threads than CPUs) runs instead of the spin. 512 rounds are on the order of
+// 100 us on an idle machine: long enough to catch the next task of a fork-join burst
+// without a futex round trip, short enough to be invisible when idle.
+// The wall-time bound, checked after every yield: on a machine where other threads keep
+// the CPUs busy, a yield gives the CPU away for the rest of a time slice (milliseconds),
+// and a worker that is spinning, not parked, is not woken by new work either. Bounded by
+// rounds only, an idle episode took 256 such slices, and every hand-off and the pool's
+// destruction waited for them; now one long yield ends the spin, and the worker parks.
 constexpr int kSpinRounds = 512;
 constexpr int64_t kSpinMaxNs = 100'000;
-constexpr int kClockEvery = 32;  // rounds between two reads of the clock
+constexpr int kClockEvery = 32;  // rounds between two reads of the clock while not yielding
 
 // xorshift64* (Vigna): victim selection.
 inline uint64_t xorshift(uint64_t& s) {
@@ -277,7 +280,9 @@ void Pool::Impl::worker_main(Worker& w) {
       const auto spin_start = std::chrono::steady_clock::now();
       for (int round = 1; t == nullptr && round <= kSpinRounds; ++round) {
         cpu_relax();
-        if (round % kClockEvery == 0 &&
+        const bool yield = round > kSpinRounds / 2;
+        if (yield) std::this_thread::yield();
+        if ((yield || round % kClockEvery == 0) &&
             std::chrono::steady_clock::now() - spin_start > std::chrono::nanoseconds(kSpinMaxNs))
           break;
         retry = false;
