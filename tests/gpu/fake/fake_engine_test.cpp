@@ -5,12 +5,15 @@
 // together; it says nothing about real GPUs.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <random>
 #include <string>
@@ -605,6 +608,126 @@ TEST(FakeGpu, ReleaseCallbackSubmittingIntoAFullWindowIsAdmitted) {
   EXPECT_EQ(outs, std::vector<int>(3, 7));
   for (fl_object_t* b : bs) fl_object_release(b);
   fl_engine_destroy(e);
+}
+
+// Whether thread `tid` of this process sleeps in the kernel right now (state S).
+bool thread_asleep(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t p = line.rfind(')');
+  return p != std::string::npos && p + 2 < line.size() && line[p + 2] == 'S';
+}
+
+// fl_instr_wait_for on a device stream, whose instructions complete on the poller (a CAS
+// of last_completed_id) or, failed at issue or skipped behind work in flight, deferred
+// in stream order: threads waiting for different ids (registered, asleep, before the lane
+// moves) and a host callback of another lane each return their own instruction's outcome,
+// after it (the kernel's write is seen). A waiter that is never woken ends the process.
+TEST(FakeGpu, InstrWaitForOnADeviceStreamReturnsEachOutcomeAtItsInstruction) {
+  Eng g;
+  fl_stream_t* cs = g.s(1, kGpu, FL_STREAM_COMPUTE);
+  Gate gate;
+  gate.submit(g, 1);  // nothing of lane 1 is issued before the waiters sleep
+  int flag = 0;
+  int* fp = &flag;
+  long ms = 2;
+  fl_object_t* o = g.obj();
+  struct Entry {
+    fl_instr_id id = 0;
+    fl_status_t expect = FL_OK;
+    int k = -1;  // the add's index, or -1
+  };
+  constexpr int kAdds = 12;
+  std::vector<int> out(kAdds, 0), vals(kAdds);
+  std::vector<int*> ptrs(kAdds);
+  std::vector<Entry> entries;
+  auto submit = [&](const fake::Kernel& k, std::vector<const void*> args, std::vector<fl_operand_t> ops,
+                    const char* name, uint32_t block, Entry e) {
+    std::vector<uint64_t> sizes;
+    for (int a = 0; a < k.nargs; ++a) sizes.push_back(k.sizes[a]);
+    fl_kernel_instr_t ki = FL_KERNEL_INSTR_INIT;
+    ki.func = &k;
+    ki.block = {block, 1, 1};
+    ki.args = args.data();
+    ki.arg_sizes = sizes.data();
+    ki.num_args = args.size();
+    ki.operands = ops.empty() ? nullptr : ops.data();
+    ki.num_operands = ops.size();
+    ki.name = name;
+    ASSERT_EQ(fl_submit_kernel(cs, &ki, &e.id), FL_OK) << fl_last_error_message();
+    entries.push_back(e);
+  };
+  // In flight while the launches behind it are issued: a launch that fails at issue then
+  // completes deferred, in stream order.
+  submit(kSleepSet, {&fp, &ms}, {}, "sleeps", 1, {0, FL_OK, -1});
+  for (int k = 0; k < kAdds; ++k) {
+    ptrs[size_t(k)] = &out[size_t(k)];
+    vals[size_t(k)] = k + 1;
+    submit(kAdd, {&ptrs[size_t(k)], &vals[size_t(k)]}, {}, "add", 1, {0, FL_OK, k});
+    if (k == 4) submit(kAdd, {&ptrs[0], &vals[0]}, {{o, FL_WRITE, 0}}, "too-big", 4096, {0, FL_ERR_CUDA, -1});
+    if (k == 5) submit(kAdd, {&ptrs[0], &vals[0]}, {{o, FL_READ, 0}}, "reader", 1, {0, FL_ERR_DEPENDENCY_FAILED, -1});
+  }
+  // A host callback of lane 2 waits for the last add.
+  std::atomic<int> cb_value{-1};
+  std::atomic<fl_status_t> cb_st{FL_ERR_INTERNAL};
+  std::atomic<pid_t> cb_tid{0};
+  struct Cb {
+    fl_stream_t* cs;
+    fl_instr_id id;
+    int* out;
+    std::atomic<int>* value;
+    std::atomic<fl_status_t>* st;
+    std::atomic<pid_t>* tid;
+  } cb{cs, entries.back().id, &out[kAdds - 1], &cb_value, &cb_st, &cb_tid};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    auto* c = static_cast<Cb*>(u);
+    c->tid->store(pid_t(syscall(SYS_gettid)));
+    c->st->store(fl_instr_wait_for(c->cs, c->id, FL_WAIT_FOREVER));
+    c->value->store(*c->out);
+    return FL_OK;
+  };
+  h.user_data = &cb;
+  ASSERT_EQ(fl_submit_host(g.s(2, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+  // Two threads per instruction (forever, and an hour: the timed path), each asleep
+  // before the next starts; registered from the last id down to the first, then up.
+  const size_t n = entries.size();
+  std::vector<fl_status_t> got(2 * n, FL_ERR_INTERNAL);
+  std::vector<int> seen(2 * n, -1);
+  std::vector<std::atomic<pid_t>> tids(2 * n);
+  std::vector<std::thread> threads;
+  for (size_t j = 0; j < 2 * n; ++j) {
+    const size_t e = j < n ? n - 1 - j : j - n;
+    threads.emplace_back([&, j, e] {
+      tids[j] = pid_t(syscall(SYS_gettid));
+      got[j] = fl_instr_wait_for(cs, entries[e].id, j % 2 ? 3600ull * 1000000000ull : FL_WAIT_FOREVER);
+      if (entries[e].k >= 0) seen[j] = out[size_t(entries[e].k)];
+    });
+    for (int r = 0; r < 100000 && (tids[j].load() == 0 || !thread_asleep(tids[j].load())); ++r)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  for (int r = 0; r < 100000 && (cb_tid.load() == 0 || !thread_asleep(cb_tid.load())); ++r)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  gate.open.store(1);
+  auto joined = std::async(std::launch::async, [&] {
+    for (auto& t : threads) t.join();
+  });
+  if (joined.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "FATAL: a thread in fl_instr_wait_for on a device stream was never woken\n");
+    std::_Exit(3);
+  }
+  ASSERT_EQ(synchronize_or_die(g, "waits on a device stream"), FL_OK);  // the waits observed the failure
+  for (size_t j = 0; j < 2 * n; ++j) {
+    const Entry& e = entries[j < n ? n - 1 - j : j - n];
+    EXPECT_EQ(got[j], e.expect) << "wait for #" << e.id << ": " << fl_status_name(got[j]);
+    if (e.k >= 0) {
+      EXPECT_EQ(seen[j], e.k + 1) << "the wait for #" << e.id << " returned before its kernel ran";
+    }
+  }
+  EXPECT_EQ(cb_st.load(), FL_OK);
+  EXPECT_EQ(cb_value.load(), kAdds);
+  fl_object_release(o);
 }
 
 }  // namespace
