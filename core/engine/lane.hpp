@@ -62,7 +62,10 @@ struct Stream {
 
   // Waiters register what they need: a completion count (synchronize) or an instruction
   // id (fl_instr_wait_for). Completers wake them only when the smallest registered target
-  // of either kind is reached, not on every completion.
+  // of either kind is reached, not on every completion. The no-lost-wake-up argument
+  // (sync.cpp, wait_completed_id) needs two invariants: `completed` is only ever written
+  // by read-modify-writes (its release sequence spans every value), and wake_at /
+  // wake_at_id are only written under wait_mu.
   std::atomic<uint64_t> wake_at{UINT64_MAX};
   std::atomic<fl_instr_id> wake_at_id{UINT64_MAX};
   std::mutex wait_mu;
