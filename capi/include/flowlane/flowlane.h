@@ -200,7 +200,9 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    comm handle is stale afterwards. Task graphs outlive it: running one answers
    FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. An fl_object_wait that
    sits on a cycle of waits (it can never return) is cancelled with FL_ERR_CANCELLED.
-   While it drains, callbacks may still call in ("Calls from callbacks" above).
+   While it drains, callbacks may still call in ("Calls from callbacks" above); your own
+   threads must not (it frees what their calls use, a wait in progress included): stop
+   them first. Once it has returned, the engine's handles answer FL_ERR_INVALID_HANDLE.
    FL_ERR_INVALID_ARGUMENT from any code the engine runs (an instruction, cleanup, release,
    task or loop body, the watchdog callback, one of its threads): refused, and the engine
    stays usable. FL_ERR_INVALID_HANDLE for a stale handle or when another thread is
