@@ -119,6 +119,20 @@ fl_instr_id submit(fl_stream_t* s, F f, std::vector<fl_operand_t> ops = {}, cons
   return id;
 }
 
+// Submits n instructions to s, each busy for `each` (so that their completions are spread
+// out: a thread waiting for a later one really sleeps meanwhile); returns their ids.
+inline std::vector<fl_instr_id> submit_busy(fl_stream_t* s, int n, std::chrono::nanoseconds each) {
+  std::vector<fl_instr_id> ids;
+  for (int k = 0; k < n; ++k)
+    ids.push_back(submit(s, [each] {
+      const auto until = std::chrono::steady_clock::now() + each;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      return FL_OK;
+    }));
+  return ids;
+}
+
 inline fl_object_t* make_obj(fl_engine_t* e) {
   fl_object_t* o = nullptr;
   EXPECT_EQ(fl_object_create(e, nullptr, nullptr, &o), FL_OK) << fl_last_error_message();

@@ -25,6 +25,7 @@ namespace {
 
 using fltest::Clock;
 using fltest::make_obj;
+using fltest::submit_busy;
 using fltest::try_submit;
 
 constexpr uint64_t kAnHour = 3600ull * 1'000'000'000ull;  // a timed wait that never times out here
@@ -229,14 +230,7 @@ TEST(WaitForAdversarial, AWithdrawnWaitDoesNotLeaveEveryLaterCompletionWakingThe
   Gate gate;
   submit_gate(s, gate);
   const int n = 400;
-  std::vector<fl_instr_id> ids;
-  for (int k = 0; k < n; ++k)
-    ids.push_back(submit(s, [] {
-      const auto until = Clock::now() + std::chrono::microseconds(2);  // completions spread out
-      while (Clock::now() < until) {
-      }
-      return FL_OK;
-    }));
+  const std::vector<fl_instr_id> ids = submit_busy(s, n, std::chrono::microseconds(2));
   std::atomic<pid_t> tid{0};
   fl_status_t st = FL_ERR_INTERNAL;
   long sleeps = -1;

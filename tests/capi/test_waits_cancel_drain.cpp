@@ -160,14 +160,7 @@ TEST(InstrQueries, AWaiterSleepsThroughTheCompletionsBeforeItsInstruction) {
   Gate gate;
   submit(s, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate");
   const int n = 400;
-  std::vector<fl_instr_id> ids;
-  for (int k = 0; k < n; ++k)
-    ids.push_back(submit(s, [] {
-      const auto until = Clock::now() + std::chrono::microseconds(2);  // completions spread out
-      while (Clock::now() < until) {
-      }
-      return FL_OK;
-    }));
+  const std::vector<fl_instr_id> ids = submit_busy(s, n, std::chrono::microseconds(2));
   struct Waiter {
     fl_instr_id id = 0;
     fl_status_t st = FL_ERR_INTERNAL;

@@ -246,6 +246,27 @@ TEST(Pool, WorkIsStolenWhenOneWorkerSpawnsEverything) {
   EXPECT_GT(pool.stats().steals, 0u);
 }
 
+// Waits until at least n of the pool's workers are parked; false after 60 s. It sleeps
+// between looks, never yields (the sched_yield count above is the pool's alone).
+bool wait_parked(const Pool& pool, unsigned n) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (pool.parked_workers() < n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// Submits one CountTask from outside the pool and waits until it has run.
+void run_counted(Pool& pool, std::atomic<int>& counter) {
+  Latch latch(1);
+  CountTask t;
+  t.counter = &counter;
+  t.latch = &latch;
+  pool.submit(&t);
+  latch.wait();
+}
+
 // A worker that runs out of work spins briefly, then parks; the spin is bounded in wall
 // time, not only in rounds: once a yield has cost it the CPU for a time slice, it parks.
 // On a machine with more runnable threads than CPUs, a worker that is spinning, not
@@ -255,26 +276,14 @@ TEST(Pool, WorkIsStolenWhenOneWorkerSpawnsEverything) {
 // instead of under 1 s for 3 x 30 engines).
 TEST(Pool, IdleWorkerParksOnceAYieldHasCostItTheCpu) {
   Pool pool(1);
-  auto parked = [&pool] {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (pool.parked_workers() < 1) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));  // not a yield
-    }
-    return true;
-  };
+  auto parked = [&pool] { return wait_parked(pool, 1); };
   ASSERT_TRUE(parked()) << "the new worker never parked";
   g_slow_yields = true;
   std::atomic<int> counter{0};
   int episodes = 0;
   for (int k = 0; k < 5; ++k) {
     const uint64_t yields = g_sched_yields.load();
-    Latch latch(1);
-    CountTask t;
-    t.counter = &counter;
-    t.latch = &latch;
-    pool.submit(&t);
-    latch.wait();
+    run_counted(pool, counter);
     // The worker is running the task when the latch opens, so "parked" afterwards means it
     // went through one idle episode since: its spin, then prepare_wait.
     ASSERT_TRUE(parked()) << "the worker never parked after its task";
@@ -291,14 +300,7 @@ TEST(Pool, IdleWorkerParksOnceAYieldHasCostItTheCpu) {
 // parked worker wakes for new work having really slept (the pool's `parks` counter).
 TEST(Pool, IdlePoolParksEveryWorker) {
   Pool pool(2);
-  auto parked_all = [&pool] {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (pool.parked_workers() < pool.size()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::yield();
-    }
-    return true;
-  };
+  auto parked_all = [&pool] { return wait_parked(pool, pool.size()); };
   ASSERT_TRUE(parked_all()) << "workers never parked: " << pool.parked_workers() << " of " << pool.size();
   // Work from outside wakes a sleeper, which counts the sleep it woke from. (A worker
   // counted as parked may still be between announcing and sleeping; then it takes the
@@ -306,12 +308,7 @@ TEST(Pool, IdlePoolParksEveryWorker) {
   std::atomic<int> counter{0};
   int rounds = 0;
   for (; rounds < 1000 && pool.stats().parks == 0; ++rounds) {
-    Latch latch(1);
-    CountTask t;
-    t.counter = &counter;
-    t.latch = &latch;
-    pool.submit(&t);
-    latch.wait();
+    run_counted(pool, counter);
     ASSERT_TRUE(parked_all()) << "workers did not park again after the work";
   }
   EXPECT_EQ(counter.load(), rounds);

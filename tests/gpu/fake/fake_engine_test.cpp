@@ -98,7 +98,8 @@ struct Eng {
 };
 
 fl_status_t kernel(fl_stream_t* s, const fake::Kernel& k, std::vector<const void*> args,
-                   std::vector<fl_operand_t> ops, const char* name, uint32_t block = 1) {
+                   std::vector<fl_operand_t> ops, const char* name, uint32_t block = 1,
+                   fl_instr_id* out_id = nullptr) {
   std::vector<uint64_t> sizes;
   for (int a = 0; a < k.nargs; ++a) sizes.push_back(k.sizes[a]);
   fl_kernel_instr_t ki = FL_KERNEL_INSTR_INIT;
@@ -110,7 +111,7 @@ fl_status_t kernel(fl_stream_t* s, const fake::Kernel& k, std::vector<const void
   ki.operands = ops.data();
   ki.num_operands = ops.size();
   ki.name = name;
-  return fl_submit_kernel(s, &ki, nullptr);
+  return fl_submit_kernel(s, &ki, out_id);
 }
 
 TEST(FakeGpu, ChainAcrossLanesAndStreams) {
@@ -644,18 +645,7 @@ TEST(FakeGpu, InstrWaitForOnADeviceStreamReturnsEachOutcomeAtItsInstruction) {
   std::vector<Entry> entries;
   auto submit = [&](const fake::Kernel& k, std::vector<const void*> args, std::vector<fl_operand_t> ops,
                     const char* name, uint32_t block, Entry e) {
-    std::vector<uint64_t> sizes;
-    for (int a = 0; a < k.nargs; ++a) sizes.push_back(k.sizes[a]);
-    fl_kernel_instr_t ki = FL_KERNEL_INSTR_INIT;
-    ki.func = &k;
-    ki.block = {block, 1, 1};
-    ki.args = args.data();
-    ki.arg_sizes = sizes.data();
-    ki.num_args = args.size();
-    ki.operands = ops.empty() ? nullptr : ops.data();
-    ki.num_operands = ops.size();
-    ki.name = name;
-    ASSERT_EQ(fl_submit_kernel(cs, &ki, &e.id), FL_OK) << fl_last_error_message();
+    ASSERT_EQ(kernel(cs, k, std::move(args), std::move(ops), name, block, &e.id), FL_OK) << fl_last_error_message();
     entries.push_back(e);
   };
   // In flight while the launches behind it are issued: a launch that fails at issue then
