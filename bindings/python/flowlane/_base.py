@@ -249,10 +249,18 @@ def _user_traceback(exc: BaseException) -> Optional[TracebackType]:
     return tb
 
 
+def exception_text(exc: BaseException) -> str:
+    """str(exc), or a placeholder when its __str__ raises (as traceback prints it)."""
+    try:
+        return str(exc)
+    except BaseException:
+        return "<exception str() failed>"
+
+
 def _describe_exception(exc: BaseException) -> str:
     """Type, message and traceback, without the bindings' own trampoline frames."""
     text = "".join(traceback.format_exception(type(exc), exc, _user_traceback(exc)))
-    return "Python %s: %s\n%s" % (type(exc).__qualname__, exc, text.rstrip())
+    return "Python %s: %s\n%s" % (type(exc).__qualname__, exception_text(exc), text.rstrip())
 
 
 def _without_traceback(message: str) -> str:

@@ -370,11 +370,12 @@ class Future(_FutureBase[T]):
     def _provisional(self, exc: Optional[BaseException], state: Optional[int]) -> BaseException:
         what = "instruction %r (#%d, lane %d)" % (self.name, self._id, self.stream.lane)
         if exc is not None:
-            err = InstructionFailed("%s failed: Python %s: %s" % (what, type(exc).__qualname__, exc),
+            from ._base import _user_traceback, exception_text
+
+            err = InstructionFailed("%s failed: Python %s: %s" % (what, type(exc).__qualname__, exception_text(exc)),
                                     _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
             err.original = exc
             self._cause = err
-            from ._base import _user_traceback
 
             self._tb = _user_traceback(exc)
             return exc
@@ -517,8 +518,13 @@ class Completer:
 def _complete_one(fut: "Future[Any]") -> None:
     try:
         fut._complete()
-    except BaseException:  # never lose the thread; the future's waiters would hang
+    except BaseException as e:  # never lose the thread
         logger.exception("flowlane: completing %r failed", fut)
+        if not fut.done():  # nor the future: its waiters would hang
+            try:
+                fut._finish(exc=e)
+            except BaseException:
+                pass
 
 
 __all__ = ["Future", "InstrState", "Completer", "wait_sliced", "run_blocking_async", "WAIT_SLICE_S"]
