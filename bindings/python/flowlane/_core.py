@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import os
 import re
@@ -14,7 +15,7 @@ import traceback
 import weakref
 from ctypes import byref, c_uint32, c_uint64
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, NoReturn, Optional, Tuple, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, NoReturn, Optional, Tuple, Union, overload
 
 from . import _capi, _ffi
 from ._base import (
@@ -187,6 +188,22 @@ class Engine(Managed):
             if not self._submitting:
                 self._admit.notify_all()
 
+    @contextlib.contextmanager
+    def _admitted(self, where: str) -> Iterator[Any]:
+        """The handle, for a call that creates something on the engine (a stream, an
+        object, a lane) from a program thread: refused with :class:`Shutdown` once close()
+        has begun, and close() waits for it before destroying the engine (which frees what
+        the call uses). Callbacks run before the destroy: they call in directly."""
+        h = self._ptr()
+        if callback_depth() > 0:
+            yield h
+            return
+        self._enter_submit(where)
+        try:
+            yield self._ptr()
+        finally:
+            self._leave_submit()
+
     def _stop_admitting(self) -> None:
         """Refuses further Python submissions and waits (in slices: Ctrl-C) for those under
         way (from callbacks they never block; from a thread, at most until the window has
@@ -247,17 +264,17 @@ class Engine(Managed):
         when the ``with`` block ends or on close(); ``engine.lane(k)`` names lane k
         without acquiring it. Inside ``with engine.lane() as lane:`` the lane is this
         thread's current lane: ``engine.stream()`` and ``engine.submit()`` use it."""
-        h = self._ptr()
-        if id is None:
-            out = c_uint32()
-            check(lib.fl_lane_acquire(h, byref(out)), "Engine.lane")
-            return Lane(self, int(out.value), owned=True)
-        lane_id = _int("lane", id, 0, _U32_MAX)
-        if lane_id >= self.lanes:
-            # Ask C for the exact error text.
-            check(lib.fl_stream_get(h, lane_id, CPU._c(), _capi.FL_STREAM_HOST, byref(_ffi.stream_p())),
-                  "Engine.lane")
-        return Lane(self, lane_id, owned=False)
+        lane_id = None if id is None else _int("lane", id, 0, _U32_MAX)
+        with self._admitted("Engine.lane") as h:
+            if lane_id is None:
+                out = c_uint32()
+                check(lib.fl_lane_acquire(h, byref(out)), "Engine.lane")
+                return Lane(self, int(out.value), owned=True)
+            if lane_id >= int(lib.fl_engine_lane_count(h)):
+                # Ask C for the exact error text.
+                check(lib.fl_stream_get(h, lane_id, CPU._c(), _capi.FL_STREAM_HOST, byref(_ffi.stream_p())),
+                      "Engine.lane")
+            return Lane(self, lane_id, owned=False)
 
     @property
     def current_lane(self) -> int:
@@ -289,7 +306,7 @@ class Engine(Managed):
         """The stream (lane, device, kind); lane defaults to the current lane, device to
         the CPU, kind to HOST (or COMPUTE for a CUDA device). Streams are interned: the
         same triple is the same stream."""
-        h = self._ptr()
+        self._ptr()
         if lane is None:
             lane = self.current_lane
         elif isinstance(lane, Lane):
@@ -308,7 +325,8 @@ class Engine(Managed):
                 raise ValueError("unknown stream kind %r" % kind) from None
         kind_v = _int("kind", kind, 0, _U32_MAX)
         out = _ffi.stream_p()
-        check(lib.fl_stream_get(h, lane_id, device._c(), kind_v, byref(out)), "Engine.stream")
+        with self._admitted("Engine.stream") as h:
+            check(lib.fl_stream_get(h, lane_id, device._c(), kind_v, byref(out)), "Engine.stream")
         return Stream(self, out, lane_id, device, kind_v)
 
     # -- objects ---------------------------------------------------------------------

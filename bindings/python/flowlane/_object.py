@@ -52,13 +52,18 @@ class Object(Managed, Generic[T]):
         super().__init__()
         if not isinstance(engine, Engine):
             raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
-        h = engine._ptr()
+        engine._ptr()
         #: The engine.
         self.engine = engine
         self._box = _Box(value, engine)
         key = _register(self._box)
         out = _ffi.object_p()
-        st = lib.fl_object_create(h, key, _release_trampoline, byref(out))
+        try:
+            with engine._admitted("Engine.object") as h:
+                st = lib.fl_object_create(h, key, _release_trampoline, byref(out))
+        except BaseException:
+            _keep.pop(key, None)
+            raise
         if st != _capi.FL_OK:
             err = error_for(st, None, "Engine.object")
             _keep.pop(key, None)
