@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::os::raw::{c_char, c_void};
 use std::path::Path;
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use flowlane_sys as sys;
 
@@ -179,7 +179,7 @@ impl EngineBuilder {
 type DumpCallback = Box<dyn Fn(&str) + Send + Sync + 'static>;
 
 /// What an owning [`Engine`] shares among its clones: destroyed with the last of them.
-struct EngineInner {
+pub(crate) struct EngineInner {
     raw: NonNull<sys::fl_engine_t>,
     // Boxed twice: the library holds the address of each inner box (its user_data), which
     // must not move when the vector grows.
@@ -222,14 +222,32 @@ impl Drop for EngineInner {
     }
 }
 
-#[derive(Clone)]
 enum EngineRef {
     /// A handle that keeps the engine alive (it is destroyed with the last one).
     Owned(Arc<EngineInner>),
-    /// The engine of a running instruction ([`InstrCtx::engine`](crate::InstrCtx::engine)):
-    /// it does not keep the engine alive; calls through it after the engine's destruction
-    /// are answered `InvalidHandle` by the library (stale handles are detected).
-    Borrowed(NonNull<sys::fl_engine_t>),
+    /// The engine of a running instruction ([`InstrCtx::engine`](crate::InstrCtx::engine)),
+    /// lent for the callback: the engine outlives its callbacks (its destroy waits for
+    /// them), so calls through the view are safe while the callback runs, and the view
+    /// cannot leave it (only a `&Engine` to it is handed out). Anything that may outlive the
+    /// callback (a clone, a stream, an object, ...) is made from `owner`, upgraded.
+    Borrowed { raw: NonNull<sys::fl_engine_t>, owner: Weak<EngineInner> },
+    /// A clone of a view made once its engine's last owner was gone (the engine is being
+    /// destroyed): it names no engine, and every call through it fails with
+    /// `InvalidHandle` (a NULL engine), never touching the engine being freed.
+    Gone,
+}
+
+impl Clone for EngineRef {
+    fn clone(&self) -> EngineRef {
+        match self {
+            EngineRef::Owned(inner) => EngineRef::Owned(Arc::clone(inner)),
+            // A clone may outlive the callback: it owns the engine, or names none. (Before
+            // this, a clone was a second view, and a call through it that raced the last
+            // owner's drop used the engine while fl_engine_destroy freed it.)
+            EngineRef::Borrowed { owner, .. } => owner.upgrade().map_or(EngineRef::Gone, EngineRef::Owned),
+            EngineRef::Gone => EngineRef::Gone,
+        }
+    }
 }
 
 /// An execution engine: worker threads, lanes, streams and the in-flight window.
@@ -273,7 +291,8 @@ enum EngineRef {
 /// A closure submitted to the engine that captures an owning handle keeps the engine alive
 /// until the closure is dropped (after it ran); if that drop releases the last handle, the
 /// drain runs on a helper thread. Inside an instruction, use the context's
-/// [`engine`](crate::InstrCtx::engine), which does not keep the engine alive.
+/// [`engine`](crate::InstrCtx::engine), a view that does not keep the engine alive (its
+/// clones, and the handles made from it, do).
 ///
 /// **Thread-safety:** `Send + Sync`. Every method may be called from any thread
 /// concurrently (the C API synchronises submission, waits, lanes and streams).
@@ -308,21 +327,58 @@ impl Engine {
         EngineBuilder::default()
     }
 
-    /// A non-owning view of an engine owned elsewhere (inside callbacks).
-    pub(crate) fn borrowed(raw: NonNull<sys::fl_engine_t>) -> Engine {
-        Engine { inner: EngineRef::Borrowed(raw) }
+    /// The view of a running instruction's engine (see [`EngineRef::Borrowed`]); `owner`
+    /// is the submitting handle's, downgraded.
+    pub(crate) fn borrowed(raw: NonNull<sys::fl_engine_t>, owner: Weak<EngineInner>) -> Engine {
+        Engine { inner: EngineRef::Borrowed { raw, owner } }
     }
 
-    /// The C handle, for the raw API ([`crate::sys`]).
-    pub fn as_raw(&self) -> *mut sys::fl_engine_t {
+    /// A weak reference to the engine, for a callback's view of it.
+    pub(crate) fn downgrade(&self) -> Weak<EngineInner> {
         match &self.inner {
-            EngineRef::Owned(inner) => inner.raw.as_ptr(),
-            EngineRef::Borrowed(raw) => raw.as_ptr(),
+            EngineRef::Owned(inner) => Arc::downgrade(inner),
+            EngineRef::Borrowed { owner, .. } => owner.clone(),
+            EngineRef::Gone => Weak::new(),
         }
     }
 
-    /// True for handles that keep the engine alive (all but
-    /// [`InstrCtx::engine`](crate::InstrCtx::engine)'s).
+    /// A copy of this handle for something that cannot outlive the call it is made in (a
+    /// scope): a view stays a view, usable while the engine drains.
+    pub(crate) fn lend(&self) -> Engine {
+        match &self.inner {
+            EngineRef::Borrowed { raw, owner } => Engine::borrowed(*raw, owner.clone()),
+            _ => self.clone(),
+        }
+    }
+
+    /// An owning handle to this engine, for a handle made from it that keeps it alive:
+    /// `Shutdown` when this is the view of an engine whose last owner is gone (it is being
+    /// destroyed, and waits only for the running callbacks).
+    pub(crate) fn owning(&self) -> Result<Engine> {
+        let e = self.clone();
+        if let EngineRef::Gone = e.inner {
+            return Err(Error::new(
+                ErrorKind::Shutdown,
+                "the engine is being destroyed (its last owning handle was dropped): no handle can be made from \
+                 an instruction's view of it any more",
+            ));
+        }
+        Ok(e)
+    }
+
+    /// The C handle, for the raw API ([`crate::sys`]); NULL for a clone of an instruction
+    /// context's engine made while the engine was being destroyed.
+    pub fn as_raw(&self) -> *mut sys::fl_engine_t {
+        match &self.inner {
+            EngineRef::Owned(inner) => inner.raw.as_ptr(),
+            EngineRef::Borrowed { raw, .. } => raw.as_ptr(),
+            EngineRef::Gone => ptr::null_mut(),
+        }
+    }
+
+    /// True for handles that keep the engine alive: all but
+    /// [`InstrCtx::engine`](crate::InstrCtx::engine)'s view (whose clones own the engine)
+    /// and a clone of that view made while the engine was being destroyed.
     pub fn is_owning(&self) -> bool {
         matches!(self.inner, EngineRef::Owned(_))
     }
@@ -342,10 +398,11 @@ impl Engine {
     /// Acquires a fresh lane (the smallest free id >= 1), released when the guard drops.
     /// `ErrorKind::Exhausted` when every lane is held.
     pub fn acquire_lane(&self) -> Result<Lane> {
+        let engine = self.owning()?;
         let mut id = 0u32;
         // SAFETY: the handle is live; id is a valid out pointer.
-        check(unsafe { sys::fl_lane_acquire(self.as_raw(), &mut id) })?;
-        Ok(Lane { engine: self.clone(), id, held: true })
+        check(unsafe { sys::fl_lane_acquire(engine.as_raw(), &mut id) })?;
+        Ok(Lane { engine, id, held: true })
     }
 
     /// The host stream of `lane`.
@@ -355,11 +412,12 @@ impl Engine {
 
     /// The stream (lane, device, kind). Interned: the same triple is the same stream.
     pub fn stream_on(&self, lane: u32, device: Device, kind: StreamKind) -> Result<Stream> {
+        let engine = self.owning()?;
         let mut out: *mut sys::fl_stream_t = ptr::null_mut();
         // SAFETY: the handle is live; out is a valid out pointer.
-        check(unsafe { sys::fl_stream_get(self.as_raw(), lane, device.raw(), kind.raw(), &mut out) })?;
+        check(unsafe { sys::fl_stream_get(engine.as_raw(), lane, device.raw(), kind.raw(), &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_stream_get returned NULL"))?;
-        Ok(Stream { raw, engine: self.clone() })
+        Ok(Stream { raw, engine })
     }
 
     /// Waits for every instruction submitted before the call; returns the first failure
@@ -443,7 +501,7 @@ impl Engine {
         }
         let inner = match &self.inner {
             EngineRef::Owned(inner) => inner,
-            EngineRef::Borrowed(_) => {
+            EngineRef::Borrowed { .. } | EngineRef::Gone => {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
                     "Engine::set_watchdog needs an owning Engine handle, not the one of an instruction context",

@@ -356,12 +356,13 @@ impl Comm {
         d.device = device as u64;
         d.lane = lane as u64;
         d.backend = backend.raw() as u64;
+        let engine = engine.owning()?;
         let mut out: *mut sys::fl_comm_t = ptr::null_mut();
         // SAFETY: engine is live; d and id are valid; out is a valid out pointer.
         check(unsafe { sys::fl_comm_create(engine.as_raw(), &d, &id.0, &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_comm_create returned NULL"))?;
         let device = if backend == CommBackend::HostFake { Device::Cpu } else { Device::Cuda(device as i32) };
-        Ok(Comm { raw, lane, device, engine: engine.clone() })
+        Ok(Comm { raw, lane, device, engine })
     }
 
     /// The COLLECTIVE stream this communicator issues on.

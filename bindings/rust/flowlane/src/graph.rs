@@ -157,12 +157,13 @@ unsafe impl Send for TaskGraph<'_> {}
 impl<'f> TaskGraph<'f> {
     /// A new, empty graph on `engine` (as [`Engine::taskgraph`]); it keeps the engine alive.
     pub fn new(engine: &Engine) -> Result<TaskGraph<'f>> {
+        let engine = engine.owning()?;
         let mut out: *mut sys::fl_taskgraph_t = ptr::null_mut();
         // SAFETY: the engine is live; out is a valid out pointer.
         crate::error::check(unsafe { sys::fl_taskgraph_create(engine.as_raw(), &mut out) })?;
         let raw =
             NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_taskgraph_create returned NULL"))?;
-        Ok(TaskGraph { raw, nodes: Vec::new(), fail: Box::default(), _engine: engine.clone() })
+        Ok(TaskGraph { raw, nodes: Vec::new(), fail: Box::default(), _engine: engine })
     }
 
     /// Adds a node running `f` (once per run); `name` shows in errors.

@@ -6,11 +6,12 @@ use std::fmt::Display;
 use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
+use std::sync::Weak;
 
 use flowlane_sys as sys;
 
 use crate::control::InstrHandle;
-use crate::engine::{cstring, Engine, InCallback, Stream};
+use crate::engine::{cstring, Engine, EngineInner, InCallback, Stream};
 use crate::error::{Error, Result};
 use crate::object::{Access, Object};
 
@@ -40,8 +41,14 @@ impl InstrCtx<'_> {
 
     /// The engine, to submit follow-up work (never blocks on the window from here),
     /// create objects or run a `parallel_for`. `synchronize` returns `InvalidArgument`.
-    /// This handle does not keep the engine alive (see [`Engine::is_owning`]): handles
-    /// made from it (streams, objects) that outlive the engine get `InvalidHandle`.
+    /// This view does not keep the engine alive (see [`Engine::is_owning`]), so a closure
+    /// that uses it creates no reference cycle; it is valid while the closure runs (the
+    /// engine outlives its callbacks). A clone of it, and every handle made from it
+    /// (stream, object, lane, graph), owns the engine like any other handle, so it may be
+    /// kept or sent anywhere. Once the engine's last owning handle is gone (it is being
+    /// destroyed and only waits for its callbacks), making a handle from the view fails
+    /// with `Shutdown`, and a clone of it names no engine (its calls fail with
+    /// `InvalidHandle`).
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -149,7 +156,7 @@ impl Instr {
             return Err(e);
         }
         let boxed: BoxedInstr = Box::new(move |ctx| f(ctx).map_err(|e| e.to_string()));
-        let payload = Box::into_raw(Box::new(Payload { f: Some(boxed) }));
+        let payload = Box::into_raw(Box::new(Payload { f: Some(boxed), owner: self.stream.engine().downgrade() }));
         let mut instr = sys::fl_host_instr_t::init();
         instr.fn_ = Some(host_trampoline);
         instr.user_data = payload as *mut c_void;
@@ -174,6 +181,8 @@ impl Instr {
 
 struct Payload {
     f: Option<BoxedInstr>,
+    /// The engine, for the closure's view of it (InstrCtx::engine): its clones own it.
+    owner: Weak<EngineInner>,
 }
 
 pub(crate) fn panic_message(p: &(dyn Any + Send)) -> String {
@@ -207,7 +216,7 @@ unsafe extern "C" fn host_trampoline(ctx: *mut sys::fl_instr_ctx_t, ud: *mut c_v
     // SAFETY: ctx is the running instruction's context.
     let engine_raw = unsafe { sys::fl_instr_get_engine(ctx) };
     let engine = match NonNull::new(engine_raw) {
-        Some(e) => Engine::borrowed(e),
+        Some(e) => Engine::borrowed(e, payload.owner.clone()),
         None => return sys::FL_ERR_INTERNAL,
     };
     let ictx = InstrCtx { raw: ctx, engine, _life: std::marker::PhantomData };

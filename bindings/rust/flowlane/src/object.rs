@@ -109,6 +109,7 @@ unsafe extern "C" fn release_value<T>(ud: *mut c_void) {
 impl<T: Send + Sync + 'static> Object<T> {
     /// A dependence object of `engine` holding `value` (as [`Engine::object`]).
     pub fn new(engine: &Engine, value: T) -> Result<Object<T>> {
+        let engine = engine.owning()?;
         let cell = Arc::new(RwLock::new(value));
         let ud = Box::into_raw(Box::new(Arc::clone(&cell)));
         let mut out: *mut sys::fl_object_t = ptr::null_mut();
@@ -122,7 +123,7 @@ impl<T: Send + Sync + 'static> Object<T> {
             return Err(err);
         }
         let raw = NonNull::new(out).ok_or_else(|| Error::new(ErrorKind::Internal, "fl_object_create returned NULL"))?;
-        Ok(Object { raw, cell, engine: engine.clone() })
+        Ok(Object { raw, cell, engine })
     }
 }
 

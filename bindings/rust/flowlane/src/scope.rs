@@ -69,7 +69,7 @@ impl Engine {
         // SAFETY: the engine is live; raw is a valid out pointer.
         check(unsafe { sys::fl_task_group_create(self.as_raw(), &mut raw) })?;
         let group = NonNull::new(raw).ok_or_else(|| Error::last(sys::FL_ERR_INTERNAL))?;
-        let scope = Scope { group, engine: self.clone(), fail: FirstFailure::default(), _marker: PhantomData };
+        let scope = Scope { group, engine: self.lend(), fail: FirstFailure::default(), _marker: PhantomData };
         let out = catch_unwind(AssertUnwindSafe(|| f(&scope)));
         // Every task has finished (and its closure is dropped) when this returns, so
         // nothing borrowed for 'scope is used after this call.

@@ -390,9 +390,9 @@ trait LateSubmit {
 impl LateSubmit for flowlane::Stream {
     fn submit_with_ctx_helper(&self, seen: Arc<Mutex<Option<ErrorKind>>>) -> Result<flowlane::InstrHandle, Error> {
         self.instr().submit_with_ctx(move |ctx| -> R {
-            let stream = ctx.stream().map_err(|e| e.to_string())?;
+            // A stream made now would own the engine (and so hold off its destroy).
             std::thread::sleep(Duration::from_millis(200)); // the engine is being dropped now
-            let r = stream.submit(|| -> R { Ok(()) });
+            let r = ctx.stream().and_then(|stream| stream.submit(|| -> R { Ok(()) }));
             *seen.lock().unwrap() = Some(match r {
                 Ok(_) => ErrorKind::Unknown(0),
                 Err(e) => e.kind(),

@@ -319,26 +319,74 @@ fn concurrent_waiters_get_each_failure_of_a_flood_exactly_once() -> Result<(), E
     Ok(())
 }
 
-/// A context's engine handle is an `Engine` that can be cloned out of the callback and sent
-/// to another thread (`Engine: Clone + Send + 'static`), where it races the destroy run by
-/// the last owning handle's drop: the C API makes a call concurrent with
-/// `fl_engine_destroy` a race in the caller ("as with free()"), so safe code reaches a
-/// use-after-free. (Calls made after the destroy has returned are answered
-/// `InvalidHandle`.)
+/// What leaves a callback through its context's engine owns the engine: a clone of the
+/// view, and a stream made from it, sent to another thread keep working there while the
+/// last of the program's own handles is dropped, and the engine is destroyed only when
+/// they go. (When a clone was a second non-owning view, its calls raced the destroy run by
+/// that drop: a use-after-free reachable from safe code.)
 #[test]
-#[ignore = "soundness hole in the safe crate, crashes the process: InstrCtx::engine() can be cloned out of \
-            the callback and used on another thread while the last owning handle's drop runs fl_engine_destroy"]
-fn a_context_engine_cloned_out_of_its_callback_races_the_destroy() -> Result<(), Error> {
-    for _ in 0..300 {
+fn what_leaves_a_callback_through_its_context_owns_the_engine() -> Result<(), Error> {
+    for _ in 0..100 {
         let engine = Engine::builder().workers(1).lanes(2).build()?;
         let (tx, rx) = std::sync::mpsc::channel();
         engine.stream(0)?.instr().submit_with_ctx(move |ctx| -> R {
-            tx.send(ctx.engine().clone()).map_err(s) // escapes: 'static and Send
+            assert!(!ctx.engine().is_owning());
+            let stream = ctx.engine().stream(1).map_err(s)?;
+            tx.send((ctx.engine().clone(), stream)).map_err(s) // escapes: 'static and Send
         })?;
-        let escaped: Engine = rx.recv().unwrap();
-        let prober = std::thread::spawn(move || while escaped.stats().is_ok() {});
-        drop(engine); // fl_engine_destroy while the prober calls fl_engine_stats
-        prober.join().unwrap();
+        let (escaped, stream) = rx.recv().unwrap();
+        assert!(escaped.is_owning() && stream.engine().is_owning());
+        let prober = std::thread::spawn(move || -> Result<u64, Error> {
+            let mut ran = 0u64;
+            for _ in 0..50 {
+                escaped.stats()?;
+                stream.submit(|| -> R { Ok(()) })?;
+                stream.synchronize()?;
+                ran += 1;
+            }
+            Ok(ran) // the last owner goes here (or with the main thread's drop)
+        });
+        drop(engine);
+        assert_eq!(prober.join().unwrap()?, 50);
     }
+    Ok(())
+}
+
+/// Once the engine's last owner is gone, the callbacks the destroy still runs see their
+/// context's view work, but nothing can be made from it any more: handles fail with
+/// `Shutdown`, and a clone names no engine (`InvalidHandle`), so nothing outlives the
+/// engine.
+#[test]
+fn a_view_of_an_engine_being_destroyed_makes_no_handles() -> Result<(), Error> {
+    let engine = Engine::builder().workers(1).lanes(2).build()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    engine.stream(0)?.instr().submit_with_ctx(move |ctx| -> R {
+        // Wait for the main thread's drop: then a clone of the view no longer owns.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ctx.engine().clone().is_owning() {
+            if Instant::now() > deadline {
+                return Err("the engine was never dropped".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let gone = ctx.engine().clone();
+        let answers = (
+            ctx.engine().stats().is_ok(),
+            ctx.engine().stream(1).map(|_| ()).map_err(|e| e.kind()),
+            ctx.engine().object(1u8).map(|_| ()).map_err(|e| e.kind()),
+            ctx.engine().acquire_lane().map(|_| ()).map_err(|e| e.kind()),
+            gone.stats().map(|_| ()).map_err(|e| e.kind()),
+            gone.as_raw().is_null(),
+        );
+        tx.send(answers).map_err(s)
+    })?;
+    drop(engine); // the destroy drains: it waits for the callback above
+    let (view_stats, stream, object, lane, gone_stats, gone_null) = rx.recv().unwrap();
+    assert!(view_stats, "the view works while the engine drains");
+    assert_eq!(stream, Err(ErrorKind::Shutdown));
+    assert_eq!(object, Err(ErrorKind::Shutdown));
+    assert_eq!(lane, Err(ErrorKind::Shutdown));
+    assert_eq!(gone_stats, Err(ErrorKind::InvalidHandle));
+    assert!(gone_null);
     Ok(())
 }
