@@ -351,3 +351,244 @@ TEST(CppHandles, MovesTransferOwnershipAndTheDumpReads) {
 }
 
 }  // namespace
+
+// ---- lanes, streams, task graphs, the watchdog, traces -------------------------------------
+
+namespace {
+
+flowlane::engine_options lanes(uint64_t workers_n, uint64_t lanes_n) {
+  flowlane::engine_options o = workers(workers_n);
+  o.lanes = lanes_n;
+  return o;
+}
+
+template <class F>
+fl_status_t status_of(F&& f) {
+  try {
+    f();
+  } catch (const flowlane::error& e) {
+    return e.status();
+  }
+  return FL_OK;
+}
+
+TEST(CppLanes, AcquiredLanesAreHeldUntilTheirOwnerGoes) {
+  flowlane::engine e(lanes(2, 3));
+  flowlane::lane a = e.acquire_lane();
+  flowlane::lane b = e.acquire_lane();
+  EXPECT_EQ(a.id(), 1u);
+  EXPECT_EQ(b.id(), 2u);
+  EXPECT_EQ(status_of([&] { e.acquire_lane(); }), FL_ERR_EXHAUSTED);
+  flowlane::lane moved = std::move(b);
+  EXPECT_FALSE(b);
+  EXPECT_EQ(status_of([&] { e.acquire_lane(); }), FL_ERR_EXHAUSTED) << "a move does not release";
+  const flowlane::stream_info info = moved.host().info();
+  EXPECT_EQ(info.lane, 2u);
+  EXPECT_EQ(info.device.type, FL_DEVICE_CPU);
+  EXPECT_EQ(info.kind, FL_STREAM_HOST);
+  int ran_on = -1;
+  bool same_engine = false;
+  uint32_t follow_up_lane = 0;
+  moved.host().submit([&](flowlane::instr_context ctx) {
+    ran_on = int(ctx.lane());
+    same_engine = ctx.engine() == e.get();
+    // Follow-up work on its own lane's host stream, from inside.
+    follow_up_lane = ctx.host().info().lane;
+    ctx.host().submit([] {});
+  });
+  moved.host().synchronize();
+  EXPECT_EQ(ran_on, 2);
+  EXPECT_TRUE(same_engine);
+  EXPECT_EQ(follow_up_lane, 2u);
+  auto x = e.make_object<double>(1.5);
+  EXPECT_EQ(x.user_data(), static_cast<void*>(&x.value()));
+  moved.reset();  // work already submitted has run; the lane is free again
+  flowlane::lane again = e.acquire_lane();
+  EXPECT_EQ(again.id(), 2u);
+}
+
+TEST(CppStreams, ErrorPathsThrowTheirStatus) {
+  flowlane::engine e(workers(1));
+  // A host stream has no CUDA priority; a kernel or copy needs a CUDA stream (and a CPU-only
+  // build has none at all).
+  EXPECT_EQ(status_of([&] { e.host(0).set_priority(0); }), FL_ERR_INVALID_ARGUMENT);
+  const fl_status_t kernel = status_of([&] {
+    e.host(0).submit_kernel(static_cast<void (*)(int)>(nullptr), flowlane::launch{}, {}, 1);
+  });
+  EXPECT_TRUE(kernel == FL_ERR_INVALID_ARGUMENT || kernel == FL_ERR_UNSUPPORTED) << fl_status_name(kernel);
+  int dummy = 0;
+  const fl_status_t copy = status_of([&] { e.host(0).submit_memcpy(&dummy, &dummy, sizeof dummy, FL_MEMCPY_D2D); });
+  EXPECT_TRUE(copy == FL_ERR_INVALID_ARGUMENT || copy == FL_ERR_UNSUPPORTED) << fl_status_name(copy);
+  int destroyed = 0;
+  struct Counted {
+    int* n;
+    Counted(int* c) : n(c) {}
+    Counted(Counted&& o) noexcept : n(std::exchange(o.n, nullptr)) {}
+    ~Counted() {
+      if (n) ++*n;
+    }
+  };
+  const fl_status_t device = status_of([&] {
+    e.host(0).submit_device([c = Counted(&destroyed)](void*) {});
+  });
+  EXPECT_TRUE(device == FL_ERR_INVALID_ARGUMENT || device == FL_ERR_UNSUPPORTED) << fl_status_name(device);
+  EXPECT_EQ(destroyed, 1) << "a refused device function's closure is destroyed once, by the wrapper";
+  EXPECT_STRNE(flowlane::error(FL_ERR_TIMEOUT, "x").description(), "");
+  EXPECT_EQ(flowlane::version_hex() >> 16, uint32_t(FL_VERSION_MAJOR));
+  EXPECT_EQ(std::string(flowlane::version()).rfind(std::to_string(FL_VERSION_MAJOR) + ".", 0), 0u);
+}
+
+TEST(CppTaskGraph, RunsInDependencyOrderEveryTimeAndRethrowsTheFirstException) {
+  flowlane::engine e(workers(2));
+  std::mutex mu;
+  std::vector<int> order;
+  auto note = [&](int n) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(n);
+  };
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> alive = token;
+  {
+    flowlane::taskgraph g = e.make_taskgraph();
+    const uint64_t a = g.add([&, token] { note(0); }, "a");
+    const uint64_t b = g.add([&] { note(1); });
+    const uint64_t c = g.add([&] { note(2); return FL_OK; });
+    const uint64_t d = g.add([&] { note(3); }, "d");
+    g.precede(a, b);
+    g.precede(a, c);
+    g.precede(b, d);
+    g.precede(c, d);
+    token.reset();
+    for (int round = 0; round < 3; ++round) {
+      order.clear();
+      g.run(2);
+      ASSERT_EQ(order.size(), 4u);
+      EXPECT_EQ(order.front(), 0);
+      EXPECT_EQ(order.back(), 3);
+    }
+    EXPECT_EQ(status_of([&] { g.precede(a, a); }), FL_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { g.precede(a, 99); }), FL_ERR_OUT_OF_RANGE);
+
+    flowlane::taskgraph bad = e.make_taskgraph();
+    const uint64_t x = bad.add([] { throw std::out_of_range("node x broke"); });
+    const uint64_t y = bad.add([&] { note(9); });
+    bad.precede(x, y);
+    order.clear();
+    try {
+      bad.run();
+      ADD_FAILURE() << "run() should rethrow";
+    } catch (const std::out_of_range& ex) {
+      EXPECT_STREQ(ex.what(), "node x broke");
+    }
+    EXPECT_TRUE(order.empty()) << "a node after a failed one does not run";
+    EXPECT_FALSE(alive.expired()) << "the graph owns its callables";
+  }
+  EXPECT_TRUE(alive.expired()) << "destroyed with the graph";
+}
+
+TEST(CppWatchdog, ALambdaGetsTheDumpAndMayReplaceItselfFromInside) {
+  flowlane::engine e(workers(1));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string first_dump;
+  int second_calls = 0;
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> second_alive = token;
+  Gate gate;
+  // The token is owned by the callables only: the first one, then its replacement.
+  e.set_watchdog(std::chrono::milliseconds(30), [&, token](std::string_view dump) {
+    // Runs on the watchdog's thread: replacing itself must neither deadlock nor free this
+    // lambda while it runs.
+    e.set_watchdog(std::chrono::milliseconds(30), [&, token](std::string_view) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++second_calls;
+      cv.notify_all();
+      throw std::runtime_error("dropped");  // an exception from the callable is dropped
+    });
+    std::lock_guard<std::mutex> lock(mu);
+    first_dump.assign(dump);
+    cv.notify_all();
+  });
+  token.reset();
+  e.host(0).submit([&] { gate.wait(); }, {}, "stalled-on-purpose");
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return !first_dump.empty(); })) << "the watchdog never fired";
+  }
+  EXPECT_NE(first_dump.find("stalled-on-purpose"), std::string::npos) << first_dump;
+  gate.release();
+  e.synchronize();
+  // A second stall reaches the replacement.
+  Gate gate2;
+  e.host(0).submit([&] { gate2.wait(); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return second_calls > 0; })) << "the replacement never ran";
+  }
+  gate2.release();
+  e.synchronize();
+  EXPECT_FALSE(second_alive.expired());
+  e.set_watchdog(std::chrono::milliseconds(0));  // off: the callable is no longer needed
+  EXPECT_TRUE(second_alive.expired()) << "a replaced callable is destroyed once it cannot run";
+  EXPECT_EQ(status_of([&] { e.set_watchdog(std::chrono::hours(48)); }), FL_ERR_OUT_OF_RANGE);
+}
+
+TEST(CppTrace, StartAndStopWriteATimeline) {
+  flowlane::engine e(workers(1));
+  const std::string path = ::testing::TempDir() + "cpp_api_trace.json";
+  e.trace_start(path);
+  EXPECT_EQ(status_of([&] { e.trace_start(path); }), FL_ERR_INVALID_ARGUMENT) << "already tracing";
+  auto x = e.make_object<int>(0);
+  e.host(0).submit([&] { x.value() = 1; }, {flowlane::write(x)}, "traced-write");
+  e.synchronize();
+  e.trace_stop();
+  EXPECT_EQ(status_of([&] { e.trace_stop(); }), FL_ERR_INVALID_ARGUMENT) << "not tracing";
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  std::remove(path.c_str());
+  EXPECT_NE(text.find("traced-write"), std::string::npos);
+}
+
+TEST(CppComm, HostRanksAllReduceThroughTheirCollectiveStreams) {
+  flowlane::engine a(lanes(1, 2)), b(lanes(1, 2));
+  const fl_comm_unique_id_t id = flowlane::comm_unique_id(FL_COMM_HOST_FAKE);
+  flowlane::comm_options o;
+  o.nranks = 2;
+  o.lane = 1;
+  o.backend = FL_COMM_HOST_FAKE;
+  flowlane::communicator ca, cb;
+  std::thread other([&] {  // ranks rendezvous as they join
+    flowlane::comm_options ob = o;
+    ob.rank = 1;
+    cb = b.make_communicator(ob, id);
+  });
+  ca = a.make_communicator(o, id);
+  other.join();
+  EXPECT_EQ(ca.collective_stream().info().kind, FL_STREAM_COLLECTIVE);
+  float sa[4] = {1, 2, 3, 4}, sb[4] = {10, 20, 30, 40}, ra[4] = {}, rb[4] = {};
+  auto part = [](const float* send, float* recv) {
+    fl_coll_part_t p{};
+    p.op = FL_COLL_ALL_REDUCE;
+    p.dtype = FL_DTYPE_FLOAT32;
+    p.redop = FL_REDOP_SUM;
+    p.sendbuf = send;
+    p.recvbuf = recv;
+    p.count = 4;
+    return p;
+  };
+  ca.submit({part(sa, ra)}, {}, "sum");
+  cb.submit({part(sb, rb)}, {}, "sum");
+  ca.collective_stream().synchronize();
+  cb.collective_stream().synchronize();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ra[i], sa[i] + sb[i]);
+    EXPECT_EQ(rb[i], sa[i] + sb[i]);
+  }
+  EXPECT_EQ(status_of([&] { ca.submit({}); }), FL_ERR_INVALID_ARGUMENT) << "no parts";
+}
+
+}  // namespace

@@ -20,6 +20,11 @@
 //    throws fails the instruction or task with its what() as the message (for
 //    parallel_for, the first one is rethrown to the caller).
 //  - A failed call throws flowlane::error, which carries the status and the message.
+//  - Every C call has its wrapper: lanes (lane), streams and their info, objects,
+//    instructions (host, and on CUDA builds kernels, device functions, copies), task groups,
+//    parallel_for, task graphs (taskgraph), waits, cancel and drain, the watchdog (a lambda),
+//    the dump, traces, pinned host memory and communicators. The experimental C calls are
+//    experimental here too (see flowlane.h).
 #ifndef FLOWLANE_FLOWLANE_HPP
 #define FLOWLANE_FLOWLANE_HPP
 
@@ -31,7 +36,12 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <array>
+#include <cstdio>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -48,10 +58,16 @@ class error : public std::runtime_error {
   error(fl_status_t status, const std::string& message)
       : std::runtime_error(std::string(fl_status_name(status)) + ": " + message), status_(status) {}
   fl_status_t status() const noexcept { return status_; }
+  // What the status means, in words (fl_status_string).
+  const char* description() const noexcept { return fl_status_string(status_); }
 
  private:
   fl_status_t status_;
 };
+
+// The library's version ("0.1.0") and its packed form (fl_version_hex).
+inline const char* version() noexcept { return fl_version_string(); }
+inline uint32_t version_hex() noexcept { return fl_version_hex(); }
 
 // Throws flowlane::error unless st is FL_OK.
 inline void check(fl_status_t st) {
@@ -89,11 +105,42 @@ fl_status_t invoke(F& f, std::string* message, Args&&... args) noexcept {
   return FL_ERR_INSTRUCTION_FAILED;
 }
 
-// A callable owned by the C API through user_data, freed by its cleanup.
-template <class F>
-struct Boxed {
-  F f;
-  static void destroy(void* p) noexcept { delete static_cast<Boxed*>(p); }
+// The first exception thrown by the callables of one wait (a task group, a loop, a graph
+// run), kept for the waiter to rethrow; later ones are dropped.
+class first_exception {
+ public:
+  void keep(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_) first_ = std::move(e);
+  }
+  std::exception_ptr take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(first_, nullptr);
+  }
+  // Runs f (returning void or a status) and turns an exception into a kept failure.
+  template <class F, class... Args>
+  fl_status_t run(F& f, Args&&... args) noexcept {
+    try {
+      if constexpr (std::is_void_v<std::invoke_result_t<F&, Args...>>) {
+        f(std::forward<Args>(args)...);
+        return FL_OK;
+      } else {
+        return static_cast<fl_status_t>(f(std::forward<Args>(args)...));
+      }
+    } catch (...) {
+      keep(std::current_exception());
+      return FL_ERR_INSTRUCTION_FAILED;
+    }
+  }
+  // Rethrows the kept exception if there is one, else throws for a failure status.
+  void rethrow_or_check(fl_status_t st) {
+    if (std::exception_ptr e = take()) std::rethrow_exception(e);
+    check(st);
+  }
+
+ private:
+  std::mutex mu_;
+  std::exception_ptr first_;
 };
 
 }  // namespace detail
@@ -130,6 +177,12 @@ class object {
 
   fl_object_t* get() const noexcept { return h_; }
   explicit operator bool() const noexcept { return h_ != nullptr; }
+  // What the C object carries as its user data (fl_object_user_data): the value's address.
+  void* user_data() const {
+    void* p = nullptr;
+    check(fl_object_user_data(h_, &p));
+    return p;
+  }
 
   // The value (object<void> has none).
   template <class U = T, class = std::enable_if_t<!std::is_void_v<U>>>
@@ -181,11 +234,70 @@ class instr_context {
   uint32_t lane() const { return fl_instr_get_lane(ctx_); }
   // The message of this instruction's failure (if the callable then fails).
   void set_error(const std::string& message) const { fl_instr_set_error(ctx_, message.c_str()); }
+  // The engine running it (not owned), for follow-up work through the C API.
+  fl_engine_t* engine() const { return fl_instr_get_engine(ctx_); }
+  // Its lane's host stream, for follow-up work (defined after stream).
+  inline class stream host() const;
   fl_instr_ctx_t* get() const { return ctx_; }
 
  private:
   fl_instr_ctx_t* ctx_;
 };
+
+// Where and what a stream is (fl_stream_info).
+struct stream_info {
+  uint32_t lane;
+  fl_device_t device;
+  fl_stream_kind_t kind;
+};
+
+// A kernel launch's shape (fl_kernel_instr_t; 0 in a component counts as 1).
+struct launch {
+  fl_dim3_t grid{1, 1, 1};
+  fl_dim3_t block{1, 1, 1};
+  uint64_t shared_mem_bytes = 0;
+};
+
+namespace detail {
+
+inline std::vector<fl_operand_t> c_operands(std::initializer_list<operand> ops) {
+  return std::vector<fl_operand_t>(ops.begin(), ops.end());
+}
+
+// Runs an instruction's callable with its context (when it takes one) and the extra
+// arguments; an exception's text becomes the instruction's error.
+template <class Fn, class... Args>
+fl_status_t run_instr(Fn& fn, fl_instr_ctx_t* ctx, Args... args) noexcept {
+  std::string message;
+  fl_status_t st;
+  if constexpr (std::is_invocable_v<Fn&, instr_context, Args...>)
+    st = invoke(fn, &message, instr_context(ctx), args...);
+  else
+    st = invoke(fn, &message, args...);
+  if (!message.empty()) fl_instr_set_error(ctx, message.c_str());
+  return st;
+}
+
+// A callable owned by an instruction from a successful submit to its cleanup.
+template <class F>
+struct owned_call {
+  F fn;
+  static void destroy(void* p) noexcept { delete static_cast<owned_call*>(p); }
+};
+
+// Submits through `submit_c` an instruction whose descriptor `fill(user_data, cleanup)`
+// completes; on a refused submission the closure is freed here (the C API never calls
+// the cleanup of an instruction it did not accept).
+template <class Call, class Fill, class Submit>
+fl_instr_id submit_owned(std::unique_ptr<Call> owned, Fill&& fill, Submit&& submit_c) {
+  fill(static_cast<void*>(owned.get()), &Call::destroy);
+  fl_instr_id id = 0;
+  check(submit_c(&id));  // on failure the closure is still ours
+  owned.release();       // the instruction's cleanup frees it
+  return id;
+}
+
+}  // namespace detail
 
 // A stream of an engine (interned by the engine: nothing to release).
 class stream {
@@ -200,7 +312,7 @@ class stream {
   template <class F>
   fl_instr_id submit(F&& f, std::initializer_list<operand> ops = {}, const char* name = nullptr,
                      uint64_t flags = 0) const {
-    std::vector<fl_operand_t> c(ops.begin(), ops.end());
+    std::vector<fl_operand_t> c = detail::c_operands(ops);
     return submit_ops(std::forward<F>(f), c.data(), c.size(), name, flags);
   }
   template <class F>
@@ -208,6 +320,69 @@ class stream {
     std::vector<fl_operand_t> c(ops.begin(), ops.end());
     return submit_ops(std::forward<F>(f), c.data(), c.size(), name, flags);
   }
+
+  // ---- device work (EXPERIMENTAL, CUDA builds; see flowlane.h) ----
+
+  // Launches the __global__ function `kernel` (its host-side handle) with `args`, each
+  // converted to the parameter's own type without narrowing, so that the bytes the kernel
+  // reads have its parameters' sizes (a literal 5 for a size_t parameter is widened here,
+  // a size_t for an int parameter does not compile: cast it). The bytes are copied at
+  // submit.
+  template <class... Params, class... Args>
+  fl_instr_id submit_kernel(void (*kernel)(Params...), const launch& shape, std::initializer_list<operand> ops,
+                            Args&&... args) const {
+    return submit_kernel_named(kernel, shape, ops, nullptr, std::forward<Args>(args)...);
+  }
+  template <class... Params, class... Args>
+  fl_instr_id submit_kernel_named(void (*kernel)(Params...), const launch& shape, std::initializer_list<operand> ops,
+                                  const char* name, Args&&... args) const {
+    static_assert(sizeof...(Params) == sizeof...(Args), "submit_kernel: one argument per kernel parameter");
+    std::tuple<std::decay_t<Params>...> values{std::decay_t<Params>{std::forward<Args>(args)}...};
+    return launch_tuple(reinterpret_cast<const void*>(kernel), shape, ops, name, values,
+                        std::index_sequence_for<Params...>{});
+  }
+
+  // A device function: f(void* cuda_stream) (or f(instr_context, void* cuda_stream)) runs
+  // on the lane's worker and enqueues work on the CUDA stream (cuBLAS, several kernels); it
+  // must not wait for that work. It returns void or fl_status_t; an exception fails the
+  // instruction. The closure is destroyed once the work it enqueued has completed (or the
+  // instruction was skipped), so it may own what that work uses.
+  template <class F>
+  fl_instr_id submit_device(F&& f, std::initializer_list<operand> ops = {}, const char* name = nullptr,
+                            uint64_t flags = 0) const {
+    using Call = detail::owned_call<std::decay_t<F>>;
+    std::vector<fl_operand_t> c = detail::c_operands(ops);
+    fl_device_instr_t in = FL_DEVICE_INSTR_INIT;
+    in.fn = [](fl_instr_ctx_t* ctx, void* cuda_stream, void* p) -> fl_status_t {
+      return detail::run_instr(static_cast<Call*>(p)->fn, ctx, cuda_stream);
+    };
+    in.operands = c.empty() ? nullptr : c.data();
+    in.num_operands = c.size();
+    in.name = name;
+    in.flags = flags;
+    return detail::submit_owned(
+        std::make_unique<Call>(Call{std::forward<F>(f)}),
+        [&](void* ud, fl_release_fn cleanup) {
+          in.user_data = ud;
+          in.cleanup = cleanup;
+        },
+        [&](fl_instr_id* id) { return fl_submit_device(s_, &in, id); });
+  }
+
+  // An asynchronous copy of `bytes` (FL_MEMCPY_H2D, _D2H, _D2D; host memory must be
+  // pinned: see pinned_buffer); list the objects the buffers stand for as operands.
+  fl_instr_id submit_memcpy(void* dst, const void* src, uint64_t bytes, fl_memcpy_kind_t kind,
+                            std::initializer_list<operand> ops = {}, const char* name = nullptr,
+                            uint64_t flags = 0) const {
+    return memcpy_instr(uint32_t(kind), 0, dst, src, bytes, ops, name, flags);
+  }
+  // dst[0..bytes) = value on the device.
+  fl_instr_id submit_memset(void* dst, uint8_t value, uint64_t bytes, std::initializer_list<operand> ops = {},
+                            const char* name = nullptr, uint64_t flags = 0) const {
+    return memcpy_instr(FL_MEMSET, value, dst, nullptr, bytes, ops, name, flags);
+  }
+
+  // ---- waits and queries ----
 
   void synchronize() const { check(fl_stream_synchronize(s_)); }
   bool synchronize_for(std::chrono::nanoseconds timeout) const {
@@ -226,41 +401,125 @@ class stream {
   void cancel(fl_instr_id id) const { check(fl_instr_cancel(s_, id)); }
   void cancel() const { check(fl_stream_cancel(s_)); }
 
+  stream_info info() const {
+    stream_info i{};
+    check(fl_stream_info(s_, &i.lane, &i.device, &i.kind));
+    return i;
+  }
+  // EXPERIMENTAL: a CUDA stream's priority, before its first instruction; returns the
+  // value applied (clamped to the device's range).
+  int32_t set_priority(int32_t priority) const {
+    int32_t applied = 0;
+    check(fl_stream_set_priority(s_, priority, &applied));
+    return applied;
+  }
+
  private:
   template <class F>
   fl_instr_id submit_ops(F&& f, const fl_operand_t* ops, size_t n, const char* name, uint64_t flags) const {
-    using Fn = std::decay_t<F>;
-    struct Call {
-      Fn fn;
-      static fl_status_t run(fl_instr_ctx_t* ctx, void* p) {
-        auto* self = static_cast<Call*>(p);
-        std::string message;
-        fl_status_t st;
-        if constexpr (std::is_invocable_v<Fn&, instr_context>)
-          st = detail::invoke(self->fn, &message, instr_context(ctx));
-        else
-          st = detail::invoke(self->fn, &message);
-        if (!message.empty()) fl_instr_set_error(ctx, message.c_str());
-        return st;
-      }
-      static void destroy(void* p) noexcept { delete static_cast<Call*>(p); }
-    };
-    auto owned = std::make_unique<Call>(Call{std::forward<F>(f)});
+    using Call = detail::owned_call<std::decay_t<F>>;
     fl_host_instr_t in = FL_HOST_INSTR_INIT;
-    in.fn = &Call::run;
-    in.user_data = owned.get();
-    in.cleanup = &Call::destroy;
+    in.fn = [](fl_instr_ctx_t* ctx, void* p) -> fl_status_t { return detail::run_instr(static_cast<Call*>(p)->fn, ctx); };
     in.operands = n ? ops : nullptr;
     in.num_operands = n;
     in.name = name;
     in.flags = flags;
+    return detail::submit_owned(
+        std::make_unique<Call>(Call{std::forward<F>(f)}),
+        [&](void* ud, fl_release_fn cleanup) {
+          in.user_data = ud;
+          in.cleanup = cleanup;
+        },
+        [&](fl_instr_id* id) { return fl_submit_host(s_, &in, id); });
+  }
+
+  template <class Tuple, size_t... I>
+  fl_instr_id launch_tuple(const void* func, const launch& shape, std::initializer_list<operand> ops, const char* name,
+                           const Tuple& values, std::index_sequence<I...>) const {
+    const std::array<const void*, sizeof...(I)> args{{static_cast<const void*>(&std::get<I>(values))...}};
+    const std::array<uint64_t, sizeof...(I)> sizes{{uint64_t(sizeof(std::tuple_element_t<I, Tuple>))...}};
+    std::vector<fl_operand_t> c = detail::c_operands(ops);
+    fl_kernel_instr_t in = FL_KERNEL_INSTR_INIT;
+    in.func = func;
+    in.grid = shape.grid;
+    in.block = shape.block;
+    in.shared_mem_bytes = shape.shared_mem_bytes;
+    in.args = sizeof...(I) ? args.data() : nullptr;
+    in.arg_sizes = sizeof...(I) ? sizes.data() : nullptr;
+    in.num_args = sizeof...(I);
+    in.operands = c.empty() ? nullptr : c.data();
+    in.num_operands = c.size();
+    in.name = name;
     fl_instr_id id = 0;
-    check(fl_submit_host(s_, &in, &id));  // on failure the closure is still ours
-    owned.release();                      // the instruction's cleanup frees it
+    check(fl_submit_kernel(s_, &in, &id));
+    return id;
+  }
+
+  fl_instr_id memcpy_instr(uint32_t kind, uint32_t value, void* dst, const void* src, uint64_t bytes,
+                           std::initializer_list<operand> ops, const char* name, uint64_t flags) const {
+    std::vector<fl_operand_t> c = detail::c_operands(ops);
+    fl_memcpy_instr_t in = FL_MEMCPY_INSTR_INIT;
+    in.kind = kind;
+    in.value = value;
+    in.dst = dst;
+    in.src = src;
+    in.bytes = bytes;
+    in.operands = c.empty() ? nullptr : c.data();
+    in.num_operands = c.size();
+    in.name = name;
+    in.flags = flags;
+    fl_instr_id id = 0;
+    check(fl_submit_memcpy(s_, &in, &id));
     return id;
   }
 
   fl_stream_t* s_ = nullptr;
+};
+
+inline stream instr_context::host() const {
+  fl_stream_t* s = nullptr;
+  check(fl_stream_get(engine(), lane(), fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s));
+  return stream(s);
+}
+
+// ---- lanes ---------------------------------------------------------------------------------
+
+// A lane acquired from an engine (fl_lane_acquire), released when destroyed (work already
+// submitted on it still runs). Move-only.
+class lane {
+ public:
+  lane() = default;
+  lane(lane&& o) noexcept : e_(std::exchange(o.e_, nullptr)), id_(o.id_) {}
+  lane& operator=(lane&& o) noexcept {
+    if (this != &o) {
+      reset();
+      e_ = std::exchange(o.e_, nullptr);
+      id_ = o.id_;
+    }
+    return *this;
+  }
+  ~lane() { reset(); }
+
+  uint32_t id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return e_ != nullptr; }
+  // The lane's host stream, and its other streams.
+  stream host() const { return stream_of(fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST); }
+  stream stream_of(fl_device_t device, fl_stream_kind_t kind) const {
+    fl_stream_t* s = nullptr;
+    check(fl_stream_get(e_, id_, device, kind, &s));
+    return stream(s);
+  }
+
+  // Releases the lane now.
+  void reset() noexcept {
+    if (e_ != nullptr) fl_lane_release(e_, id_);
+    e_ = nullptr;
+  }
+
+ private:
+  friend class engine;
+  fl_engine_t* e_ = nullptr;
+  uint32_t id_ = 0;
 };
 
 // ---- task groups -------------------------------------------------------------------------
@@ -288,23 +547,13 @@ class task_group {
   template <class F>
   void spawn(F&& f) {
     using Fn = std::decay_t<F>;
-    if (!first_) first_ = std::make_shared<First>();
+    if (!first_) first_ = std::make_shared<detail::first_exception>();
     struct Call {
       Fn fn;
-      std::shared_ptr<First> first;
+      std::shared_ptr<detail::first_exception> first;
       static fl_status_t run(void* p) {
         auto* self = static_cast<Call*>(p);
-        try {
-          if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
-            self->fn();
-            return FL_OK;
-          } else {
-            return static_cast<fl_status_t>(self->fn());
-          }
-        } catch (...) {
-          self->first->keep(std::current_exception());
-          return FL_ERR_INSTRUCTION_FAILED;
-        }
+        return self->first->run(self->fn);
       }
       static void destroy(void* p) noexcept { delete static_cast<Call*>(p); }
     };
@@ -317,10 +566,10 @@ class task_group {
   // flowlane::error for a failure status.
   void wait() {
     fl_status_t st = fl_task_group_wait(g_);
-    if (first_) {
-      if (std::exception_ptr e = first_->take()) std::rethrow_exception(e);
-    }
-    check(st);
+    if (first_)
+      first_->rethrow_or_check(st);
+    else
+      check(st);
   }
 
   void reset() noexcept {
@@ -329,20 +578,219 @@ class task_group {
   }
 
  private:
-  struct First {
-    std::mutex mu;
-    std::exception_ptr e;
-    void keep(std::exception_ptr x) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!e) e = std::move(x);
-    }
-    std::exception_ptr take() {
-      std::lock_guard<std::mutex> lock(mu);
-      return std::exchange(e, nullptr);
-    }
-  };
   fl_task_group_t* g_ = nullptr;
-  std::shared_ptr<First> first_;
+  std::shared_ptr<detail::first_exception> first_;
+};
+
+// ---- task graphs ---------------------------------------------------------------------------
+
+// fl_taskgraph_*: a graph of callables built once and run any number of times. Move-only;
+// it owns its nodes' callables (destroyed with the graph).
+class taskgraph {
+ public:
+  taskgraph() = default;
+  explicit taskgraph(fl_engine_t* e) : calls_(std::make_unique<Calls>()) { check(fl_taskgraph_create(e, &g_)); }
+  taskgraph(taskgraph&& o) noexcept : g_(std::exchange(o.g_, nullptr)), calls_(std::move(o.calls_)) {}
+  taskgraph& operator=(taskgraph&& o) noexcept {
+    if (this != &o) {
+      reset();
+      g_ = std::exchange(o.g_, nullptr);
+      calls_ = std::move(o.calls_);
+    }
+    return *this;
+  }
+  ~taskgraph() { reset(); }
+  fl_taskgraph_t* get() const noexcept { return g_; }
+
+  // Adds a node running f (returning void or fl_status_t); returns its id (dense from 0).
+  template <class F>
+  uint64_t add(F&& f, const char* name = nullptr) {
+    struct Call final : Node {
+      explicit Call(F&& fn, detail::first_exception* first) : fn(std::forward<F>(fn)), first(first) {}
+      std::decay_t<F> fn;
+      detail::first_exception* first;
+      static fl_status_t run(void* p) {
+        auto* self = static_cast<Call*>(p);
+        return self->first->run(self->fn);
+      }
+    };
+    auto call = std::make_unique<Call>(std::forward<F>(f), &calls_->first);
+    uint64_t node = 0;
+    check(fl_taskgraph_add(g_, &Call::run, call.get(), name, &node));
+    calls_->nodes.push_back(std::move(call));
+    return node;
+  }
+  // `after` starts only once `before` has finished.
+  void precede(uint64_t before, uint64_t after) { check(fl_taskgraph_precede(g_, before, after)); }
+
+  // Runs every node once, in dependency order, on at most `threads` threads (-1: every
+  // logical core, 0: the physical ones). Rethrows the first exception a node threw (the
+  // nodes that depend on a failed one do not run), or throws for a failure status.
+  void run(int64_t threads = -1) {
+    fl_status_t st = fl_taskgraph_run(g_, threads);
+    calls_->first.rethrow_or_check(st);
+  }
+
+  void reset() noexcept {
+    if (g_ != nullptr) fl_taskgraph_destroy(g_);
+    g_ = nullptr;
+    calls_.reset();
+  }
+
+ private:
+  struct Node {
+    virtual ~Node() = default;
+  };
+  struct Calls {
+    std::vector<std::unique_ptr<Node>> nodes;
+    detail::first_exception first;
+  };
+  fl_taskgraph_t* g_ = nullptr;
+  std::unique_ptr<Calls> calls_;  // stable: the graph holds pointers to its nodes
+};
+
+// ---- pinned host memory (EXPERIMENTAL, CUDA builds) ---------------------------------------
+
+// `count` Ts of page-locked host memory (fl_host_alloc_pinned), for copies to and from a
+// device; freed on destruction. Elements are value-initialized. Move-only.
+template <class T>
+class pinned_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "pinned_buffer holds bytes a device copies: T must be trivially copyable");
+
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(size_t count) : n_(count) {
+    void* p = nullptr;
+    check(fl_host_alloc_pinned(uint64_t(count) * sizeof(T), &p));
+    p_ = static_cast<T*>(p);
+    std::fill(p_, p_ + n_, T{});
+  }
+  pinned_buffer(pinned_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~pinned_buffer() { reset(); }
+
+  T* data() const noexcept { return p_; }
+  size_t size() const noexcept { return n_; }
+  size_t bytes() const noexcept { return n_ * sizeof(T); }
+  T& operator[](size_t i) const noexcept { return p_[i]; }
+  T* begin() const noexcept { return p_; }
+  T* end() const noexcept { return p_ + n_; }
+
+  void reset() noexcept {
+    if (p_ != nullptr) fl_host_free_pinned(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// EXPERIMENTAL (CUDA builds): CUDA devices visible; throws FL_ERR_UNSUPPORTED in a
+// CPU-only build or where the CUDA runtime cannot be loaded.
+inline int32_t cuda_device_count() {
+  int32_t n = 0;
+  check(fl_cuda_device_count(&n));
+  return n;
+}
+
+// EXPERIMENTAL: CUDA's stream priority range of `device` as {least, greatest} (a lower
+// number is a higher priority).
+inline std::pair<int32_t, int32_t> cuda_priority_range(int32_t device) {
+  std::pair<int32_t, int32_t> r{0, 0};
+  check(fl_cuda_priority_range(device, &r.first, &r.second));
+  return r;
+}
+
+// ---- communicators (EXPERIMENTAL) ----------------------------------------------------------
+
+// A fresh unique id for `backend`, made by one rank and shared with the others.
+inline fl_comm_unique_id_t comm_unique_id(fl_comm_backend_t backend) {
+  fl_comm_unique_id_t id{};
+  check(fl_comm_get_unique_id(backend, &id));
+  return id;
+}
+
+// Where an engine joins a communicator (fl_comm_desc_t).
+struct comm_options {
+  uint64_t nranks = 1;
+  uint64_t rank = 0;
+  uint32_t lane = 0;                          // the lane whose COLLECTIVE stream issues them
+  int32_t device = 0;                         // CUDA device (NCCL)
+  fl_comm_backend_t backend = FL_COMM_NCCL;
+  bool unordered = false;                     // FL_COMM_UNORDERED
+};
+
+// An engine's rank in a communicator (fl_comm_create); leaves it on destruction. Move-only.
+class communicator {
+ public:
+  communicator() = default;
+  communicator(fl_engine_t* e, const comm_options& o, const fl_comm_unique_id_t& id) : e_(e), o_(o) {
+    fl_comm_desc_t d = FL_COMM_DESC_INIT;
+    d.nranks = o.nranks;
+    d.rank = o.rank;
+    d.device = uint64_t(o.device);
+    d.lane = o.lane;
+    d.backend = uint64_t(o.backend);
+    d.flags = o.unordered ? FL_COMM_UNORDERED : 0;
+    check(fl_comm_create(e, &d, &id, &c_));
+  }
+  communicator(communicator&& o) noexcept : c_(std::exchange(o.c_, nullptr)), e_(o.e_), o_(o.o_) {}
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      reset();
+      c_ = std::exchange(o.c_, nullptr);
+      e_ = o.e_;
+      o_ = o.o_;
+    }
+    return *this;
+  }
+  ~communicator() { reset(); }
+  fl_comm_t* get() const noexcept { return c_; }
+
+  // The COLLECTIVE stream its collectives go through.
+  stream collective_stream() const {
+    const fl_device_t dev = o_.backend == FL_COMM_HOST_FAKE ? fl_device_t{FL_DEVICE_CPU, 0}
+                                                            : fl_device_t{FL_DEVICE_CUDA, o_.device};
+    fl_stream_t* s = nullptr;
+    check(fl_stream_get(e_, o_.lane, dev, FL_STREAM_COLLECTIVE, &s));
+    return stream(s);
+  }
+  // Submits one collective (its parts issued as one group). Every buffer must stay valid
+  // until it completes: order that through the operands.
+  fl_instr_id submit(std::initializer_list<fl_coll_part_t> parts, std::initializer_list<operand> ops = {},
+                     const char* name = nullptr, uint64_t flags = 0) const {
+    std::vector<fl_coll_part_t> p(parts.begin(), parts.end());
+    std::vector<fl_operand_t> c = detail::c_operands(ops);
+    fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+    in.parts = p.empty() ? nullptr : p.data();
+    in.num_parts = p.size();
+    in.operands = c.empty() ? nullptr : c.data();
+    in.num_operands = c.size();
+    in.name = name;
+    in.flags = flags;
+    fl_instr_id id = 0;
+    check(fl_submit_collective(collective_stream().get(), c_, &in, &id));
+    return id;
+  }
+
+  void reset() noexcept {
+    if (c_ != nullptr) fl_comm_destroy(c_);
+    c_ = nullptr;
+  }
+
+ private:
+  fl_comm_t* c_ = nullptr;
+  fl_engine_t* e_ = nullptr;
+  comm_options o_;
 };
 
 // ---- the engine --------------------------------------------------------------------------
@@ -363,13 +811,15 @@ class engine {
     d.max_lanes = o.lanes;
     d.inflight_limit = o.inflight_limit;
     d.watchdog_ms = o.watchdog_ms;
+    watchdog_ = std::make_unique<watchdog_state>();
     check(fl_engine_create(&d, &e_));
   }
-  engine(engine&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  engine(engine&& o) noexcept : e_(std::exchange(o.e_, nullptr)), watchdog_(std::move(o.watchdog_)) {}
   engine& operator=(engine&& o) noexcept {
     if (this != &o) {
       reset();
       e_ = std::exchange(o.e_, nullptr);
+      watchdog_ = std::move(o.watchdog_);
     }
     return *this;
   }
@@ -378,6 +828,15 @@ class engine {
 
   uint32_t lane_count() const { return fl_engine_lane_count(e_); }
   uint32_t worker_count() const { return fl_engine_worker_count(e_); }
+
+  // A fresh lane (the smallest free id >= 1), released when the returned lane goes;
+  // throws FL_ERR_EXHAUSTED when every lane is held.
+  lane acquire_lane() const {
+    lane l;
+    check(fl_lane_acquire(e_, &l.id_));
+    l.e_ = e_;
+    return l;
+  }
 
   // The host stream of `lane`.
   stream host(uint32_t lane = 0) const { return stream_of(lane, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST); }
@@ -405,6 +864,11 @@ class engine {
   }
 
   task_group make_task_group() const { return task_group(e_); }
+  taskgraph make_taskgraph() const { return taskgraph(e_); }
+  // EXPERIMENTAL: this engine's rank in the communicator named by `id`.
+  communicator make_communicator(const comm_options& o, const fl_comm_unique_id_t& id) const {
+    return communicator(e_, o, id);
+  }
 
   // fl_parallel_for over [begin, end): body(lo, hi) on disjoint chunks (grain 0: chosen by
   // the engine). The first exception a body throws is rethrown here.
@@ -412,29 +876,16 @@ class engine {
   void parallel_for(uint64_t begin, uint64_t end, F&& body, uint64_t grain = 0) const {
     struct Ctx {
       F* body;
-      std::mutex mu;
-      std::exception_ptr first;
-    } ctx{&body, {}, nullptr};
+      detail::first_exception first;
+    } ctx{&body, {}};
     fl_status_t st = fl_parallel_for(
         e_, begin, end, grain,
         [](uint64_t lo, uint64_t hi, void* p) -> fl_status_t {
           auto* c = static_cast<Ctx*>(p);
-          try {
-            if constexpr (std::is_void_v<std::invoke_result_t<F&, uint64_t, uint64_t>>) {
-              (*c->body)(lo, hi);
-              return FL_OK;
-            } else {
-              return static_cast<fl_status_t>((*c->body)(lo, hi));
-            }
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(c->mu);
-            if (!c->first) c->first = std::current_exception();
-            return FL_ERR_INSTRUCTION_FAILED;
-          }
+          return c->first.run(*c->body, lo, hi);
         },
         &ctx);
-    if (ctx.first) std::rethrow_exception(ctx.first);
-    check(st);
+    ctx.first.rethrow_or_check(st);
   }
 
   void synchronize() const { check(fl_engine_synchronize(e_)); }
@@ -464,14 +915,85 @@ class engine {
     return text;
   }
 
+  // ---- the watchdog ----
+  // When nothing completes for `timeout` while work is in flight, on_stall(dump) runs on
+  // the watchdog's thread with the state dump (once per stall). on_stall may call any
+  // method of this engine, set_watchdog included; an exception it throws is dropped. A
+  // replaced callable is destroyed once it cannot run any more. timeout 0 turns it off.
+  template <class F, std::enable_if_t<std::is_invocable_v<F&, std::string_view>, int> = 0>
+  void set_watchdog(std::chrono::milliseconds timeout, F&& on_stall) {
+    if (!watchdog_) watchdog_ = std::make_unique<watchdog_state>();  // a moved-from engine
+    configure_watchdog(timeout, std::make_shared<watchdog_fn>(std::forward<F>(on_stall)), "");
+  }
+  // Writes the dump to `path` (empty: stderr) instead.
+  void set_watchdog(std::chrono::milliseconds timeout, const std::string& path = "") {
+    if (!watchdog_) watchdog_ = std::make_unique<watchdog_state>();
+    configure_watchdog(timeout, nullptr, path);
+  }
+
+  // ---- traces (EXPERIMENTAL) ----
+  // Records a timeline into a bounded buffer, written to `path` (Chrome trace-event JSON)
+  // by trace_stop() or when the engine is destroyed.
+  void trace_start(const std::string& path) const { check(fl_trace_start(e_, path.c_str())); }
+  void trace_stop() const { check(fl_trace_stop(e_)); }
+
   // Destroys the engine now (drains first); the destructor then does nothing.
   void reset() noexcept {
-    if (e_ != nullptr) fl_engine_destroy(e_);
+    if (e_ != nullptr) fl_engine_destroy(e_);  // joins the watchdog's thread
     e_ = nullptr;
+    watchdog_.reset();
   }
 
  private:
+  using watchdog_fn = std::function<void(std::string_view)>;
+  // The watchdog's callable. The C watchdog holds this (stable) record as its user_data;
+  // `current` is swapped under `mu`, and each call runs a copy of the pointer, so a
+  // replaced callable lives until its last run returns. `setting` serializes the program's
+  // reconfigurations (the C call waits for a running callback; the callback's own
+  // reconfiguration does not take it, so that wait cannot deadlock).
+  struct watchdog_state {
+    std::mutex mu;
+    std::shared_ptr<watchdog_fn> current;
+    std::mutex setting;
+  };
+  static watchdog_state*& running_watchdog() {  // the record whose callback runs on this thread
+    static thread_local watchdog_state* w = nullptr;
+    return w;
+  }
+  static void watchdog_trampoline(const char* dump, void* p) {
+    auto* w = static_cast<watchdog_state*>(p);
+    std::shared_ptr<watchdog_fn> fn;
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      fn = w->current;
+    }
+    if (!fn) return;
+    watchdog_state* outer = std::exchange(running_watchdog(), w);
+    try {
+      (*fn)(std::string_view(dump != nullptr ? dump : ""));
+    } catch (...) {  // nowhere to report it: the watchdog's thread is the library's
+    }
+    running_watchdog() = outer;
+  }
+  void configure_watchdog(std::chrono::milliseconds timeout, std::shared_ptr<watchdog_fn> fn, const std::string& path) {
+    watchdog_state* w = watchdog_.get();
+    std::unique_lock<std::mutex> setting(w->setting, std::defer_lock);
+    if (running_watchdog() != w) setting.lock();
+    fl_watchdog_desc_t d = FL_WATCHDOG_DESC_INIT;
+    d.timeout_ms = timeout.count() < 0 ? 0 : uint64_t(timeout.count());
+    d.callback = fn ? &engine::watchdog_trampoline : nullptr;
+    d.user_data = w;
+    d.path = path.empty() ? nullptr : path.c_str();
+    check(fl_engine_set_watchdog(e_, &d));
+    // After the C call: a reconfiguration from another thread returns only once a running
+    // callback (which may have reconfigured it too) has returned, so the last C call and
+    // the last callable stored here are one configuration.
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->current = std::move(fn);
+  }
+
   fl_engine_t* e_ = nullptr;
+  std::unique_ptr<watchdog_state> watchdog_;  // stable address: the C watchdog holds it
 };
 
 }  // namespace flowlane

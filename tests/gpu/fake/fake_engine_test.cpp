@@ -22,6 +22,7 @@
 
 #include "fake_kernel.hpp"
 #include "flowlane/flowlane.h"
+#include "flowlane/flowlane.hpp"
 
 extern "C" long fake_cudart_events_created();
 extern "C" void fake_cudart_reset_sticky();
@@ -718,6 +719,52 @@ TEST(FakeGpu, InstrWaitForOnADeviceStreamReturnsEachOutcomeAtItsInstruction) {
   EXPECT_EQ(cb_st.load(), FL_OK);
   EXPECT_EQ(cb_value.load(), kAdds);
   fl_object_release(o);
+}
+
+// ---- the C++ wrappers (flowlane.hpp) of device work ----------------------------------------
+
+int run_check_args(const void* const* a) {
+  int* out = *static_cast<int* const*>(a[0]);
+  const long v = *static_cast<const long*>(a[1]);
+  const short s = *static_cast<const short*>(a[2]);
+  *out = (v == -3 && s == 7) ? 1 : 2;
+  return 0;
+}
+const fake::Kernel kCheckArgs{3, {sizeof(int*), sizeof(long), sizeof(short)}, &run_check_args};
+
+TEST(FakeGpuCpp, KernelArgumentsArriveAtTheirParametersSizesAndDeviceClosuresLiveUntilTheirWorkIsDone) {
+  flowlane::engine e;
+  const flowlane::stream gpu = e.stream_of(1, kGpu, FL_STREAM_COMPUTE);
+  // A fake kernel stands for a __global__ function void(int*, long, short): the int
+  // literals are widened to the parameters' types before their bytes are copied.
+  auto check_args = reinterpret_cast<void (*)(int*, long, short)>(const_cast<fake::Kernel*>(&kCheckArgs));
+  int result = 0;
+  auto done = e.phony();
+  gpu.submit_kernel(check_args, flowlane::launch{}, {flowlane::write(done)}, &result, -3, 7);
+
+  // A device function's closure owns what its enqueued work uses, until that work is done.
+  std::vector<int> device(4, 0);  // the fake treats unregistered memory as device memory
+  flowlane::pinned_buffer<int> host(4);
+  EXPECT_EQ(host.bytes(), sizeof(int) * 4);
+  auto owned = std::make_shared<int>(0x01);
+  std::weak_ptr<int> alive = owned;
+  gpu.submit_device(
+      [owned = std::move(owned), &device](void* cuda_stream) {
+        if (cudaMemsetAsync(device.data(), *owned, device.size() * sizeof(int), static_cast<cudaStream_t>(cuda_stream)) !=
+            cudaSuccess)
+          return FL_ERR_CUDA;
+        return FL_OK;
+      },
+      {flowlane::write(done)}, "fill");
+  gpu.submit_memcpy(host.data(), device.data(), host.bytes(), FL_MEMCPY_D2H, {flowlane::read(done)}, "back");
+  gpu.synchronize();
+  EXPECT_EQ(result, 1) << "the kernel read its arguments at the wrong sizes";
+  for (int v : host) EXPECT_EQ(v, 0x01010101);
+  EXPECT_TRUE(alive.expired()) << "the device function's closure is destroyed once its work completed";
+  gpu.submit_memset(device.data(), 0, device.size() * sizeof(int), {flowlane::write(done)});
+  gpu.synchronize();
+  EXPECT_EQ(device[0], 0);
+  EXPECT_GE(flowlane::cuda_device_count(), 1);
 }
 
 }  // namespace
