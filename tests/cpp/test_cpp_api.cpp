@@ -570,23 +570,22 @@ TEST(CppComm, HostRanksAllReduceThroughTheirCollectiveStreams) {
   other.join();
   EXPECT_EQ(ca.collective_stream().info().kind, FL_STREAM_COLLECTIVE);
   float sa[4] = {1, 2, 3, 4}, sb[4] = {10, 20, 30, 40}, ra[4] = {}, rb[4] = {};
-  auto part = [](const float* send, float* recv) {
-    fl_coll_part_t p{};
-    p.op = FL_COLL_ALL_REDUCE;
-    p.dtype = FL_DTYPE_FLOAT32;
-    p.redop = FL_REDOP_SUM;
-    p.sendbuf = send;
-    p.recvbuf = recv;
-    p.count = 4;
-    return p;
-  };
-  ca.submit({part(sa, ra)}, {}, "sum");
-  cb.submit({part(sb, rb)}, {}, "sum");
+  int64_t ia[2] = {-5, 7}, ib[2] = {3, 9}, ga[4] = {}, gb[4] = {};
+  // The element types give the dtypes; both parts go as one group.
+  EXPECT_EQ(flowlane::all_gather(ia, ga, 2).dtype, uint32_t(FL_DTYPE_INT64));
+  EXPECT_EQ(flowlane::recv_from(ra, 4, 1).recvbuf, static_cast<void*>(ra));
+  ca.submit({flowlane::all_reduce(sa, ra, 4), flowlane::all_gather(ia, ga, 2)}, {}, "sum+gather");
+  cb.submit({flowlane::all_reduce(sb, rb, 4), flowlane::all_gather(ib, gb, 2)}, {}, "sum+gather");
   ca.collective_stream().synchronize();
   cb.collective_stream().synchronize();
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(ra[i], sa[i] + sb[i]);
     EXPECT_EQ(rb[i], sa[i] + sb[i]);
+  }
+  const int64_t gathered[4] = {-5, 7, 3, 9};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ga[i], gathered[i]);
+    EXPECT_EQ(gb[i], gathered[i]);
   }
   EXPECT_EQ(status_of([&] { ca.submit({}); }), FL_ERR_INVALID_ARGUMENT) << "no parts";
 }

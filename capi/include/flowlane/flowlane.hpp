@@ -719,6 +719,62 @@ inline fl_comm_unique_id_t comm_unique_id(fl_comm_backend_t backend) {
   return id;
 }
 
+namespace detail {
+template <class T>
+constexpr fl_dtype_t dtype_of() {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, long double>,
+                "collective elements are 8-, 32- or 64-bit integers, float or double (for FL_DTYPE_FLOAT16 "
+                "or FL_DTYPE_BFLOAT16, fill the fl_coll_part_t fields directly)");
+  if constexpr (std::is_floating_point_v<T>) {
+    return sizeof(T) == 4 ? FL_DTYPE_FLOAT32 : FL_DTYPE_FLOAT64;
+  } else {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8, "no collective dtype of this size");
+    if constexpr (sizeof(T) == 1) return std::is_signed_v<T> ? FL_DTYPE_INT8 : FL_DTYPE_UINT8;
+    if constexpr (sizeof(T) == 4) return std::is_signed_v<T> ? FL_DTYPE_INT32 : FL_DTYPE_UINT32;
+    return std::is_signed_v<T> ? FL_DTYPE_INT64 : FL_DTYPE_UINT64;
+  }
+}
+template <class T>
+fl_coll_part_t coll_part(fl_coll_op_t op, const T* send, T* recv, uint64_t count, fl_redop_t redop, uint32_t peer) {
+  fl_coll_part_t p{};
+  p.op = op;
+  p.dtype = dtype_of<T>();
+  p.redop = redop;
+  p.peer = peer;
+  p.sendbuf = send;
+  p.recvbuf = recv;
+  p.count = count;
+  return p;
+}
+}  // namespace detail
+
+// Parts of a collective (communicator::submit), the element type giving the dtype;
+// `count` is the elements per rank.
+template <class T>
+fl_coll_part_t all_reduce(const T* send, T* recv, uint64_t count, fl_redop_t redop = FL_REDOP_SUM) {
+  return detail::coll_part(FL_COLL_ALL_REDUCE, send, recv, count, redop, 0);
+}
+template <class T>
+fl_coll_part_t all_gather(const T* send, T* recv, uint64_t count) {
+  return detail::coll_part(FL_COLL_ALL_GATHER, send, recv, count, FL_REDOP_SUM, 0);
+}
+template <class T>
+fl_coll_part_t reduce_scatter(const T* send, T* recv, uint64_t count, fl_redop_t redop = FL_REDOP_SUM) {
+  return detail::coll_part(FL_COLL_REDUCE_SCATTER, send, recv, count, redop, 0);
+}
+template <class T>
+fl_coll_part_t broadcast(const T* send, T* recv, uint64_t count, uint32_t root) {
+  return detail::coll_part(FL_COLL_BROADCAST, send, recv, count, FL_REDOP_SUM, root);
+}
+template <class T>
+fl_coll_part_t send_to(const T* buf, uint64_t count, uint32_t peer) {
+  return detail::coll_part<T>(FL_COLL_SEND, buf, nullptr, count, FL_REDOP_SUM, peer);
+}
+template <class T>
+fl_coll_part_t recv_from(T* buf, uint64_t count, uint32_t peer) {
+  return detail::coll_part<T>(FL_COLL_RECV, nullptr, buf, count, FL_REDOP_SUM, peer);
+}
+
 // Where an engine joins a communicator (fl_comm_desc_t).
 struct comm_options {
   uint64_t nranks = 1;
