@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capi/guarantees_util.hpp"
+#include "flowlane/flowlane.hpp"
 
 namespace {
 
@@ -179,4 +180,42 @@ TEST(AllocationFailure, ObjectCreationAndTaskGraphsFailCleanly) {
   std::printf("object and graph creation: %ld allocation points\n", n);
   EXPECT_FL_OK(fl_engine_synchronize(e));
   EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
+// The C++ task graph (flowlane.hpp): an add that fails, wherever its allocation fails,
+// leaves no node behind, in the C graph or in the wrapper; the nodes that were added all run.
+TEST(AllocationFailure, CppTaskGraphAddsANodeOrNothing) {
+  flguard::HangGuard guard("allocation-failure injection on taskgraph::add");
+  flowlane::engine e([] {
+    flowlane::engine_options o;
+    o.workers = 2;
+    return o;
+  }());
+  long n = 0;
+  for (; n < 2000; ++n) {
+    flowlane::taskgraph g = e.make_taskgraph();
+    std::atomic<int> ran{0};
+    int added = 0;
+    for (; added < 8; ++added) g.add([&] { ran.fetch_add(1); });  // the vector's capacity is 8
+    bool hit, refused = false;
+    {
+      Armed armed(n);
+      try {
+        g.add([&] { ran.fetch_add(1); }, "injected");
+        ++added;
+      } catch (const std::bad_alloc&) {
+        refused = true;
+      } catch (const flowlane::error& x) {
+        refused = true;
+        EXPECT_EQ(x.status(), FL_ERR_NO_MEMORY) << x.what();
+      }
+      hit = armed.hit();
+    }
+    EXPECT_EQ(refused, hit && added == 8) << "allocation #" << n;
+    g.run(2);
+    EXPECT_EQ(ran.load(), added) << "allocation #" << n << ": a refused node ran, or an added one did not";
+    if (!hit) break;
+  }
+  EXPECT_LT(n, 2000);
+  std::printf("taskgraph::add: %ld allocation points\n", n);
 }

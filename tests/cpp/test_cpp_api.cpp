@@ -591,3 +591,187 @@ TEST(CppComm, HostRanksAllReduceThroughTheirCollectiveStreams) {
 }
 
 }  // namespace
+
+// ---- edge cases of the wrappers ------------------------------------------------------------
+
+namespace {
+
+TEST(CppTaskGraph, AnEmptyOrMovedFromGraphThrowsInsteadOfCrashing) {
+  flowlane::engine e(workers(1));
+  flowlane::taskgraph empty;
+  EXPECT_EQ(status_of([&] { empty.run(); }), FL_ERR_INVALID_HANDLE);
+  EXPECT_EQ(status_of([&] { empty.add([] {}); }), FL_ERR_INVALID_HANDLE);
+  flowlane::taskgraph a = e.make_taskgraph();
+  int ran = 0;
+  a.add([&] { ++ran; });
+  flowlane::taskgraph b = std::move(a);
+  EXPECT_EQ(status_of([&] { a.run(); }), FL_ERR_INVALID_HANDLE);
+  EXPECT_EQ(status_of([&] { a.add([] {}); }), FL_ERR_INVALID_HANDLE);
+  b.run(1);
+  EXPECT_EQ(ran, 1);
+}
+
+TEST(CppTaskGraph, ARunRefusedWhileTheGraphRunsLeavesTheExceptionToItsOwnRun) {
+  // Node `thrower` throws while node `prober`, already running, tries to run the graph
+  // again: each of those tries is refused with FL_ERR_INVALID_ARGUMENT, and the exception
+  // reaches the run that owns it.
+  flowlane::engine e(workers(2));
+  flowlane::taskgraph g = e.make_taskgraph();
+  std::atomic<bool> prober_started{false}, throwing{false};
+  std::atomic<int> refused{0}, stolen{0}, other{0};
+  auto await = [](const std::atomic<bool>& flag) {  // bounded: a hang guard only
+    for (auto end = std::chrono::steady_clock::now() + 30s; !flag && std::chrono::steady_clock::now() < end;)
+      std::this_thread::yield();
+  };
+  g.add([&] {
+    await(prober_started);
+    throwing = true;
+    throw std::logic_error("thrower's own");
+  });
+  g.add([&] {
+    prober_started = true;
+    await(throwing);
+    for (int i = 0; i < 20; ++i) {  // the exception is kept just after it is thrown
+      std::this_thread::sleep_for(1ms);
+      try {
+        g.run();
+        ++other;
+      } catch (const flowlane::error& x) {
+        ++(x.status() == FL_ERR_INVALID_ARGUMENT ? refused : other);
+      } catch (const std::logic_error&) {
+        ++stolen;
+      }
+    }
+  });
+  try {
+    g.run(2);
+    ADD_FAILURE() << "run() should rethrow the node's exception";
+  } catch (const std::logic_error& x) {
+    EXPECT_STREQ(x.what(), "thrower's own");
+  } catch (const flowlane::error& x) {
+    ADD_FAILURE() << "the run lost its node's exception: " << x.what();
+  }
+  EXPECT_EQ(stolen.load(), 0) << "a refused run took the exception of the running one";
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(refused.load(), 20);
+  // Usable afterwards: a run that fails in C without running anything (a bad thread count).
+  EXPECT_EQ(status_of([&] { g.run(-2); }), FL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CppParallelFor, TakesANamedBody) {
+  flowlane::engine e(workers(2));
+  std::atomic<uint64_t> sum{0};
+  auto body = [&](uint64_t lo, uint64_t hi) {
+    for (uint64_t i = lo; i < hi; ++i) sum += i;
+  };
+  e.parallel_for(0, 100, body);
+  const auto& const_body = body;
+  e.parallel_for(0, 100, const_body, 7);
+  EXPECT_EQ(sum.load(), 2u * 4950u);
+}
+
+void widening_kernel(size_t, unsigned, long long, double, const float*, short) {}
+
+TEST(CppStreams, KernelArgumentsWidenToTheirParametersButNeverNarrow) {
+  // Literals of type int for size_t, unsigned and long long parameters are widened (as a
+  // direct call would convert them); a float is widened to a double parameter. This must
+  // compile without narrowing warnings (clang refuses narrowing in braces outright).
+  flowlane::engine e(workers(1));
+  const fl_status_t st = status_of([&] {
+    e.host(0).submit_kernel(&widening_kernel, flowlane::launch{}, {}, 5, 7, -3, 1.5f, nullptr, short{2});
+  });
+  EXPECT_TRUE(st == FL_ERR_INVALID_ARGUMENT || st == FL_ERR_UNSUPPORTED) << fl_status_name(st);
+  static_assert(flowlane::detail::kernel_arg_converts_v<size_t, int>, "int literal for a size_t parameter");
+  static_assert(flowlane::detail::kernel_arg_converts_v<long long, unsigned char>);
+  static_assert(flowlane::detail::kernel_arg_converts_v<const float*, float*>);
+  static_assert(flowlane::detail::kernel_arg_converts_v<const float*, std::nullptr_t>);
+  static_assert(!flowlane::detail::kernel_arg_converts_v<int, size_t>, "a size_t for an int parameter");
+  static_assert(!flowlane::detail::kernel_arg_converts_v<short, int>);
+  static_assert(!flowlane::detail::kernel_arg_converts_v<float, double>);
+  static_assert(!flowlane::detail::kernel_arg_converts_v<float, int>);
+  static_assert(!flowlane::detail::kernel_arg_converts_v<bool, int>);
+  static_assert(!flowlane::detail::kernel_arg_converts_v<float*, const float*>);
+  static_assert(!flowlane::detail::kernel_arg_converts_v<int*, int>);
+}
+
+TEST(CppWatchdog, ReconfiguredFromThreadsAndFromInsideEachCallableLivesThroughItsRunsAndIsFreedOnce) {
+  // Three threads replace the watchdog (lambdas, off, back on) while a stall holds; every
+  // callable replaces itself from inside when it runs. No reconfiguration deadlocks (a
+  // program thread's waits for the running callback while that callback reconfigures),
+  // a callable is never destroyed while it runs, and each one is destroyed exactly once.
+  constexpr int kCallables = 3 * 60 * 2;
+  std::vector<std::atomic<int>> destroyed(kCallables);
+  std::atomic<int> next{0}, runs{0}, freed_while_running{0};
+  struct Tracked {  // counts its destructions in destroyed[id]
+    std::vector<std::atomic<int>>* destroyed;
+    int id;
+    Tracked(std::vector<std::atomic<int>>* d, int i) : destroyed(d), id(i) {}
+    Tracked(const Tracked&) = delete;
+    ~Tracked() { (*destroyed)[size_t(id)].fetch_add(1); }
+  };
+  {
+    flowlane::engine e(workers(2));
+    std::function<std::function<void(std::string_view)>()> make = [&] {
+      auto t = std::make_shared<Tracked>(&destroyed, next.fetch_add(1));
+      return std::function<void(std::string_view)>([&, t](std::string_view) {
+        runs.fetch_add(1);
+        if (next.load() < kCallables) e.set_watchdog(1ms, make());  // replaces itself
+        if (destroyed[size_t(t->id)].load() != 0) freed_while_running.fetch_add(1);
+      });
+    };
+    Gate gate;
+    e.host(0).submit([&] { gate.wait(); }, {}, "stalled-on-purpose");
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 3; ++k)
+      threads.emplace_back([&, k] {
+        for (int i = 0; i < 60; ++i) {
+          if ((i + k) % 5 == 4)
+            e.set_watchdog(0ms);
+          else
+            e.set_watchdog(std::chrono::milliseconds(1 + i % 2), make());
+          if (i % 6 == 0) std::this_thread::sleep_for(12ms);  // room for the watchdog to fire
+        }
+      });
+    for (auto& t : threads) t.join();
+    gate.release();
+    e.synchronize();
+    e.set_watchdog(0ms);
+  }
+  const int made = next.load();
+  EXPECT_EQ(freed_while_running.load(), 0);
+  for (int i = 0; i < made; ++i) EXPECT_EQ(destroyed[size_t(i)].load(), 1) << "callable " << i;
+  std::printf("%d callables, %d runs\n", made, runs.load());
+}
+
+TEST(CppWatchdog, TheCallbackReconfiguresWhileAProgramThreadWaitsForItToReturn) {
+  // The program thread's set_watchdog waits (in the C call) for the running callback;
+  // that callback's own set_watchdog must not wait for the program thread in turn.
+  flowlane::engine e(workers(1));
+  std::atomic<bool> in_callback{false}, main_calling{false}, inner_done{false};
+  std::atomic<int> replacement_runs{0};
+  e.set_watchdog(20ms, [&](std::string_view) {
+    if (in_callback.exchange(true)) return;
+    while (!main_calling) std::this_thread::yield();
+    std::this_thread::sleep_for(20ms);  // the program thread is now inside its set_watchdog
+    e.set_watchdog(20ms, [&](std::string_view) { replacement_runs.fetch_add(1); });
+    inner_done = true;
+  });
+  Gate gate;
+  e.host(0).submit([&] { gate.wait(); }, {}, "stalled-on-purpose");
+  while (!in_callback) std::this_thread::yield();  // the stall shows within about 20 ms
+  main_calling = true;
+  e.set_watchdog(0ms);  // returns once the callback has returned (a deadlock hangs here)
+  EXPECT_TRUE(inner_done.load());
+  gate.release();
+  e.synchronize();
+  EXPECT_EQ(replacement_runs.load(), 0) << "the program thread's reconfiguration came last: off";
+}
+
+TEST(CppPinned, ACountWhoseBytesOverflowIsRefusedBeforeAnyAllocation) {
+  // count * sizeof(T) wraps to 8 bytes: allocating those and filling `count` elements
+  // would write far past them.
+  const size_t count = SIZE_MAX / sizeof(uint64_t) + 2;
+  EXPECT_EQ(status_of([&] { flowlane::pinned_buffer<uint64_t> b(count); }), FL_ERR_OUT_OF_RANGE);
+}
+
+}  // namespace

@@ -29,6 +29,7 @@
 #define FLOWLANE_FLOWLANE_HPP
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -278,6 +279,30 @@ fl_status_t run_instr(Fn& fn, fl_instr_ctx_t* ctx, Args... args) noexcept {
   return st;
 }
 
+// Whether an argument of type A may be passed for a kernel parameter of type P: an integer
+// to an integer type at least as wide (as a call converts it: a literal 5 for a size_t), or
+// whatever braces convert without narrowing (a float to a double, a T* to a const T*). An
+// int for a short, a size_t for an int or a double for a float must be cast.
+template <class P, class A, class = void>
+struct brace_converts : std::false_type {};
+template <class P, class A>
+struct brace_converts<P, A, std::void_t<decltype(P{std::declval<A>()})>> : std::true_type {};
+template <class P, class A, class S = std::decay_t<A>>
+constexpr bool widens_integer_v = std::is_integral_v<P> && !std::is_same_v<P, bool> && std::is_integral_v<S> &&
+                                  sizeof(S) <= sizeof(P);
+template <class P, class A>
+constexpr bool kernel_arg_converts_v = widens_integer_v<P, A> || brace_converts<P, A>::value;
+
+template <class P, class A>
+P kernel_arg(A&& a) {
+  static_assert(kernel_arg_converts_v<P, A>,
+                "submit_kernel: an argument narrows to its parameter's type (cast it to the parameter's type)");
+  if constexpr (widens_integer_v<P, A>)
+    return static_cast<P>(a);
+  else
+    return P{std::forward<A>(a)};
+}
+
 // A callable owned by an instruction from a successful submit to its cleanup.
 template <class F>
 struct owned_call {
@@ -324,10 +349,11 @@ class stream {
   // ---- device work (EXPERIMENTAL, CUDA builds; see flowlane.h) ----
 
   // Launches the __global__ function `kernel` (its host-side handle) with `args`, each
-  // converted to the parameter's own type without narrowing, so that the bytes the kernel
-  // reads have its parameters' sizes (a literal 5 for a size_t parameter is widened here,
-  // a size_t for an int parameter does not compile: cast it). The bytes are copied at
-  // submit.
+  // converted to the parameter's own type, so that the bytes the kernel reads have its
+  // parameters' sizes. Integers are widened (a literal 5 for a size_t parameter, as a call
+  // would convert it), other arguments convert as in braces; nothing narrows: a size_t
+  // for an int parameter, or a literal 7 for a short one, does not compile (cast it). The
+  // bytes are copied at submit.
   template <class... Params, class... Args>
   fl_instr_id submit_kernel(void (*kernel)(Params...), const launch& shape, std::initializer_list<operand> ops,
                             Args&&... args) const {
@@ -337,7 +363,7 @@ class stream {
   fl_instr_id submit_kernel_named(void (*kernel)(Params...), const launch& shape, std::initializer_list<operand> ops,
                                   const char* name, Args&&... args) const {
     static_assert(sizeof...(Params) == sizeof...(Args), "submit_kernel: one argument per kernel parameter");
-    std::tuple<std::decay_t<Params>...> values{std::decay_t<Params>{std::forward<Args>(args)}...};
+    std::tuple<std::decay_t<Params>...> values{detail::kernel_arg<std::decay_t<Params>>(std::forward<Args>(args))...};
     return launch_tuple(reinterpret_cast<const void*>(kernel), shape, ops, name, values,
                         std::index_sequence_for<Params...>{});
   }
@@ -614,9 +640,12 @@ class taskgraph {
         return self->first->run(self->fn);
       }
     };
-    auto call = std::make_unique<Call>(std::forward<F>(f), &calls_->first);
+    auto call = std::make_unique<Call>(std::forward<F>(f), calls_ ? &calls_->first : nullptr);
+    // Room first: once the graph holds the node, keeping its callable must not throw.
+    if (calls_ && calls_->nodes.size() == calls_->nodes.capacity())
+      calls_->nodes.reserve(std::max<size_t>(8, 2 * calls_->nodes.size()));
     uint64_t node = 0;
-    check(fl_taskgraph_add(g_, &Call::run, call.get(), name, &node));
+    check(fl_taskgraph_add(g_, &Call::run, call.get(), name, &node));  // no graph: throws
     calls_->nodes.push_back(std::move(call));
     return node;
   }
@@ -625,10 +654,22 @@ class taskgraph {
 
   // Runs every node once, in dependency order, on at most `threads` threads (-1: every
   // logical core, 0: the physical ones). Rethrows the first exception a node threw (the
-  // nodes that depend on a failed one do not run), or throws for a failure status.
+  // nodes that depend on a failed one do not run), or throws for a failure status. A run
+  // while the graph runs (from another thread or one of its nodes) throws
+  // FL_ERR_INVALID_ARGUMENT, as fl_taskgraph_run answers, and leaves the running one's
+  // exception to it.
   void run(int64_t threads = -1) {
+    if (!calls_) {  // moved from or default-constructed
+      check(fl_taskgraph_run(g_, threads));  // throws FL_ERR_INVALID_HANDLE
+      return;
+    }
+    if (calls_->running.exchange(true))
+      throw error(FL_ERR_INVALID_ARGUMENT, "taskgraph::run: the graph is already running");
     fl_status_t st = fl_taskgraph_run(g_, threads);
-    calls_->first.rethrow_or_check(st);
+    std::exception_ptr e = calls_->first.take();
+    calls_->running = false;
+    if (e) std::rethrow_exception(e);
+    check(st);
   }
 
   void reset() noexcept {
@@ -643,7 +684,8 @@ class taskgraph {
   };
   struct Calls {
     std::vector<std::unique_ptr<Node>> nodes;
-    detail::first_exception first;
+    detail::first_exception first;  // of the one run in progress
+    std::atomic<bool> running{false};
   };
   fl_taskgraph_t* g_ = nullptr;
   std::unique_ptr<Calls> calls_;  // stable: the graph holds pointers to its nodes
@@ -660,6 +702,9 @@ class pinned_buffer {
  public:
   pinned_buffer() = default;
   explicit pinned_buffer(size_t count) : n_(count) {
+    if (count > SIZE_MAX / sizeof(T))  // count * sizeof(T) would wrap to a smaller size
+      throw error(FL_ERR_OUT_OF_RANGE, "pinned_buffer: " + std::to_string(count) + " elements of " +
+                                           std::to_string(sizeof(T)) + " bytes do not fit in a size_t");
     void* p = nullptr;
     check(fl_host_alloc_pinned(uint64_t(count) * sizeof(T), &p));
     p_ = static_cast<T*>(p);
@@ -931,7 +976,7 @@ class engine {
   template <class F>
   void parallel_for(uint64_t begin, uint64_t end, F&& body, uint64_t grain = 0) const {
     struct Ctx {
-      F* body;
+      std::remove_reference_t<F>* body;
       detail::first_exception first;
     } ctx{&body, {}};
     fl_status_t st = fl_parallel_for(

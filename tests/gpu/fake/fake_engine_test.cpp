@@ -736,11 +736,12 @@ TEST(FakeGpuCpp, KernelArgumentsArriveAtTheirParametersSizesAndDeviceClosuresLiv
   flowlane::engine e;
   const flowlane::stream gpu = e.stream_of(1, kGpu, FL_STREAM_COMPUTE);
   // A fake kernel stands for a __global__ function void(int*, long, short): the int
-  // literals are widened to the parameters' types before their bytes are copied.
+  // literal is widened to the long parameter before its bytes are copied (a literal for the
+  // short would narrow: it must be cast).
   auto check_args = reinterpret_cast<void (*)(int*, long, short)>(const_cast<fake::Kernel*>(&kCheckArgs));
   int result = 0;
   auto done = e.phony();
-  gpu.submit_kernel(check_args, flowlane::launch{}, {flowlane::write(done)}, &result, -3, 7);
+  gpu.submit_kernel(check_args, flowlane::launch{}, {flowlane::write(done)}, &result, -3, short{7});
 
   // A device function's closure owns what its enqueued work uses, until that work is done.
   std::vector<int> device(4, 0);  // the fake treats unregistered memory as device memory
@@ -765,6 +766,13 @@ TEST(FakeGpuCpp, KernelArgumentsArriveAtTheirParametersSizesAndDeviceClosuresLiv
   gpu.synchronize();
   EXPECT_EQ(device[0], 0);
   EXPECT_GE(flowlane::cuda_device_count(), 1);
+  // A count whose bytes wrap around is refused before anything is allocated or filled.
+  try {
+    flowlane::pinned_buffer<uint64_t> huge(SIZE_MAX / sizeof(uint64_t) + 2);
+    ADD_FAILURE() << "a pinned_buffer of " << huge.size() << " elements in " << huge.bytes() << " bytes";
+  } catch (const flowlane::error& x) {
+    EXPECT_EQ(x.status(), FL_ERR_OUT_OF_RANGE) << x.what();
+  }
 }
 
 }  // namespace
