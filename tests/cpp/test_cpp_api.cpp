@@ -775,3 +775,45 @@ TEST(CppPinned, ACountWhoseBytesOverflowIsRefusedBeforeAnyAllocation) {
 }
 
 }  // namespace
+
+namespace {
+
+// reset() from code the engine runs is refused by the C API: the wrapper keeps its engine
+// (and the watchdog's record, which the still-running engine's watchdog calls into), so
+// the program's own thread destroys it later as usual.
+TEST(CppHandles, AResetRefusedInsideACallbackKeepsTheEngineAndItsWatchdog) {
+  flowlane::engine e(workers(1));
+  std::atomic<int> dumps{0};
+  e.set_watchdog(std::chrono::milliseconds(20), [&](std::string_view) { dumps.fetch_add(1); });
+  bool refused = false;
+  e.host(0).submit([&] { refused = !e.reset(); });
+  e.synchronize();
+  EXPECT_TRUE(refused);
+  ASSERT_NE(e.get(), nullptr) << "the wrapper dropped an engine that still runs";
+  Gate gate;  // a stall: the watchdog calls the (still owned) record
+  e.host(0).submit([&] { gate.wait(); });
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (dumps.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  gate.release();
+  EXPECT_GT(dumps.load(), 0);
+  EXPECT_TRUE(e.reset());
+  EXPECT_EQ(e.get(), nullptr);
+}
+
+TEST(CppTaskGraph, AResetRefusedWhileTheGraphRunsKeepsItsCallables) {
+  flowlane::engine e(workers(2));
+  flowlane::taskgraph g = e.make_taskgraph();
+  bool refused = false;
+  int after = 0;
+  const uint64_t a = g.add([&] { refused = !g.reset(); });
+  const uint64_t b = g.add([&] { ++after; });  // runs after the refused reset: still owned
+  g.precede(a, b);
+  g.run(1);
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(after, 1);
+  g.run(1);  // the graph is intact
+  EXPECT_EQ(after, 2);
+  EXPECT_TRUE(g.reset());
+}
+
+}  // namespace

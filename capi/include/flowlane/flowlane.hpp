@@ -619,13 +619,13 @@ class taskgraph {
   taskgraph(taskgraph&& o) noexcept : g_(std::exchange(o.g_, nullptr)), calls_(std::move(o.calls_)) {}
   taskgraph& operator=(taskgraph&& o) noexcept {
     if (this != &o) {
-      reset();
+      drop();
       g_ = std::exchange(o.g_, nullptr);
       calls_ = std::move(o.calls_);
     }
     return *this;
   }
-  ~taskgraph() { reset(); }
+  ~taskgraph() { drop(); }
   fl_taskgraph_t* get() const noexcept { return g_; }
 
   // Adds a node running f (returning void or fl_status_t); returns its id (dense from 0).
@@ -672,13 +672,22 @@ class taskgraph {
     check(st);
   }
 
-  void reset() noexcept {
-    if (g_ != nullptr) fl_taskgraph_destroy(g_);
+  // Destroys the graph now. Returns false, and leaves the graph as it was, when the C API
+  // refuses: the graph is running (reset from one of its nodes).
+  bool reset() noexcept {
+    if (g_ != nullptr && fl_taskgraph_destroy(g_) != FL_OK) return false;
     g_ = nullptr;
     calls_.reset();
+    return true;
   }
 
  private:
+  // The destructor's (and a move's) reset: a graph whose destroy is refused is running,
+  // so it and its nodes' callables are left behind, never freed under the run.
+  void drop() noexcept {
+    if (!reset()) (void)calls_.release();
+    g_ = nullptr;
+  }
   struct Node {
     virtual ~Node() = default;
   };
@@ -918,13 +927,13 @@ class engine {
   engine(engine&& o) noexcept : e_(std::exchange(o.e_, nullptr)), watchdog_(std::move(o.watchdog_)) {}
   engine& operator=(engine&& o) noexcept {
     if (this != &o) {
-      reset();
+      drop();
       e_ = std::exchange(o.e_, nullptr);
       watchdog_ = std::move(o.watchdog_);
     }
     return *this;
   }
-  ~engine() { reset(); }
+  ~engine() { drop(); }
   fl_engine_t* get() const noexcept { return e_; }
 
   uint32_t lane_count() const { return fl_engine_lane_count(e_); }
@@ -1038,14 +1047,25 @@ class engine {
   void trace_start(const std::string& path) const { check(fl_trace_start(e_, path.c_str())); }
   void trace_stop() const { check(fl_trace_stop(e_)); }
 
-  // Destroys the engine now (drains first); the destructor then does nothing.
-  void reset() noexcept {
-    if (e_ != nullptr) fl_engine_destroy(e_);  // joins the watchdog's thread
+  // Destroys the engine now (drains first; the destructor then does nothing). Returns
+  // false, and leaves the engine as it was, when the C API refuses: called from code the
+  // engine runs (a callback would wait for itself; fl_last_error_message() says so).
+  bool reset() noexcept {
+    if (e_ != nullptr && fl_engine_destroy(e_) != FL_OK) return false;  // joins the watchdog's thread
     e_ = nullptr;
     watchdog_.reset();
+    return true;
   }
 
  private:
+  // The destructor's (and a move's) reset: when the C API refuses the destroy (the last
+  // owner went inside one of the engine's callbacks), the engine keeps running and its
+  // watchdog may still call into the record, so both are left behind, never freed under it.
+  void drop() noexcept {
+    if (!reset()) (void)watchdog_.release();
+    e_ = nullptr;
+  }
+
   using watchdog_fn = std::function<void(std::string_view)>;
   // The watchdog's callable. The C watchdog holds this (stable) record as its user_data;
   // `current` is swapped under `mu`, and each call runs a copy of the pointer, so a
