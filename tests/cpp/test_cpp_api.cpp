@@ -817,3 +817,48 @@ TEST(CppTaskGraph, AResetRefusedWhileTheGraphRunsKeepsItsCallables) {
 }
 
 }  // namespace
+
+namespace {
+
+// What a callable may return: void or fl_status_t (anything else, such as a bool whose
+// `true` would be status 1, a failure, is a static_assert in call_for_status).
+TEST(CppSubmit, ACallableReturnsVoidOrAStatusOnly) {
+  auto v = [] {};
+  auto st = [] { return FL_ERR_INSTRUCTION_FAILED; };
+  EXPECT_EQ(flowlane::detail::call_for_status(v), FL_OK);
+  EXPECT_EQ(flowlane::detail::call_for_status(st), FL_ERR_INSTRUCTION_FAILED);
+  flowlane::engine e(workers(1));
+  auto id = e.host(0).submit([] { return FL_ERR_INSTRUCTION_FAILED; });
+  EXPECT_EQ(status_of([&] { e.host(0).wait(id); }), FL_ERR_INSTRUCTION_FAILED);
+  (void)status_of([&] { e.synchronize(); });
+}
+
+}  // namespace
+
+namespace {
+
+// A replaced watchdog callable is destroyed with no lock of the wrapper held: its
+// destructor may reconfigure the watchdog (it used to run under the record's locks, and
+// the nested call deadlocked on them).
+TEST(CppWatchdog, AReplacedCallableMayReconfigureFromItsDestructor) {
+  flowlane::engine e(workers(1));
+  struct Guard {
+    Guard(flowlane::engine* engine, bool* flag) : e(engine), ran(flag) {}
+    Guard(const Guard&) = delete;
+    flowlane::engine* e;
+    bool* ran;
+    ~Guard() {
+      e->set_watchdog(std::chrono::milliseconds(0));
+      *ran = true;
+    }
+  };
+  bool ran = false;
+  auto g = std::make_shared<Guard>(&e, &ran);
+  e.set_watchdog(std::chrono::seconds(10), [g](std::string_view) {});
+  g.reset();  // the callable holds the last reference
+  EXPECT_FALSE(ran);
+  e.set_watchdog(std::chrono::seconds(10), [](std::string_view) {});  // replaces it: ~Guard runs
+  EXPECT_TRUE(ran);
+}
+
+}  // namespace

@@ -15,8 +15,8 @@
 //  - engine, object<T>, task_group and the other owners are move-only; destroying them
 //    calls the C destructor (an engine drains its work first; an object's value lives
 //    until the last instruction using it has completed).
-//  - A callable given to submit(), spawn() or parallel_for() may return void or
-//    fl_status_t, and may take an instr_context (submit) as its argument. An exception it
+//  - A callable given to submit(), spawn(), parallel_for() or a graph may return void or
+//    fl_status_t (any other result type does not compile), and may take an instr_context (submit) as its argument. An exception it
 //    throws fails the instruction or task with its what() as the message (for
 //    parallel_for, the first one is rethrown to the caller).
 //  - A failed call throws flowlane::error, which carries the status and the message.
@@ -87,17 +87,28 @@ inline uint64_t to_ns(std::chrono::nanoseconds d) { return d.count() < 0 ? 0 : u
 
 namespace detail {
 
-// Runs a user callable and turns its result into a status: void → FL_OK, a status as is,
-// an exception → FL_ERR_INSTRUCTION_FAILED with its text in *message.
+// Runs a user callable for its status: void → FL_OK, an fl_status_t as is. Any other
+// result type is refused at compile time (a `return true` would otherwise become status 1,
+// a failure). Exceptions pass through.
+template <class F, class... Args>
+fl_status_t call_for_status(F& f, Args&&... args) {
+  using R = std::invoke_result_t<F&, Args...>;
+  static_assert(std::is_void_v<R> || std::is_same_v<std::remove_cv_t<R>, fl_status_t>,
+                "a flowlane callable returns void or fl_status_t (FL_OK, or a failure status)");
+  if constexpr (std::is_void_v<R>) {
+    f(std::forward<Args>(args)...);
+    return FL_OK;
+  } else {
+    return f(std::forward<Args>(args)...);
+  }
+}
+
+// Runs a user callable and turns its result into a status (call_for_status), an exception
+// into FL_ERR_INSTRUCTION_FAILED with its text in *message.
 template <class F, class... Args>
 fl_status_t invoke(F& f, std::string* message, Args&&... args) noexcept {
   try {
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, Args...>>) {
-      f(std::forward<Args>(args)...);
-      return FL_OK;
-    } else {
-      return static_cast<fl_status_t>(f(std::forward<Args>(args)...));
-    }
+    return call_for_status(f, std::forward<Args>(args)...);
   } catch (const std::exception& e) {
     if (message) *message = e.what();
   } catch (...) {
@@ -122,12 +133,7 @@ class first_exception {
   template <class F, class... Args>
   fl_status_t run(F& f, Args&&... args) noexcept {
     try {
-      if constexpr (std::is_void_v<std::invoke_result_t<F&, Args...>>) {
-        f(std::forward<Args>(args)...);
-        return FL_OK;
-      } else {
-        return static_cast<fl_status_t>(f(std::forward<Args>(args)...));
-      }
+      return call_for_status(f, std::forward<Args>(args)...);
     } catch (...) {
       keep(std::current_exception());
       return FL_ERR_INSTRUCTION_FAILED;
@@ -1109,8 +1115,15 @@ class engine {
     // After the C call: a reconfiguration from another thread returns only once a running
     // callback (which may have reconfigured it too) has returned, so the last C call and
     // the last callable stored here are one configuration.
-    std::lock_guard<std::mutex> lock(w->mu);
-    w->current = std::move(fn);
+    std::shared_ptr<watchdog_fn> replaced;
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      replaced = std::exchange(w->current, std::move(fn));
+    }
+    // A replaced callable that no run holds any more is destroyed here, with no lock held
+    // (its destructor may call into the engine, set_watchdog included).
+    if (setting.owns_lock()) setting.unlock();
+    replaced.reset();
   }
 
   fl_engine_t* e_ = nullptr;
