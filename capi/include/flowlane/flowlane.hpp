@@ -258,11 +258,13 @@ struct stream_info {
   fl_stream_kind_t kind;
 };
 
-// A kernel launch's shape (fl_kernel_instr_t; 0 in a component counts as 1).
+// A kernel launch's shape (fl_kernel_instr_t; 0 in a component counts as 1) and its
+// submit flags (FL_SUBMIT_NONBLOCKING).
 struct launch {
   fl_dim3_t grid{1, 1, 1};
   fl_dim3_t block{1, 1, 1};
   uint64_t shared_mem_bytes = 0;
+  uint64_t flags = 0;
 };
 
 namespace detail {
@@ -476,6 +478,7 @@ class stream {
     in.grid = shape.grid;
     in.block = shape.block;
     in.shared_mem_bytes = shape.shared_mem_bytes;
+    in.flags = shape.flags;
     in.args = sizeof...(I) ? args.data() : nullptr;
     in.arg_sizes = sizeof...(I) ? sizes.data() : nullptr;
     in.num_args = sizeof...(I);

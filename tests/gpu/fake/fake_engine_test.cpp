@@ -742,6 +742,14 @@ TEST(FakeGpuCpp, KernelArgumentsArriveAtTheirParametersSizesAndDeviceClosuresLiv
   int result = 0;
   auto done = e.phony();
   gpu.submit_kernel(check_args, flowlane::launch{}, {flowlane::write(done)}, &result, -3, short{7});
+  flowlane::launch unknown_flags;
+  unknown_flags.flags = uint64_t(1) << 40;  // the flags reach the C call, which checks them
+  try {
+    gpu.submit_kernel(check_args, unknown_flags, {}, &result, -3, short{7});
+    ADD_FAILURE() << "unknown submit flags were accepted";
+  } catch (const flowlane::error& err) {
+    EXPECT_EQ(err.status(), FL_ERR_INVALID_ARGUMENT) << err.what();
+  }
 
   // A device function's closure owns what its enqueued work uses, until that work is done.
   std::vector<int> device(4, 0);  // the fake treats unregistered memory as device memory
