@@ -411,7 +411,8 @@ TEST(CppStreams, ErrorPathsThrowTheirStatus) {
   flowlane::engine e(workers(1));
   // A host stream has no CUDA priority; a kernel or copy needs a CUDA stream (and a CPU-only
   // build has none at all).
-  EXPECT_EQ(status_of([&] { e.host(0).set_priority(0); }), FL_ERR_INVALID_ARGUMENT);
+  const fl_status_t priority = status_of([&] { e.host(0).set_priority(0); });
+  EXPECT_TRUE(priority == FL_ERR_INVALID_ARGUMENT || priority == FL_ERR_UNSUPPORTED) << fl_status_name(priority);
   const fl_status_t kernel = status_of([&] {
     e.host(0).submit_kernel(static_cast<void (*)(int)>(nullptr), flowlane::launch{}, {}, 1);
   });
