@@ -40,7 +40,7 @@ from ._base import (
 from ._ffi import lib
 from ._future import WAIT_SLICE_S, Completer, Future, run_blocking_async, wait_sliced
 from ._managed import Managed, callback_depth
-from .errors import InstructionFailed, InvalidArgument, Shutdown, check, error_for
+from .errors import ClosedError, InstructionFailed, InvalidArgument, Shutdown, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gpu import Comm, CommBackend, CommUniqueId
@@ -92,9 +92,12 @@ class Engine(Managed):
     every pending cleanup and release, and joins the workers. Failures of Python callables
     that no wait observed are logged then (logger "flowlane", level ERROR).
 
-    Thread-safety: every method may be called from any thread, concurrently; close()
-    must not race with other calls on the same engine, and cannot be called from inside
-    a flowlane callback.
+    Thread-safety: every method may be called from any thread, concurrently, close()
+    included (it cannot be called from inside a flowlane callback). While close() drains,
+    waits, futures, queries and stats keep working; once the drain is over, calls into the
+    engine and its streams, objects, lanes, graphs, groups and communicators from the
+    program's threads raise :class:`ClosedError`, and close() waits for those already in
+    the library before it frees the engine.
     """
 
     __slots__ = ("_tls", "_failures", "_failures_lock", "_watchdogs", "_close_lock", "_pinned", "__dict__")
@@ -125,6 +128,10 @@ class Engine(Managed):
         self._admit = threading.Condition()
         self._submitting = 0
         self._closing = False
+        # Calls into the library from the program's threads (_call): close() refuses new
+        # ones once drained, then waits for those in progress before destroying.
+        self._calls = 0
+        self._calls_closed = False
         self._handle = out
         _live_engines.add(self)
 
@@ -145,6 +152,9 @@ class Engine(Managed):
         if callback_depth() > 0:
             raise InvalidArgument("called from inside a flowlane callback: it would wait for itself; "
                                   "close the engine from the thread that owns it", function="Engine.close")
+        if getattr(self._tls, "calls", 0):
+            raise InvalidArgument("called while this thread is inside a call on this engine (from a signal "
+                                  "handler?): it would wait for itself", function="Engine.close")
         with self._close_lock:
             h = self._handle
             if h is None:
@@ -155,10 +165,18 @@ class Engine(Managed):
             self._stop_admitting()
             wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), None, "Engine.close")
             self._completer.flush()
+            # Drained: from here on the program's calls are refused (ClosedError), and those
+            # in progress return (a wait's work is done) before the destroy frees the engine.
+            try:
+                self._stop_calls()
+                st = lib.fl_engine_destroy(h)
+                if st != _capi.FL_OK:
+                    check(st, "Engine.close")
+            except BaseException:
+                with self._admit:  # interrupted or refused: the engine stays usable
+                    self._calls_closed = False
+                raise
             _live_engines.discard(self)
-            st = lib.fl_engine_destroy(h)
-            if st != _capi.FL_OK:
-                check(st, "Engine.close")
             self._handle = None
             self._completer.stop()
             self._watchdogs.clear()
@@ -213,6 +231,38 @@ class Engine(Managed):
             while self._submitting:
                 self._admit.wait(WAIT_SLICE_S)
 
+    def _call(self, where: str) -> "_InCall":
+        """``with engine._call(where) as h:`` around every call into the library on this
+        engine or its streams, objects, lanes, graphs, groups and communicators (other
+        than submissions and creations, which _admitted covers): ``h`` is the engine's
+        handle. From a program thread the call is counted, and refused with
+        :class:`ClosedError` once close() has drained; close() waits for the counted ones
+        before destroying. From inside a callback it is not counted: callbacks run before
+        the destroy returns. Blocking waits take it per slice (see _sliced), so a wait in
+        progress holds it only while it is inside the library."""
+        return _InCall(self, where)
+
+    def _sliced(self, call: Callable[[Any, int], Any], where: str) -> Callable[[int], int]:
+        """For wait_sliced: ``call(engine_handle, timeout_ns)`` (a C wait), each slice
+        inside _call."""
+        def guarded(ns: int) -> int:
+            with _InCall(self, where) as h:
+                return int(call(h, ns))
+        return guarded
+
+    def _drained(self) -> bool:
+        """True once close() has drained the engine (its values are final)."""
+        return self._handle is None or self._calls_closed
+
+    def _stop_calls(self) -> None:
+        """Refuses further calls from the program's threads and waits (in slices: Ctrl-C)
+        for those inside the library. After the drain each of them returns: a wait's work
+        has completed, and the others do not block."""
+        with self._admit:
+            self._calls_closed = True
+            while self._calls:
+                self._admit.wait(WAIT_SLICE_S)
+
     def _finalize(self) -> None:
         if self._handle is None:
             return
@@ -241,21 +291,24 @@ class Engine(Managed):
         self.close()
 
     def __repr__(self) -> str:
-        if self._handle is None:
+        try:
+            return "<flowlane.Engine workers=%d lanes=%d>" % (self.workers, self.lanes)
+        except ClosedError:
             return "<flowlane.Engine closed>"
-        return "<flowlane.Engine workers=%d lanes=%d>" % (self.workers, self.lanes)
 
     # -- properties -------------------------------------------------------------------
 
     @property
     def lanes(self) -> int:
         """Number of lanes (ids 0 .. lanes-1)."""
-        return int(lib.fl_engine_lane_count(self._ptr()))
+        with self._call("Engine.lanes") as h:
+            return int(lib.fl_engine_lane_count(h))
 
     @property
     def workers(self) -> int:
         """Number of host worker threads."""
-        return int(lib.fl_engine_worker_count(self._ptr()))
+        with self._call("Engine.workers") as h:
+            return int(lib.fl_engine_worker_count(h))
 
     # -- lanes and streams -----------------------------------------------------------
 
@@ -365,8 +418,8 @@ class Engine(Managed):
         call can be repeated. Blocking releases the GIL; Ctrl-C interrupts it. Not allowed
         inside a callback (InvalidArgument). When it returns, the futures of the
         instructions it waited for are done and their done-callbacks have run."""
-        h = self._ptr()
-        st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize")
+        st = wait_sliced(self._sliced(lib.fl_engine_synchronize_for, "Engine.synchronize"), timeout,
+                         "Engine.synchronize")
         self._settle(st)
         if st != _capi.FL_OK:
             self._raise(st, "Engine.synchronize")
@@ -374,11 +427,11 @@ class Engine(Managed):
     async def synchronize_async(self, timeout: Optional[float] = None) -> None:
         """``await engine.synchronize_async()``: synchronize() on a helper thread, so the
         event loop keeps running (it neither blocks nor polls)."""
-        h = self._ptr()
+        self._ptr()
 
         def wait(stop: threading.Event) -> None:
-            st = wait_sliced(lambda ns: lib.fl_engine_synchronize_for(h, ns), timeout, "Engine.synchronize_async",
-                             stop)
+            st = wait_sliced(self._sliced(lib.fl_engine_synchronize_for, "Engine.synchronize_async"), timeout,
+                             "Engine.synchronize_async", stop)
             self._settle(st)
             if st != _capi.FL_OK:
                 self._raise(st, "Engine.synchronize_async")
@@ -392,8 +445,7 @@ class Engine(Managed):
         Ctrl-C interrupts it) for every instruction to complete. Raises what synchronize()
         would, or :class:`Timeout` (the engine stays draining: call again). Waits, futures,
         stats and dumps keep working; close() frees the engine."""
-        h = self._ptr()
-        st = wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), timeout, "Engine.drain")
+        st = wait_sliced(self._sliced(lib.fl_engine_drain, "Engine.drain"), timeout, "Engine.drain")
         self._settle(st)
         if st != _capi.FL_OK:
             self._raise(st, "Engine.drain")
@@ -402,7 +454,8 @@ class Engine(Managed):
         """Cancels every instruction submitted before the call that has not started
         (``fl_engine_cancel``): they do not run, their futures are cancelled, and what reads
         their outputs is skipped. synchronize() then raises :class:`Cancelled` once."""
-        check(lib.fl_engine_cancel(self._ptr()), "Engine.cancel")
+        with self._call("Engine.cancel") as h:
+            check(lib.fl_engine_cancel(h), "Engine.cancel")
 
     def task_group(self) -> "TaskGroup":
         """A new :class:`TaskGroup`: ``with engine.task_group() as g: g.spawn(fn, ...)``
@@ -414,7 +467,8 @@ class Engine(Managed):
     def stats(self) -> EngineStats:
         """A snapshot of the engine's counters."""
         s = _ffi.init(_capi.fl_engine_stats)
-        check(lib.fl_engine_stats(self._ptr(), byref(s)), "Engine.stats")
+        with self._call("Engine.stats") as h:
+            check(lib.fl_engine_stats(h, byref(s)), "Engine.stats")
         return EngineStats(s.submitted, s.completed, s.failed, s.in_flight, s.window_stalls, s.steals, s.parks,
                            s.cancelled, s.tasks)
 
@@ -456,25 +510,28 @@ class Engine(Managed):
 
     def dump(self) -> str:
         """The engine's state dump (streams, oldest pending instructions, window)."""
-        h = self._ptr()
         need = c_uint64()
-        check(lib.fl_engine_dump(h, None, 0, byref(need)), "Engine.dump")
         buf = ctypes.create_string_buffer(1)
-        for _ in range(4):  # the state may grow between the calls
-            size = max(int(need.value), 1)
-            buf = ctypes.create_string_buffer(size)
-            check(lib.fl_engine_dump(h, buf, size, byref(need)), "Engine.dump")
-            if int(need.value) <= size:
-                break
+        with self._call("Engine.dump") as h:
+            check(lib.fl_engine_dump(h, None, 0, byref(need)), "Engine.dump")
+            for _ in range(4):  # the state may grow between the calls
+                size = max(int(need.value), 1)
+                buf = ctypes.create_string_buffer(size)
+                check(lib.fl_engine_dump(h, buf, size, byref(need)), "Engine.dump")
+                if int(need.value) <= size:
+                    break
         return buf.value.decode("utf-8", "replace")
 
     def trace_start(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Starts writing a trace (Chrome trace JSON) to ``path``."""
-        check(lib.fl_trace_start(self._ptr(), _ffi.encode_name(os.fspath(path))), "Engine.trace_start")
+        name = _ffi.encode_name(os.fspath(path))
+        with self._call("Engine.trace_start") as h:
+            check(lib.fl_trace_start(h, name), "Engine.trace_start")
 
     def trace_stop(self) -> None:
         """Stops the trace and finishes its file."""
-        check(lib.fl_trace_stop(self._ptr()), "Engine.trace_stop")
+        with self._call("Engine.trace_stop") as h:
+            check(lib.fl_trace_stop(h), "Engine.trace_stop")
 
     def tracing(self, path: Union[str, "os.PathLike[str]"]) -> "_Tracing":
         """``with engine.tracing("trace.json"): ...`` traces the block."""
@@ -503,7 +560,8 @@ class Engine(Managed):
             d.callback = keep
         if path is not None:
             d.path = _ffi.encode_name(os.fspath(path))
-        check(lib.fl_engine_set_watchdog(self._ptr(), byref(d)), "Engine.set_watchdog")
+        with self._call("Engine.set_watchdog") as h:
+            check(lib.fl_engine_set_watchdog(h, byref(d)), "Engine.set_watchdog")
         if keep is not None:
             # The library may call an earlier callback until the engine is destroyed.
             self._watchdogs.append(keep)
@@ -531,6 +589,44 @@ class Engine(Managed):
 
         return Comm(self, nranks, rank, unique_id, lane=lane, device=device, backend=backend,
                     unordered=unordered)
+
+
+class _InCall:
+    """Engine._call's context manager (a class: cheaper than a generator)."""
+
+    __slots__ = ("engine", "where", "counted")
+
+    def __init__(self, engine: Engine, where: str):
+        self.engine = engine
+        self.where = where
+        self.counted = False
+
+    def __enter__(self) -> Any:
+        e = self.engine
+        if callback_depth() > 0:
+            return e._ptr()
+        with e._admit:
+            h = e._handle
+            if h is None:
+                raise ClosedError("this engine is closed", function=self.where)
+            if e._calls_closed:
+                raise ClosedError("the engine is being closed (Engine.close has drained it and is freeing it)",
+                                  function=self.where)
+            e._calls += 1
+            self.counted = True
+        tls = e._tls
+        tls.calls = getattr(tls, "calls", 0) + 1
+        return h
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.counted:
+            return
+        e = self.engine
+        e._tls.calls -= 1
+        with e._admit:
+            e._calls -= 1
+            if not e._calls:
+                e._admit.notify_all()
 
 
 class _Tracing:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Generator, Generic, Opti
 from . import _capi
 from ._ffi import lib
 from ._managed import callback_depth
-from .errors import DependencyFailed, FlowlaneError, InstructionFailed, error_for
+from .errors import ClosedError, DependencyFailed, FlowlaneError, InstructionFailed, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._core import Engine, Stream
@@ -189,19 +189,23 @@ class Future(_FutureBase[T]):
         """The instruction's state as the engine reports it (``fl_instr_query``: never
         waits, never counts as observing a failure). After the engine is closed, derived
         from the future."""
-        h = self.stream.engine._handle
-        if h is None or not self._id:
-            with self._condition:
-                if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
-                    return InstrState.CANCELLED
-                if self._state == FINISHED:
-                    return InstrState.FAILED if self._exception is not None else InstrState.DONE
-                return InstrState.PENDING
-        out = ctypes.c_uint32()
-        st = lib.fl_instr_query(self.stream._handle, self._id, ctypes.byref(out))
-        if st != _capi.FL_OK:
-            raise error_for(st, None, "Future.state")
-        return InstrState(out.value)
+        if self.stream.engine._handle is not None and self._id:
+            out = ctypes.c_uint32()
+            try:
+                with self.stream.engine._call("Future.state"):
+                    st = lib.fl_instr_query(self.stream._handle, self._id, ctypes.byref(out))
+            except ClosedError:
+                pass  # closed meanwhile: the future is done
+            else:
+                if st != _capi.FL_OK:
+                    raise error_for(st, None, "Future.state")
+                return InstrState(out.value)
+        with self._condition:
+            if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                return InstrState.CANCELLED
+            if self._state == FINISHED:
+                return InstrState.FAILED if self._exception is not None else InstrState.DONE
+            return InstrState.PENDING
 
     def __repr__(self) -> str:
         return "<flowlane.Future #%d %r %s>" % (self._id, self.name, self._state.lower())
@@ -218,7 +222,11 @@ class Future(_FutureBase[T]):
         if was_pending and self._id and self.stream.engine._handle is not None:
             # The engine then skips it without calling back; if its lane reaches it first,
             # the callable sees the cancelled future and does not run fn.
-            lib.fl_instr_cancel(self.stream._handle, self._id)  # already completed: nothing to do
+            try:
+                with self.stream.engine._call("Future.cancel"):
+                    lib.fl_instr_cancel(self.stream._handle, self._id)  # already completed: nothing to do
+            except ClosedError:
+                pass  # drained meanwhile: nothing left to cancel
         return True
 
     def _wait_done(self, timeout: Optional[float], where: str) -> None:
@@ -241,7 +249,8 @@ class Future(_FutureBase[T]):
             # On a worker: a C wait, so the engine knows this worker is blocked (it keeps
             # other callbacks' work off it and can run a spare worker meanwhile).
             h = self.stream._handle
-            st = wait_sliced(lambda ns: lib.fl_instr_wait_for(h, self._id, ns), timeout, where)
+            st = wait_sliced(engine._sliced(lambda _e, ns: lib.fl_instr_wait_for(h, self._id, ns), where), timeout,
+                             where)
             if st == _capi.FL_ERR_TIMEOUT:
                 raise concurrent.futures.TimeoutError(
                     "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
@@ -337,7 +346,12 @@ class Future(_FutureBase[T]):
         out = ctypes.c_uint32()
         pause = 1e-5
         while engine._handle is not None:
-            if lib.fl_instr_query(self.stream._handle, self._id, ctypes.byref(out)) != _capi.FL_OK:
+            try:
+                with engine._call("Future"):
+                    st = lib.fl_instr_query(self.stream._handle, self._id, ctypes.byref(out))
+            except ClosedError:
+                return None
+            if st != _capi.FL_OK:
                 return None
             if out.value != _capi.FL_INSTR_PENDING:
                 return int(out.value)
@@ -353,7 +367,11 @@ class Future(_FutureBase[T]):
         if outcome is not None and outcome[0]:
             if engine._handle is not None:
                 # A success: waiting for it consumes nothing; it has all but completed.
-                lib.fl_instr_wait_for(self.stream._handle, self._id, _capi.FL_WAIT_FOREVER)
+                try:
+                    with engine._call("Future"):
+                        lib.fl_instr_wait_for(self.stream._handle, self._id, _capi.FL_WAIT_FOREVER)
+                except ClosedError:
+                    pass
             self._finish(result=outcome[1])
             return
         with self._condition:
@@ -414,7 +432,11 @@ class Future(_FutureBase[T]):
         context = provisional if isinstance(provisional, FlowlaneError) else self._cause
         err: Optional[FlowlaneError] = None
         if engine._handle is not None:
-            st = lib.fl_instr_wait_for(self.stream._handle, self._id, 0)
+            try:
+                with engine._call(where):
+                    st = lib.fl_instr_wait_for(self.stream._handle, self._id, 0)
+            except ClosedError:
+                st = _capi.FL_OK  # closed meanwhile: what Python knows
             if st not in (_capi.FL_OK, _capi.FL_ERR_TIMEOUT):
                 err = error_for(st, None, where)
         if err is None:

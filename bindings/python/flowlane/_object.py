@@ -85,9 +85,11 @@ class Object(Managed, Generic[T]):
         return super()._ptr()
 
     def _close_handle(self, handle: Any) -> None:
-        if self.engine._handle is None:
-            return  # the engine's destroy already released everything
-        check(lib.fl_object_release(handle), "Object.close")
+        try:
+            with self.engine._call("Object.close"):
+                check(lib.fl_object_release(handle), "Object.close")
+        except ClosedError:
+            return  # the engine is closed or being closed: its destroy releases everything
 
     def wait(self, access: AccessLike = Access.READ, timeout: Optional[float] = None) -> T:
         """Blocks (releasing the GIL) until the object may be accessed: READ waits for
@@ -101,7 +103,8 @@ class Object(Managed, Generic[T]):
     def _wait(self, access: AccessLike, where: str, timeout: Optional[float] = None,
               stop: Optional[threading.Event] = None) -> T:
         h, a = self._ptr(), _access(access)
-        st = wait_sliced(lambda ns: lib.fl_object_wait_for(h, a, ns), timeout, where, stop)
+        st = wait_sliced(self.engine._sliced(lambda _e, ns: lib.fl_object_wait_for(h, a, ns), where), timeout, where,
+                         stop)
         if st != _capi.FL_OK:
             self.engine._raise(st, where)
         return self._box.value  # type: ignore[no-any-return]
@@ -119,12 +122,21 @@ class Object(Managed, Generic[T]):
         engine is closed, the final value. Assigning waits for every earlier access."""
         if self.engine._handle is None or callback_depth() > 0:
             return self._box.value  # type: ignore[no-any-return]
-        return self._wait(Access.READ, "Object.value")
+        try:
+            return self._wait(Access.READ, "Object.value")
+        except ClosedError:
+            if self._handle is None or not self.engine._drained():
+                raise
+            return self._box.value  # type: ignore[no-any-return]  # closed meanwhile: final
 
     @value.setter
     def value(self, v: T) -> None:
         if self.engine._handle is not None and callback_depth() == 0:
-            self._wait(Access.WRITE, "Object.value")
+            try:
+                self._wait(Access.WRITE, "Object.value")
+            except ClosedError:
+                if self._handle is None or not self.engine._drained():
+                    raise
         self._box.value = v
 
     def __repr__(self) -> str:

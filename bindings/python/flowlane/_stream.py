@@ -73,7 +73,11 @@ class Lane:
             return
         self._released = True
         if self.owned and self.engine._handle is not None:
-            check(lib.fl_lane_release(self.engine._handle, self.id), "Lane.close")
+            try:
+                with self.engine._call("Lane.close") as h:
+                    check(lib.fl_lane_release(h, self.id), "Lane.close")
+            except ClosedError:
+                pass  # the engine is closed or being closed: its destroy releases every lane
 
     @property
     def closed(self) -> bool:
@@ -153,7 +157,8 @@ class Stream:
         lane = c_uint32()
         dev = _capi.fl_device()
         kind = _capi.fl_stream_kind_t()
-        check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "Stream.info")
+        with self.engine._call("Stream.info"):
+            check(lib.fl_stream_info(self._ptr(), byref(lane), byref(dev), byref(kind)), "Stream.info")
         return int(lane.value), Device(DeviceType(dev.type), dev.index), StreamKind(kind.value)
 
     def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
@@ -236,7 +241,7 @@ class Stream:
 
     def _synchronize(self, timeout: Optional[float], where: str) -> None:
         h = self._ptr()
-        st = wait_sliced(lambda ns: lib.fl_stream_synchronize_for(h, ns), timeout, where)
+        st = wait_sliced(self.engine._sliced(lambda _e, ns: lib.fl_stream_synchronize_for(h, ns), where), timeout, where)
         self.engine._settle(st)
         if st != _capi.FL_OK:
             self.engine._raise(st, where)
@@ -247,8 +252,8 @@ class Stream:
         h = self._ptr()
 
         def wait(stop: threading.Event) -> None:
-            st = wait_sliced(lambda ns: lib.fl_stream_synchronize_for(h, ns), timeout, "Stream.synchronize_async",
-                             stop)
+            st = wait_sliced(self.engine._sliced(lambda _e, ns: lib.fl_stream_synchronize_for(h, ns),
+                                                 "Stream.synchronize_async"), timeout, "Stream.synchronize_async", stop)
             self.engine._settle(st)
             if st != _capi.FL_OK:
                 self.engine._raise(st, "Stream.synchronize_async")
@@ -258,7 +263,8 @@ class Stream:
     def cancel(self) -> None:
         """Cancels every instruction submitted to this stream before the call that has not
         started (``fl_stream_cancel``); see :meth:`Engine.cancel`."""
-        check(lib.fl_stream_cancel(self._ptr()), "Stream.cancel")
+        with self.engine._call("Stream.cancel"):
+            check(lib.fl_stream_cancel(self._ptr()), "Stream.cancel")
 
     # GPU entry points live in gpu.py; bound here so streams grow with the API.
     def set_priority(self, priority: int) -> int:

@@ -118,8 +118,9 @@ def stream_set_priority(stream: Stream, priority: int) -> int:
     """Sets a CUDA stream's priority (before its first instruction); returns the applied,
     clamped value."""
     applied = c_int32()
-    check(lib.fl_stream_set_priority(stream._ptr(), _int("priority", priority, -(2**31), 2**31 - 1), byref(applied)),
-          "Stream.set_priority")
+    p = _int("priority", priority, -(2**31), 2**31 - 1)
+    with stream.engine._call("Stream.set_priority"):
+        check(lib.fl_stream_set_priority(stream._ptr(), p, byref(applied)), "Stream.set_priority")
     return int(applied.value)
 
 
@@ -166,7 +167,8 @@ def submit_kernel(stream: Stream, func: int, *, grid: Union[int, Sequence[int]] 
     instr.name = _ffi.encode_name(name)
     instr.flags = _capi.FL_SUBMIT_NONBLOCKING if nonblocking else 0
     out = c_uint64()
-    check(lib.fl_submit_kernel(h, byref(instr), byref(out)), where)
+    with stream.engine._admitted(where):
+        check(lib.fl_submit_kernel(h, byref(instr), byref(out)), where)
     return int(out.value)
 
 
@@ -222,7 +224,12 @@ def submit_device(stream: Stream, fn: Callable[[int], Any], reads: Iterable[Obje
     instr.name = cname
     instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
     out = c_uint64()
-    st = lib.fl_submit_device(h, byref(instr), byref(out))
+    try:
+        with stream.engine._admitted(where):
+            st = lib.fl_submit_device(h, byref(instr), byref(out))
+    except BaseException:
+        _keep.pop(key, None)
+        raise
     if st != _capi.FL_OK:
         err = error_for(st, None, where)
         _keep.pop(key, None)
@@ -247,7 +254,8 @@ def submit_memcpy(stream: Stream, kind: Union[MemcpyKind, int], dst: int, src: i
     instr.name = _ffi.encode_name(name)
     instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
     out = c_uint64()
-    check(lib.fl_submit_memcpy(h, byref(instr), byref(out)), where)
+    with stream.engine._admitted(where):
+        check(lib.fl_submit_memcpy(h, byref(instr), byref(out)), where)
     return int(out.value)
 
 
@@ -343,7 +351,8 @@ class Comm(Managed):
         d.backend = _int("backend", be, 0, _U64)
         d.flags = _capi.FL_COMM_UNORDERED if unordered else 0
         out = _ffi.comm_p()
-        check(lib.fl_comm_create(engine._ptr(), byref(d), byref(unique_id._c), byref(out)), "Comm")
+        with engine._admitted("Comm") as h:
+            check(lib.fl_comm_create(h, byref(d), byref(unique_id._c), byref(out)), "Comm")
         #: The engine.
         self.engine = engine
         #: The lane whose COLLECTIVE stream issues the collectives.
@@ -360,8 +369,11 @@ class Comm(Managed):
         return super()._ptr()
 
     def _close_handle(self, handle: Any) -> None:
-        if self.engine._handle is not None:
-            check(lib.fl_comm_destroy(handle), "Comm.close")
+        try:
+            with self.engine._call("Comm.close"):
+                check(lib.fl_comm_destroy(handle), "Comm.close")
+        except ClosedError:
+            pass  # the engine is closed or being closed: its destroy aborts the communicator
 
     def stream(self) -> Stream:
         """The COLLECTIVE stream this communicator issues on."""
@@ -394,7 +406,8 @@ class Comm(Managed):
         instr.name = _ffi.encode_name(name)
         instr.flags = 0 if block else _capi.FL_SUBMIT_NONBLOCKING
         out = c_uint64()
-        check(lib.fl_submit_collective(s._ptr(), self._ptr(), byref(instr), byref(out)), where)
+        with self.engine._admitted(where):
+            check(lib.fl_submit_collective(s._ptr(), self._ptr(), byref(instr), byref(out)), where)
         return int(out.value)
 
     def all_reduce(self, sendbuf: int, recvbuf: int, count: int, dtype: Union[DType, int],

@@ -111,11 +111,12 @@ def parallel_for(engine: Engine, begin: Union[int, range], end: Union[int, Calla
     b = _int("begin", begin, 0, 2**64 - 1)
     e = _int("end", end, 0, 2**64 - 1)
     g = _int("grain", grain, 0, 2**64 - 1)
-    h = engine._ptr()
+    engine._ptr()
     failure = _Failure()
     key = _register(_Body(body, failure, engine))
     try:
-        st = lib.fl_parallel_for(h, b, e, g, _range_trampoline, key)
+        with engine._admitted("parallel_for") as h:
+            st = lib.fl_parallel_for(h, b, e, g, _range_trampoline, key)
     finally:
         _keep.pop(key, None)
     if st != _capi.FL_OK:
@@ -215,7 +216,8 @@ class TaskGraph(Managed):
         if not isinstance(engine, Engine):
             raise TypeError("TaskGraph: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         out = _ffi.taskgraph_p()
-        check(lib.fl_taskgraph_create(engine._ptr(), byref(out)), "Engine.taskgraph")
+        with engine._admitted("Engine.taskgraph") as h:
+            check(lib.fl_taskgraph_create(h, byref(out)), "Engine.taskgraph")
         #: The engine.
         self.engine = engine
         self._keys: List[int] = []
@@ -232,7 +234,10 @@ class TaskGraph(Managed):
     def _close_handle(self, handle: Any) -> None:
         try:
             if self.engine._handle is not None:
-                check(lib.fl_taskgraph_destroy(handle), "TaskGraph.close")
+                with self.engine._call("TaskGraph.close"):
+                    check(lib.fl_taskgraph_destroy(handle), "TaskGraph.close")
+        except ClosedError:
+            pass  # the engine is closed or being closed
         finally:
             for k in self._keys:
                 _keep.pop(k, None)
@@ -246,7 +251,12 @@ class TaskGraph(Managed):
         label = name if name is not None else getattr(fn, "__qualname__", None)
         key = _register(_Node(fn, self._failure, label, self.engine))
         out = c_uint64()
-        st = lib.fl_taskgraph_add(h, _task_trampoline, key, encode_name(label), byref(out))
+        try:
+            with self.engine._call("TaskGraph.add"):
+                st = lib.fl_taskgraph_add(h, _task_trampoline, key, encode_name(label), byref(out))
+        except BaseException:
+            _keep.pop(key, None)
+            raise
         if st != _capi.FL_OK:
             err = error_for(st, None, "TaskGraph.add")
             _keep.pop(key, None)
@@ -263,14 +273,16 @@ class TaskGraph(Managed):
                 raise TypeError("TaskGraph.precede takes flowlane.Task nodes, not %s" % type(t).__name__)
             if t.graph is not self:
                 raise ValueError("TaskGraph.precede: %r belongs to another task graph" % (t,))
-        check(lib.fl_taskgraph_precede(self._ptr(), before.id, after.id), "TaskGraph.precede")
+        with self.engine._call("TaskGraph.precede"):
+            check(lib.fl_taskgraph_precede(self._ptr(), before.id, after.id), "TaskGraph.precede")
 
     def run(self, threads: int = -1) -> None:
         """Runs every node once, respecting edges, and blocks until done (releasing the
         GIL). threads: -1 all logical cores, 0 physical cores, N > 0 at most N."""
-        h = self._ptr()
+        self._ptr()
         n = _int("threads", threads, -(2**63), 2**63 - 1)
-        st = lib.fl_taskgraph_run(h, n)
+        with self.engine._admitted("TaskGraph.run"):
+            st = lib.fl_taskgraph_run(self._ptr(), n)
         if st != _capi.FL_OK:
             self._failure.raise_for(st, "TaskGraph.run", "")
         self._failure.exc = None
@@ -329,7 +341,8 @@ class TaskGroup(Managed):
         if not isinstance(engine, Engine):
             raise TypeError("TaskGroup: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         out = POINTER(_capi.fl_task_group_t)()
-        check(lib.fl_task_group_create(engine._ptr(), byref(out)), "Engine.task_group")
+        with engine._admitted("Engine.task_group") as h:
+            check(lib.fl_task_group_create(h, byref(out)), "Engine.task_group")
         #: The engine.
         self.engine = engine
         self._failure = _Failure()
@@ -359,7 +372,13 @@ class TaskGroup(Managed):
         key = _register(_GroupTask(task, self))
         with self._cond:
             self._pending += 1
-        st = lib.fl_task_group_spawn(h, _task_trampoline, key, _group_cleanup_trampoline)
+        try:
+            with self.engine._admitted("TaskGroup.spawn"):
+                st = lib.fl_task_group_spawn(h, _task_trampoline, key, _group_cleanup_trampoline)
+        except BaseException:
+            _keep.pop(key, None)
+            self._task_done()
+            raise
         if st != _capi.FL_OK:
             err = error_for(st, None, "TaskGroup.spawn")
             _keep.pop(key, None)
@@ -390,14 +409,18 @@ class TaskGroup(Managed):
                     self._cond.wait(left)
         elif timeout is not None:
             raise ValueError("TaskGroup.wait: a timeout cannot be used inside a task (the wait helps run tasks)")
-        st = lib.fl_task_group_wait(h)
+        with self.engine._call("TaskGroup.wait"):
+            st = lib.fl_task_group_wait(h)
         if st != _capi.FL_OK:
             self._failure.raise_for(st, "TaskGroup.wait", "task raised ")
         self._failure.exc = None
 
     def _close_handle(self, handle: Any) -> None:
-        if self.engine._handle is not None:
-            check(lib.fl_task_group_destroy(handle), "TaskGroup.close")
+        try:
+            with self.engine._call("TaskGroup.close"):
+                check(lib.fl_task_group_destroy(handle), "TaskGroup.close")
+        except ClosedError:
+            pass  # the engine is closed or being closed
 
     def close(self) -> None:
         """Waits for the group's tasks (their exceptions are dropped: wait() first to see
