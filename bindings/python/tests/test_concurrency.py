@@ -333,6 +333,71 @@ class CloseUnderLoad(unittest.TestCase):
         self.assertEqual(sum(outcomes.values()), 360, outcomes)
         self.assertLessEqual(set(outcomes), {"Shutdown", "ClosedError"}, outcomes)
 
+    def test_close_from_another_thread_while_queries_and_waits_run(self):
+        # Threads query and wait on the engine, its streams, objects, lanes and futures in a
+        # loop while the main thread closes it: each call returns (the waits while close
+        # drains), or raises ClosedError once the drain is over; none uses the freed engine
+        # (a segfault, caught as the child's exit status) and none hangs.
+        proc = run_child("""
+            import collections, sys, threading, time, flowlane
+            # A short switch interval: more interleavings per round, and the spinning callers
+            # hand the GIL back to the worker and to close() sooner.
+            sys.setswitchinterval(1e-4)
+            outcomes = collections.Counter()
+            lock = threading.Lock()
+
+            def slow(v):
+                time.sleep(0.0002)
+                return v + 1
+
+            def boom():
+                raise ValueError("boom")
+
+            for r in range(30):
+                e = flowlane.Engine(workers=1, lanes=4)
+                obj = e.object(0)
+                for i in range(8):
+                    e.submit(slow, reads=[obj], writes=[obj], lane=i % 4)
+                ok = e.submit(lambda: 1, lane=2)
+                bad = e.submit(boom, lane=3)
+                stream, stream2 = e.stream(1), e.stream(2)
+                calls = [
+                    e.stats, e.dump, e.synchronize, lambda: e.lanes, stream.info, stream.synchronize,
+                    stream2.synchronize, ok.state, lambda: bad.exception(), lambda: obj.wait(),
+                    lambda: obj.value,
+                ]
+                start = threading.Barrier(len(calls) + 1)
+
+                def caller(call):
+                    start.wait(30)
+                    try:
+                        while not e.closed:
+                            try:
+                                call()
+                            except ValueError:  # boom, from a wait that reports it
+                                pass
+                        outcome = "returned"
+                    except flowlane.FlowlaneError as ex:
+                        outcome = type(ex).__name__
+                    with lock:
+                        outcomes[outcome] += 1
+
+                threads = [threading.Thread(target=caller, args=(c,)) for c in calls]
+                for t in threads:
+                    t.start()
+                start.wait(30)
+                e.close()
+                for t in threads:
+                    t.join(30)
+                assert not any(t.is_alive() for t in threads)
+                assert obj.value == 8, obj.value
+            print(dict(outcomes))
+        """)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        outcomes = eval(proc.stdout.strip().splitlines()[-1])
+        self.assertEqual(sum(outcomes.values()), 330, outcomes)
+        self.assertLessEqual(set(outcomes), {"returned", "ClosedError"}, outcomes)
+
     def test_interpreter_exit_with_work_in_flight(self):
         # Daemon threads still submitting, callbacks resubmitting themselves, a long chain
         # and a done-callback pending: the atexit hook drains and closes; exit is clean.
