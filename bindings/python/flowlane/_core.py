@@ -130,8 +130,11 @@ class Engine(Managed):
         self._closing = False
         # Calls into the library from the program's threads (_call): close() refuses new
         # ones once drained, then waits for those in progress before destroying.
+        # (A plain lock and an event: cheaper per call than the condition above.)
+        self._calls_lock = threading.Lock()
         self._calls = 0
         self._calls_closed = False
+        self._calls_idle = threading.Event()
         self._handle = out
         _live_engines.add(self)
 
@@ -173,8 +176,9 @@ class Engine(Managed):
                 if st != _capi.FL_OK:
                     check(st, "Engine.close")
             except BaseException:
-                with self._admit:  # interrupted or refused: the engine stays usable
+                with self._calls_lock:  # interrupted or refused: the engine stays usable
                     self._calls_closed = False
+                    self._calls_idle.clear()
                 raise
             _live_engines.discard(self)
             self._handle = None
@@ -258,10 +262,12 @@ class Engine(Managed):
         """Refuses further calls from the program's threads and waits (in slices: Ctrl-C)
         for those inside the library. After the drain each of them returns: a wait's work
         has completed, and the others do not block."""
-        with self._admit:
+        with self._calls_lock:
             self._calls_closed = True
-            while self._calls:
-                self._admit.wait(WAIT_SLICE_S)
+            if not self._calls:
+                self._calls_idle.set()
+        while not self._calls_idle.wait(WAIT_SLICE_S):
+            pass
 
     def _finalize(self) -> None:
         if self._handle is None:
@@ -605,7 +611,7 @@ class _InCall:
         e = self.engine
         if callback_depth() > 0:
             return e._ptr()
-        with e._admit:
+        with e._calls_lock:
             h = e._handle
             if h is None:
                 raise ClosedError("this engine is closed", function=self.where)
@@ -623,10 +629,10 @@ class _InCall:
             return
         e = self.engine
         e._tls.calls -= 1
-        with e._admit:
+        with e._calls_lock:
             e._calls -= 1
-            if not e._calls:
-                e._admit.notify_all()
+            if not e._calls and e._calls_closed:
+                e._calls_idle.set()
 
 
 class _Tracing:
