@@ -428,7 +428,9 @@ class CloseUnderLoad(unittest.TestCase):
                     print("resubmission refused", flush=True)
             e.submit(again, lane=3)
             f = e.submit(lambda v: v, reads=[acc])
-            f.add_done_callback(lambda fut: print("done-callback", fut.result(), flush=True))
+            # One string per print: a print of several arguments writes them separately, and
+            # the other thread's line could land between them.
+            f.add_done_callback(lambda fut: print("done-callback %s" % fut.result(), flush=True))
             print("exiting", flush=True)
         """)
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
