@@ -18,11 +18,27 @@ from _support import GATE_TIMEOUT, Gate, flowlane, raises_failure
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_child(source, timeout=60):
-    """Runs ``source`` in a fresh interpreter that imports this checkout's flowlane."""
+# For the close-race children (run_child's prelude): starts the threads, lets them go
+# together with the calling thread, closes the engine under them; every thread must then
+# end (none hangs).
+CLOSE_RACING = """
+def close_racing(e, threads, start):
+    for t in threads:
+        t.start()
+    start.wait(30)
+    e.close()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+"""
+
+
+def run_child(source, timeout=60, prelude=""):
+    """Runs ``prelude`` then ``source`` in a fresh interpreter that imports this checkout's
+    flowlane."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(_HERE), env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(source)], env=env,
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(prelude) + textwrap.dedent(source)], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -318,20 +334,10 @@ class CloseUnderLoad(unittest.TestCase):
                                 e.submit(lambda v: v + 1, reads=[shared], writes=[shared], lane=n % 8)
                     except flowlane.FlowlaneError as ex:
                         outcomes[type(ex).__name__] += 1
-                threads = [threading.Thread(target=submitter, args=(k,)) for k in range(3)]
-                for t in threads:
-                    t.start()
-                start.wait(30)
-                e.close()
-                for t in threads:
-                    t.join(30)
-                assert not any(t.is_alive() for t in threads)
+                close_racing(e, [threading.Thread(target=submitter, args=(k,)) for k in range(3)], start)
             print(dict(outcomes))
-        """)
-        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-        outcomes = eval(proc.stdout.strip().splitlines()[-1])
-        self.assertEqual(sum(outcomes.values()), 360, outcomes)
-        self.assertLessEqual(set(outcomes), {"Shutdown", "ClosedError"}, outcomes)
+        """, prelude=CLOSE_RACING)
+        self.assert_outcomes(proc, 360, {"Shutdown", "ClosedError"})
 
     def test_close_from_another_thread_while_queries_and_waits_run(self):
         # Threads query and wait on the engine, its streams, objects, lanes and futures in a
@@ -382,21 +388,19 @@ class CloseUnderLoad(unittest.TestCase):
                     with lock:
                         outcomes[outcome] += 1
 
-                threads = [threading.Thread(target=caller, args=(c,)) for c in calls]
-                for t in threads:
-                    t.start()
-                start.wait(30)
-                e.close()
-                for t in threads:
-                    t.join(30)
-                assert not any(t.is_alive() for t in threads)
+                close_racing(e, [threading.Thread(target=caller, args=(c,)) for c in calls], start)
                 assert obj.value == 8, obj.value
             print(dict(outcomes))
-        """)
+        """, prelude=CLOSE_RACING)
+        self.assert_outcomes(proc, 330, {"returned", "ClosedError"})
+
+    def assert_outcomes(self, proc, count, allowed):
+        """A close-race child exited cleanly (no segfault: its exit status) and its threads
+        ended `count` times, each in one of `allowed` (its last line: a dict of counts)."""
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
         outcomes = eval(proc.stdout.strip().splitlines()[-1])
-        self.assertEqual(sum(outcomes.values()), 330, outcomes)
-        self.assertLessEqual(set(outcomes), {"returned", "ClosedError"}, outcomes)
+        self.assertEqual(sum(outcomes.values()), count, outcomes)
+        self.assertLessEqual(set(outcomes), allowed, outcomes)
 
     def test_interpreter_exit_with_work_in_flight(self):
         # Daemon threads still submitting, callbacks resubmitting themselves, a long chain
