@@ -173,6 +173,24 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
       if (w->unref()) recycle(w);
     }
   }
+  // A user's state turns terminal before its completion has finished: the release callbacks
+  // it runs, its stream's counters and its id's completion (complete()) follow. A program
+  // thread also waits for that rest, so that what it asks next (a stream wait, an instruction
+  // query, stats) sees these users complete. Code an engine runs returns at the state, as its
+  // dependents start: a release callback run by a user's completion may itself wait for the
+  // caller, and waiting for that completion's end would then be a cycle.
+  if (!in_any_engine_context()) {
+    for (Instr* w : waits) {
+      if (w->stream->wait_completed_id(w->id, deadline)) continue;
+      std::string msg = "fl_object_wait_for: timed out; the object's pending user " + w->describe() +
+                        " has finished but its completion (release callbacks) is still running (nothing was "
+                        "consumed: wait again)";
+      if (ob) ob->on_wait(false, "fl_object_wait");
+      for (Instr* x : waits)
+        if (x->unref()) recycle(x);
+      return report(FL_ERR_TIMEOUT, msg);
+    }
+  }
   if (ob) ob->on_wait(false, "fl_object_wait");
   fl_status_t st = FL_OK;
   std::string msg;

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,91 @@ TEST(TimedWaits, ReturnTimeoutWhileWorkIsPendingAndConsumeNothing) {
   EXPECT_FL_OK(fl_stream_synchronize_for(f.host(1), 0));
   EXPECT_FL_OK(fl_engine_synchronize_for(f.engine, 0));
   fl_object_release(o);
+}
+
+// An object whose release callback takes a while (its completion is still running after
+// the user's result is published); `done` is set when the callback returns.
+struct SlowRelease {
+  std::atomic<bool> started{false};
+  std::atomic<bool> done{false};
+  std::function<void()> body;  // runs inside the callback (default: a 100 ms sleep)
+  static void release(void* ud) {
+    auto* self = static_cast<SlowRelease*>(ud);
+    self->started = true;
+    if (self->body)
+      self->body();
+    else
+      std::this_thread::sleep_for(milliseconds(100));
+    self->done = true;
+  }
+  fl_object_t* make(fl_engine_t* e) {
+    fl_object_t* o = nullptr;
+    EXPECT_FL_OK(fl_object_create(e, this, &SlowRelease::release, &o));
+    return o;
+  }
+};
+
+// fl_object_wait from a program thread returns at the end of the users' completion: the
+// release callbacks that completion runs have returned and the stream counts them, so a
+// zero-timeout stream wait, a query and stats right after agree with it. (It used to return
+// as soon as the user's state was published, while its release callbacks still ran: this
+// test then found `done` false and the stream wait timed out.)
+TEST(ObjectWait, FromAProgramThreadReturnsAfterTheUsersWholeCompletion) {
+  EngineFixture f(2);
+  fl_stream_t* s = f.host(1);
+  fl_object_t* value = make_obj(f.engine);
+  for (uint32_t access : {uint32_t(FL_READ), uint32_t(FL_WRITE)}) {
+    SCOPED_TRACE(access == FL_READ ? "read: waits for the writer" : "write: waits for the reader too");
+    SlowRelease slow;
+    fl_object_t* scratch = slow.make(f.engine);
+    Gate gate;
+    // The last user of `value` (a writer, then a reader) also uses `scratch`, whose last
+    // reference the test drops: its completion runs the slow release callback.
+    fl_operand_t use = access == FL_READ ? W(value) : R(value);
+    fl_instr_id id = submit(s, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {use, W(scratch)}, "user");
+    EXPECT_FL_OK(fl_object_release(scratch));
+    gate.open = true;
+    EXPECT_FL_OK(fl_object_wait(value, access));
+    EXPECT_TRUE(slow.started.load()) << "the wait returned before the user completed";
+    EXPECT_TRUE(slow.done.load()) << "the wait returned while the user's release callback still ran";
+    EXPECT_FL_OK(fl_stream_synchronize_for(s, 0));
+    EXPECT_FL_OK(fl_instr_wait_for(s, id, 0));
+    uint32_t state = FL_INSTR_PENDING;
+    EXPECT_FL_OK(fl_instr_query(s, id, &state));
+    EXPECT_EQ(state, FL_INSTR_DONE);
+  }
+  fl_object_release(value);
+}
+
+// From code the engine runs, fl_object_wait returns at the users' result, as their
+// dependents start: a release callback run by the writer's completion that waits for the
+// waiting instruction is no cycle. (Waiting there for the writer's whole completion, as a
+// program thread does, would hang: the guard below turns that into a failed test.)
+TEST(ObjectWait, FromACallbackReturnsAtTheResultSoTheWritersReleaseMayWaitForTheCaller) {
+  EngineFixture f(2);
+  fl_object_t* value = make_obj(f.engine);
+  fl_object_t* other = make_obj(f.engine);
+  SlowRelease slow;
+  slow.body = [&] { EXPECT_FL_OK(fl_object_wait_for(other, FL_READ, 30'000 * kMs)); };
+  fl_object_t* scratch = slow.make(f.engine);
+  Gate writer_gate;
+  // The waiter, on lane 2: writes `other`, and waits for `value` once the writer's
+  // completion is inside its release callback (which waits for `other`, i.e. the waiter).
+  std::atomic<fl_status_t> waited{FL_ERR_INTERNAL};
+  submit(f.host(2), [&](fl_instr_ctx_t*) {
+    while (!slow.started.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    waited = fl_object_wait_for(value, FL_READ, 10'000 * kMs);
+    return FL_OK;
+  }, {W(other)}, "waiter");
+  submit(f.host(1), [&] { return writer_gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(value), W(scratch)}, "writer");
+  EXPECT_FL_OK(fl_object_release(scratch));
+  writer_gate.open = true;
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(waited.load(), FL_OK) << "the waiter's fl_object_wait_for waited for the writer's release callback, "
+                                     "which waits for the waiter";
+  EXPECT_TRUE(slow.done.load());
+  fl_object_release(value);
+  fl_object_release(other);
 }
 
 TEST(TimedWaits, ATimedOutWaitLeavesTheFailureToTheNextWait) {

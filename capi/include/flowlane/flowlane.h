@@ -295,7 +295,12 @@ FL_API fl_status_t fl_object_release(fl_object_t* object);
    Waits, as StarPU's data acquire does, until the caller may access the object:
    FL_READ  -> every write submitted before the call has completed;
    FL_WRITE -> every read and write submitted before the call has completed.
-   It waits for nothing else. Returns FL_ERR_INSTRUCTION_FAILED or
+   It waits for nothing else. Called from a program thread it returns once their whole
+   completion has finished (the release callbacks it runs included), so a stream wait,
+   fl_instr_query or stats issued afterwards see them complete. Called from code an engine
+   runs (a callback, a task) it returns as soon as their results are published, when their
+   dependents may start: a release callback run by their completion may then wait for the
+   caller without a deadlock. Returns FL_ERR_INSTRUCTION_FAILED or
    FL_ERR_DEPENDENCY_FAILED while the object's current value is poisoned, with a message
    naming the instruction that failed (every call that observes the poison returns it,
    and the failure then counts as returned for fl_engine_synchronize).
