@@ -172,6 +172,7 @@ void Lane::run_task(sched::Task* t) {
         if (must_flush_before(lane, i)) engine->flush_device(lane);
         if (!lane->take_unit(i)) return;  // blocked: its last predecessor resumes the lane
       } else {
+        if (Observer* ob = engine->observer()) ob->on_lane_idle(lane->id);
         if (!lane->give_up()) return;
         continue;  // a producer pushed meanwhile and we took the lane back
       }

@@ -29,6 +29,9 @@ class Observer {
   // The callback of `i` is about to run / `i` reached a terminal state (done, failed, skipped).
   virtual void on_start(const Instr& i) { (void)i; }
   virtual void on_end(const Instr& i) { (void)i; }
+  // The runner of lane `lane` found nothing to run and is about to give the lane up (it
+  // still owns it; a push from now on is seen by the re-check in Lane::give_up()).
+  virtual void on_lane_idle(uint32_t lane) { (void)lane; }
   // A submitter blocked on the full in-flight window (begin) and got room (end).
   virtual void on_window_stall(bool begin) { (void)begin; }
   // A thread started / stopped waiting in fl_object_wait, fl_stream_synchronize or

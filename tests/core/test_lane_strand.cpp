@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -111,6 +112,41 @@ TEST(LaneStrand, IdleLaneGoesIdleAndThePoolParks) {
     EXPECT_TRUE(eventually([&] { return rig.engine.pool().parked_workers() == rig.engine.pool().size(); }))
         << "the workers never parked";
   }
+}
+
+// A push that lands after the runner's last look at the queue and before it marks the lane
+// idle: the producer saw the lane owned and did not schedule it, so only the runner's look
+// after marking it idle (Lane::give_up) can run it. The observer's idle hook submits exactly
+// there, once; without that look the instruction would be stranded on an idle lane.
+TEST(LaneStrand, APushJustBeforeTheLaneGoesIdleIsRunByTheRunnerGivingItUp) {
+  Rig rig(2);
+  struct PushWhenIdle : Observer {
+    Rig* rig = nullptr;
+    std::atomic<int> fired{0};
+    std::atomic<bool> submitted{false};
+    std::atomic<bool> ran{false};
+    void on_lane_idle(uint32_t lane) override {
+      if (lane != 1 || fired.exchange(1) != 0) return;
+      // On the lane's runner, which still owns the lane: the push sees it owned.
+      rig->submit(rig->host(1), {}, [this] {
+        ran = true;
+        return FL_OK;
+      }, "pushed-while-idling");
+      // Re-checked only after the hook returns: it really was a push onto an owned lane.
+      EXPECT_EQ(rig->engine.lane(1).scheduled.load(), 1u);
+      submitted = true;
+    }
+  };
+  auto owned = std::make_unique<PushWhenIdle>();
+  PushWhenIdle* ob = owned.get();
+  ob->rig = &rig;
+  rig.engine.set_observer(std::move(owned));
+  rig.submit(rig.host(1), {}, [] { return FL_OK; }, "first");
+  ASSERT_TRUE(eventually([&] { return ob->submitted.load(); })) << "the lane never went idle";
+  EXPECT_EQ(rig.engine.synchronize(rig.host(1), Deadline::after_ns(10'000'000'000ull)), FL_OK)
+      << "the instruction pushed while the runner was giving the lane up was stranded";
+  EXPECT_TRUE(ob->ran.load());
+  EXPECT_TRUE(eventually([&] { return rig.engine.lane(1).scheduled.load() == 0; })) << "the lane never went idle";
 }
 
 // fl_instr_cancel requests are kept once per instruction, however often they are made: a
