@@ -175,6 +175,9 @@ uint32_t Engine::acquire_lane() {
       return l;
     }
   }
+  if (lane_held_.size() == 1)
+    fail(FL_ERR_EXHAUSTED, "fl_lane_acquire: this engine has lane 0 only (max_lanes 1), and lane 0 is the default "
+                           "lane, never handed out; create the engine with a larger max_lanes");
   fail(FL_ERR_EXHAUSTED, "fl_lane_acquire: all " + std::to_string(lane_held_.size() - 1) +
                              " acquirable lanes (1.." + std::to_string(lane_held_.size() - 1) +
                              ") are held; release one with fl_lane_release or create the engine with a larger max_lanes");
