@@ -397,6 +397,9 @@ void trace_start(Engine* e, const char* path) {
   Diagnostics* d = &diagnostics(*e);
   if (path == nullptr || *path == 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_start: path is NULL or empty");
   std::lock_guard<std::mutex> lock(d->trace_mu);
+  if (d->traces_closed)
+    fail(FL_ERR_SHUTDOWN, "fl_trace_start: the engine is being destroyed and has already written its trace, so a "
+                          "trace started now would never be written; start traces before fl_engine_destroy");
   if (d->trace != nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_start: this engine is already tracing to '" + d->trace->path() +
                                       "'; call fl_trace_stop first");
@@ -426,6 +429,7 @@ void trace_start(Engine* e, const char* path) {
 void trace_stop(Engine* e, bool at_destroy) {
   Diagnostics* d = &diagnostics(*e);
   std::lock_guard<std::mutex> lock(d->trace_mu);
+  if (at_destroy) d->traces_closed = true;  // the last chance to write a trace
   if (d->trace == nullptr) {
     if (at_destroy) return;
     fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_stop: this engine is not tracing (no fl_trace_start or FLOWLANE_TRACE)");

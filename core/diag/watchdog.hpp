@@ -59,6 +59,9 @@ struct Diagnostics : core::Extension {
   // The last trace, stopped (the engine still owns it): the next trace restarts it instead
   // of installing another observer.
   TraceObserver* stopped_trace = nullptr;
+  // Destroy has written the trace (end_shutdown): a trace started later (a release callback
+  // that destroy runs) would never be written, so fl_trace_start is refused.
+  bool traces_closed = false;
 };
 
 // Attaches the diagnostics of a new engine (starts a trace when FLOWLANE_TRACE is set).

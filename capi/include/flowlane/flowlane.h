@@ -687,7 +687,8 @@ FL_API fl_status_t fl_engine_dump(fl_engine_t* engine, char* buffer, uint64_t si
    buffer, written to `path` as Chrome trace-event JSON by fl_trace_stop or at destroy
    (the FLOWLANE_TRACE environment variable starts one at engine creation).
    FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL or empty path, already tracing,
-   path cannot be opened for writing). */
+   path cannot be opened for writing), FL_ERR_SHUTDOWN (from a release callback that
+   fl_engine_destroy runs after it wrote the engine's trace: it would never be written). */
 FL_API fl_status_t fl_trace_start(fl_engine_t* engine, const char* path);
 /* METHOD: fl_engine_t, EXPERIMENTAL (as fl_trace_start) — stops the trace and writes it.
    FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (not tracing, or writing the file
