@@ -169,9 +169,11 @@ Diagnostics::~Diagnostics() {
 void watchdog_configure(Engine* e, uint64_t timeout_ms, fl_dump_fn cb, void* user_data, const char* path) {
   Diagnostics* d = &diagnostics(*e);
   std::unique_lock<std::mutex> lk(d->mu);
-  // A dump callback that is running finishes before the settings change (unless this is
-  // that callback reconfiguring the watchdog).
-  if (std::this_thread::get_id() != d->thread.get_id())
+  // A dump callback that is running finishes before the settings change, so that its
+  // user_data may be freed once this returns; unless this is that callback reconfiguring the
+  // watchdog, or code an engine runs: the callback may be waiting for that very code (an
+  // allowed wait), and waiting here would close a cycle nobody wrote.
+  if (std::this_thread::get_id() != d->thread.get_id() && !core::in_any_engine_context())
     d->callback_done_cv.wait(lk, [d] { return !d->in_callback; });
   d->timeout_ms = timeout_ms;
   d->callback = cb;

@@ -70,7 +70,7 @@ Diagnostics& attach(core::Engine& e);
 Diagnostics& diagnostics(core::Engine& e);
 
 // fl_engine_set_watchdog. Waits for a dump callback already running on the watchdog thread
-// to return (unless called from that callback).
+// to return (unless called from code an engine runs, that callback included).
 void watchdog_configure(core::Engine* e, uint64_t timeout_ms, fl_dump_fn cb, void* user_data, const char* path);
 
 // Total of the lanes' completion counters (the watchdog's progress measure).
