@@ -45,6 +45,10 @@ std::string track_name(uint32_t track) {
 template <size_t N>
 void copy_name(char (&dst)[N], const char* src, size_t len) {
   size_t n = std::min(len, N - 1);
+  // A cut name ends before a whole UTF-8 character, never inside one (the JSON file must
+  // stay valid UTF-8): back off over the continuation bytes (10xxxxxx) of a cut character.
+  if (n < len)
+    while (n > 0 && (static_cast<unsigned char>(src[n]) & 0xC0) == 0x80) --n;
   std::memcpy(dst, src, n);
   dst[n] = 0;
 }

@@ -780,4 +780,37 @@ TEST(AdvDiagDestroy, WhileCallbacksOfOtherThreadsCallDumpStatsAndTraces) {
   }
 }
 
+// Instruction names are cut to fit a trace event; a cut inside a multi-byte UTF-8 character
+// would leave invalid UTF-8 in the JSON file (RFC 8259 requires UTF-8; strict readers
+// reject the whole trace).
+TEST(AdvDiagTrace, LongNonAsciiNamesStayValidUtf8) {
+  const std::string path = fltest::unique_temp_path("adv_trace_utf8.json");
+  fl_engine_t* e = make_engine(1, 2);
+  ASSERT_FL_OK(fl_trace_start(e, path.c_str()));
+  std::string name = "x";
+  for (int k = 0; k < 20; ++k) name += "\xC3\xA9";  // U+00E9, two bytes each: 41 bytes in all
+  std::string name3 = "ab";
+  for (int k = 0; k < 12; ++k) name3 += "\xE2\x82\xAC";  // U+20AC, three bytes each
+  submit(host_of(e, 1), [] { return FL_OK; }, {}, name.c_str());
+  submit(host_of(e, 1), [] { return FL_OK; }, {}, name3.c_str());
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  ASSERT_FL_OK(fl_trace_stop(e));
+  std::string json = slurp(path);
+  std::remove(path.c_str());
+  auto valid_utf8 = [](const std::string& s) {
+    for (size_t k = 0; k < s.size();) {
+      unsigned char c = static_cast<unsigned char>(s[k]);
+      size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+      if (n == 0 || k + n > s.size()) return false;
+      for (size_t j = 1; j < n; ++j)
+        if ((static_cast<unsigned char>(s[k + j]) & 0xC0) != 0x80) return false;
+      k += n;
+    }
+    return true;
+  };
+  EXPECT_TRUE(contains(json, "x\xC3\xA9\xC3\xA9")) << json;
+  EXPECT_TRUE(valid_utf8(json)) << "the trace file is not valid UTF-8";
+  EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
 }  // namespace
