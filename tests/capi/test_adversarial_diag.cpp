@@ -813,4 +813,47 @@ TEST(AdvDiagTrace, LongNonAsciiNamesStayValidUtf8) {
   EXPECT_FL_OK(fl_engine_destroy(e));
 }
 
+// An instruction reconfigures the watchdog over and over while the watchdog keeps firing on
+// the engine it stalls (set_watchdog from code the engine runs does not wait for the running
+// callback): every fire is delivered with a configuration that was set, and nothing the
+// watchdog thread reads while it builds and delivers the dump is written concurrently (run
+// under ThreadSanitizer to see the latter).
+TEST(AdvDiagWatchdog, ReconfiguredFromAnInstructionWhileItFires) {
+  HangGuard guard("watchdog reconfigured from an instruction while firing");
+  fl_engine_t* e = make_engine(2, 4);
+  struct Ctx {
+    fl_engine_t* e;
+    std::atomic<int> fired_a{0}, fired_b{0}, bad{0};
+  } ctx{e, {}, {}, {}};
+  auto cb_a = [](const char* text, void* ud) {
+    auto* c = static_cast<Ctx*>(ud);
+    c->fired_a.fetch_add(1);
+    if (!contains(text, "'reconfigures'")) c->bad.fetch_add(1);
+  };
+  auto cb_b = [](const char* text, void* ud) {
+    auto* c = static_cast<Ctx*>(ud);
+    c->fired_b.fetch_add(1);
+    if (!contains(text, "'reconfigures'")) c->bad.fetch_add(1);
+  };
+  submit(host_of(e, 1), [&ctx, cb_a, cb_b] {
+    const auto until = fltest::Clock::now() + std::chrono::milliseconds(fl_scaled(250, 600));
+    int k = 0;
+    while (fltest::Clock::now() < until) {
+      fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
+      w.timeout_ms = 3 + uint64_t(k % 3);
+      w.callback = (k++ % 2) ? +cb_a : +cb_b;
+      w.user_data = &ctx;
+      if (fl_engine_set_watchdog(ctx.e, &w) != FL_OK) ctx.bad.fetch_add(100);
+      std::this_thread::sleep_for(std::chrono::milliseconds(12));  // lets it fire between
+    }
+    return FL_OK;
+  }, {}, "reconfigures");
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  fl_watchdog_desc_t off = FL_WATCHDOG_DESC_INIT;
+  EXPECT_FL_OK(fl_engine_set_watchdog(e, &off));
+  EXPECT_EQ(ctx.bad.load(), 0);
+  EXPECT_GT(ctx.fired_a.load() + ctx.fired_b.load(), 0) << "the watchdog never fired";
+  EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
 }  // namespace
