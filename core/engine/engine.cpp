@@ -252,7 +252,7 @@ fl_engine_stats_t Engine::stats() const {
   // when the lane reaches the instruction, before its completion counts it as failed.)
   for (const auto& lane : lanes_) {
     st.cancelled += lane->cancelled.load(std::memory_order_relaxed);
-    st.failed += lane->failed.load(std::memory_order_acquire);
+    st.failed += lane->failed.load(std::memory_order_acquire);  // pairs with the release fetch_add in complete()
     st.completed += lane->completed_count();
     st.submitted += lane->submitted.load(std::memory_order_relaxed);
   }

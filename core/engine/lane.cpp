@@ -426,9 +426,11 @@ void Engine::complete(Instr* i) {
   // it as completed, and one that counts it as completed counts it as submitted.
   Lane* lane = i->stream->lane;
   if (i->stream->is_host_executed())  // on the lane's owner: one writer at a time
+    // release pairs with the acquire load in Lane::completed_count().
     lane->completed.store(lane->completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   else
-    lane->completed_async.fetch_add(1, std::memory_order_release);
+    lane->completed_async.fetch_add(1, std::memory_order_release);  // pairs with Lane::completed_count()
+  // release pairs with the acquire load of `failed` in Engine::stats().
   if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_release);
 
   // Into the ledger before the result is published: a dependent skipped because of i (it

@@ -116,6 +116,7 @@ struct Lane {
   // counted here was counted in `submitted` before (its submission happens before its
   // completion), so a `submitted` read after this is never smaller (Engine::stats()).
   uint64_t completed_count() const {
+    // Pairs with the release store / fetch_add in Engine::complete().
     return completed.load(std::memory_order_acquire) + completed_async.load(std::memory_order_acquire);
   }
   std::atomic<uint64_t> failed{0};
