@@ -59,6 +59,18 @@ TEST(AdvDiagStats, SnapshotsStayConsistentWhileOthersSubmitFailCancelAndWait) {
   fl_stream_t* cancel_lane = host_of(e, 3);
   fl_object_t* a = make_obj(e);
   fl_object_t* b = make_obj(e);
+  {  // One cancellation for sure: an instruction queued behind a running one.
+    Gate started, go;
+    submit(cancel_lane, [&] {
+      started.open = true;
+      return go.wait() ? FL_OK : FL_ERR_TIMEOUT;
+    }, {}, "holds.lane3");
+    EXPECT_TRUE(started.wait());
+    flguard::submit_raw(cancel_lane, &ok_fn, nullptr, nullptr, 0, "cancelled.for.sure");
+    EXPECT_FL_OK(fl_stream_cancel(cancel_lane));
+    go.open = true;
+    EXPECT_EQ(fl_stream_synchronize(cancel_lane), FL_ERR_CANCELLED);
+  }
   std::vector<std::thread> threads;
   // Submitters: multi-object instructions, failures, cancellations, waits.
   threads.emplace_back([&] {
@@ -655,6 +667,15 @@ TEST(AdvDiagWatchdog, ReconfiguredFromSeveralThreadsWhileItFires) {
   std::this_thread::sleep_for(std::chrono::milliseconds(fl_scaled(500, 1200)));
   stop = true;
   for (auto& t : ts) t.join();
+  // However often the churn re-armed it, a configuration left in place fires.
+  Data last;
+  fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
+  w.timeout_ms = 5;
+  w.callback = cb;
+  w.user_data = &last;
+  EXPECT_FL_OK(fl_engine_set_watchdog(e, &w));
+  for (auto until = fltest::Clock::now() + std::chrono::seconds(60); last.fired.load() == 0 && fltest::Clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   fl_watchdog_desc_t off = FL_WATCHDOG_DESC_INIT;
   EXPECT_FL_OK(fl_engine_set_watchdog(e, &off));
   release_stall.open = true;
@@ -846,6 +867,10 @@ TEST(AdvDiagWatchdog, ReconfiguredFromAnInstructionWhileItFires) {
       if (fl_engine_set_watchdog(ctx.e, &w) != FL_OK) ctx.bad.fetch_add(100);
       std::this_thread::sleep_for(std::chrono::milliseconds(12));  // lets it fire between
     }
+    // However often the loop re-armed it, the configuration left in place fires.
+    for (auto limit = fltest::Clock::now() + std::chrono::seconds(60);
+         ctx.fired_a.load() + ctx.fired_b.load() == 0 && fltest::Clock::now() < limit;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return FL_OK;
   }, {}, "reconfigures");
   EXPECT_FL_OK(fl_engine_synchronize(e));
