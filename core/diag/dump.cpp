@@ -70,6 +70,7 @@ struct LaneSnap {
   uint64_t submitted = 0, completed = 0;
   Ref head;
   bool blocked = false;
+  bool not_started = false;    // active, not blocked, still pending: skipped or cancelled (or about to start)
   std::vector<DepSnap> waits;  // blocked: unfinished predecessors
   Ref waits_on;                // running: the writer it waits for in fl_object_wait
   uint64_t waits_obj = 0;
@@ -127,6 +128,9 @@ Snapshot take_snapshot(Engine& e) {
         lane.active->ref();
         ls.head = Ref(lane.active, &e);
         ls.blocked = lane.active_blocked;
+        // A head that is neither blocked nor running has not started its function: it is
+        // skipped or cancelled (its cleanup runs instead), or in the instant before it starts.
+        ls.not_started = !ls.blocked && lane.active->load_state() == InstrState::kPending;
         if (ls.blocked) {
           // The head cannot start while we hold diag_lock (the runner takes it to mark the
           // instruction running), so its deps are stable.
@@ -303,6 +307,10 @@ std::string build_dump(Engine& e, const std::string& reason) {
                state_name(d.pred.i->load_state()) + where_is(s, d.pred.i) + "\n";
       if (ls.waits.empty())
         out += "    (its predecessors have just completed; it is about to run)\n";
+    } else if (ls.not_started) {
+      out += "  oldest: " + h->describe() +
+             " NOT RUN: skipped (an input is poisoned) or cancelled, and finishing (its cleanup runs instead of "
+             "its function), unless it is just starting\n";
     } else {
       out += "  oldest: " + h->describe() + " RUNNING its callback\n";
       if (ls.waits_on.i != nullptr) {

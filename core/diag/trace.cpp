@@ -45,6 +45,10 @@ std::string track_name(uint32_t track) {
 template <size_t N>
 void copy_name(char (&dst)[N], const char* src, size_t len) {
   size_t n = std::min(len, N - 1);
+  // A cut name ends before a whole UTF-8 character, never inside one (the JSON file must
+  // stay valid UTF-8): back off over the continuation bytes (10xxxxxx) of a cut character.
+  if (n < len)
+    while (n > 0 && (static_cast<unsigned char>(src[n]) & 0xC0) == 0x80) --n;
   std::memcpy(dst, src, n);
   dst[n] = 0;
 }
@@ -397,6 +401,9 @@ void trace_start(Engine* e, const char* path) {
   Diagnostics* d = &diagnostics(*e);
   if (path == nullptr || *path == 0) fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_start: path is NULL or empty");
   std::lock_guard<std::mutex> lock(d->trace_mu);
+  if (d->traces_closed)
+    fail(FL_ERR_SHUTDOWN, "fl_trace_start: the engine is being destroyed and has already written its trace, so a "
+                          "trace started now would never be written; start traces before fl_engine_destroy");
   if (d->trace != nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_start: this engine is already tracing to '" + d->trace->path() +
                                       "'; call fl_trace_stop first");
@@ -426,6 +433,7 @@ void trace_start(Engine* e, const char* path) {
 void trace_stop(Engine* e, bool at_destroy) {
   Diagnostics* d = &diagnostics(*e);
   std::lock_guard<std::mutex> lock(d->trace_mu);
+  if (at_destroy) d->traces_closed = true;  // the last chance to write a trace
   if (d->trace == nullptr) {
     if (at_destroy) return;
     fail(FL_ERR_INVALID_ARGUMENT, "fl_trace_stop: this engine is not tracing (no fl_trace_start or FLOWLANE_TRACE)");

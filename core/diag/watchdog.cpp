@@ -78,6 +78,9 @@ void run(Diagnostics* d) {
       fl_dump_fn cb = d->callback;
       void* ud = d->user_data;
       std::string path = d->path;
+      // Read under mu: code an engine runs may reconfigure the watchdog while the dump is
+      // built and delivered (watchdog_configure does not wait for the callback there).
+      const uint64_t timeout_ms = d->timeout_ms;
       uint64_t waited = uint64_t(std::chrono::duration_cast<milliseconds>(now - last_change).count());
       d->in_callback = true;
       lk.unlock();
@@ -86,7 +89,7 @@ void run(Diagnostics* d) {
         int64_t inflight = e.inflight();
         text = build_dump(e, "watchdog: no instruction completed for " + std::to_string(waited) + " ms while " +
                                  std::to_string(inflight < 0 ? 0 : inflight) + " were in flight (timeout " +
-                                 std::to_string(d->timeout_ms) + " ms); it fires once per stall");
+                                 std::to_string(timeout_ms) + " ms); it fires once per stall");
       } catch (...) {
         text = "flowlane watchdog: building the dump failed (out of memory?)\n";
       }
@@ -169,9 +172,11 @@ Diagnostics::~Diagnostics() {
 void watchdog_configure(Engine* e, uint64_t timeout_ms, fl_dump_fn cb, void* user_data, const char* path) {
   Diagnostics* d = &diagnostics(*e);
   std::unique_lock<std::mutex> lk(d->mu);
-  // A dump callback that is running finishes before the settings change (unless this is
-  // that callback reconfiguring the watchdog).
-  if (std::this_thread::get_id() != d->thread.get_id())
+  // A dump callback that is running finishes before the settings change, so that its
+  // user_data may be freed once this returns; unless this is that callback reconfiguring the
+  // watchdog, or code an engine runs: the callback may be waiting for that very code (an
+  // allowed wait), and waiting here would close a cycle nobody wrote.
+  if (std::this_thread::get_id() != d->thread.get_id() && !core::in_any_engine_context())
     d->callback_done_cv.wait(lk, [d] { return !d->in_callback; });
   d->timeout_ms = timeout_ms;
   d->callback = cb;

@@ -59,6 +59,9 @@ struct Diagnostics : core::Extension {
   // The last trace, stopped (the engine still owns it): the next trace restarts it instead
   // of installing another observer.
   TraceObserver* stopped_trace = nullptr;
+  // Destroy has written the trace (end_shutdown): a trace started later (a release callback
+  // that destroy runs) would never be written, so fl_trace_start is refused.
+  bool traces_closed = false;
 };
 
 // Attaches the diagnostics of a new engine (starts a trace when FLOWLANE_TRACE is set).
@@ -67,7 +70,7 @@ Diagnostics& attach(core::Engine& e);
 Diagnostics& diagnostics(core::Engine& e);
 
 // fl_engine_set_watchdog. Waits for a dump callback already running on the watchdog thread
-// to return (unless called from that callback).
+// to return (unless called from code an engine runs, that callback included).
 void watchdog_configure(core::Engine* e, uint64_t timeout_ms, fl_dump_fn cb, void* user_data, const char* path);
 
 // Total of the lanes' completion counters (the watchdog's progress measure).

@@ -175,6 +175,9 @@ uint32_t Engine::acquire_lane() {
       return l;
     }
   }
+  if (lane_held_.size() == 1)
+    fail(FL_ERR_EXHAUSTED, "fl_lane_acquire: this engine has lane 0 only (max_lanes 1), and lane 0 is the default "
+                           "lane, never handed out; create the engine with a larger max_lanes");
   fail(FL_ERR_EXHAUSTED, "fl_lane_acquire: all " + std::to_string(lane_held_.size() - 1) +
                              " acquirable lanes (1.." + std::to_string(lane_held_.size() - 1) +
                              ") are held; release one with fl_lane_release or create the engine with a larger max_lanes");
@@ -242,11 +245,16 @@ std::string Stream::describe() const {
 fl_engine_stats_t Engine::stats() const {
   fl_engine_stats_t st{};
   st.struct_size = sizeof(st);
+  // Each lane's counters are read in the reverse order of their increments (failed after
+  // completed in complete(), completed after submitted), so that a snapshot never counts
+  // more completed than submitted or more failed than completed: acquire loads of failed
+  // and completed pair with their release increments in complete(). (cancelled is counted
+  // when the lane reaches the instruction, before its completion counts it as failed.)
   for (const auto& lane : lanes_) {
-    st.submitted += lane->submitted.load(std::memory_order_relaxed);
-    st.completed += lane->completed_count();
-    st.failed += lane->failed.load(std::memory_order_relaxed);
     st.cancelled += lane->cancelled.load(std::memory_order_relaxed);
+    st.failed += lane->failed.load(std::memory_order_acquire);  // pairs with the release fetch_add in complete()
+    st.completed += lane->completed_count();
+    st.submitted += lane->submitted.load(std::memory_order_relaxed);
   }
   int64_t inflight = this->inflight();
   st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;

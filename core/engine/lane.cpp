@@ -421,13 +421,18 @@ void Engine::complete(Instr* i) {
     if (d.pred->unref()) recycle(d.pred);
   if (!i->deps.empty()) i->deps.clear();  // not written when clear (see Instr)
 
-  // Counters first, so that stats read after any wait include this instruction.
+  // Counters first, so that stats read after any wait include this instruction. Release
+  // pairs with the acquire loads in Lane::completed_count() and of `failed` in
+  // Engine::stats(): a snapshot that counts this instruction as failed (read first) counts
+  // it as completed, and one that counts it as completed counts it as submitted.
   Lane* lane = i->stream->lane;
   if (i->stream->is_host_executed())  // on the lane's owner: one writer at a time
-    lane->completed.store(lane->completed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // release pairs with the acquire load in Lane::completed_count().
+    lane->completed.store(lane->completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   else
-    lane->completed_async.fetch_add(1, std::memory_order_relaxed);
-  if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_relaxed);
+    lane->completed_async.fetch_add(1, std::memory_order_release);  // pairs with Lane::completed_count()
+  // release pairs with the acquire load of `failed` in Engine::stats().
+  if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_release);
 
   // Into the ledger before the result is published: a dependent skipped because of i (it
   // runs once i's state is terminal) always finds i's family listed.

@@ -112,8 +112,12 @@ struct Lane {
   // RMW on their own counter). Read them through completed_count().
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> completed_async{0};
+  // Acquire pairs with the release store / fetch_add in Engine::complete(): an instruction
+  // counted here was counted in `submitted` before (its submission happens before its
+  // completion), so a `submitted` read after this is never smaller (Engine::stats()).
   uint64_t completed_count() const {
-    return completed.load(std::memory_order_relaxed) + completed_async.load(std::memory_order_relaxed);
+    // Pairs with the release store / fetch_add in Engine::complete().
+    return completed.load(std::memory_order_acquire) + completed_async.load(std::memory_order_acquire);
   }
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};

@@ -60,6 +60,10 @@ void TaskGroup::run_item(Task* t) {
     // the group, helping in wait(), keeps its own (which the group's context stands for).
     const void* own = current_context();
     ContextScope context(own == nullptr && g->context_ != nullptr ? g->context_ : own);
+    // The task's failure quotes what a failed call told the task (below), never a message
+    // left on this thread by an earlier, unrelated call (the helping caller's own, another
+    // callback's on this worker).
+    clear_last_error();
     try {
       st = fn(ud);
     } catch (...) {  // a C task must not throw; a C++ one through the C API gets a status

@@ -673,6 +673,10 @@ typedef struct fl_watchdog_desc {
    wait for the window, the state dump (fl_engine_dump) is handed to `callback` or written
    to `path` / stderr, once per stall; it re-arms after the next completion. timeout_ms 0
    turns it off. The callback runs on the watchdog's thread ("Calls from callbacks").
+   Called from a thread of your own, it returns once a callback already running has
+   returned (its user_data may then be freed); called from a callback (any code an engine
+   runs, the watchdog callback included) it does not wait for it, since that callback may be
+   waiting for the caller: the previous user_data stays in use until that callback returns.
    FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL desc, bad struct_size, flags != 0,
    empty path), FL_ERR_OUT_OF_RANGE (timeout_ms over one day). */
 FL_API fl_status_t fl_engine_set_watchdog(fl_engine_t* engine, const fl_watchdog_desc_t* desc);
@@ -687,7 +691,8 @@ FL_API fl_status_t fl_engine_dump(fl_engine_t* engine, char* buffer, uint64_t si
    buffer, written to `path` as Chrome trace-event JSON by fl_trace_stop or at destroy
    (the FLOWLANE_TRACE environment variable starts one at engine creation).
    FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL or empty path, already tracing,
-   path cannot be opened for writing). */
+   path cannot be opened for writing), FL_ERR_SHUTDOWN (from a release callback that
+   fl_engine_destroy runs after it wrote the engine's trace: it would never be written). */
 FL_API fl_status_t fl_trace_start(fl_engine_t* engine, const char* path);
 /* METHOD: fl_engine_t, EXPERIMENTAL (as fl_trace_start) — stops the trace and writes it.
    FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (not tracing, or writing the file
