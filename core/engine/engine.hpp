@@ -223,6 +223,9 @@ class Engine {
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   // Waits for s's completion count to reach target (sched::wait rules); false on the deadline.
   bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever());
+  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
+  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
+  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
   void destroy_object(Object* o, Instr* completing);
   // Under ledger_mu_: unlinks the family of `root` and drops the ledger's references.
   void unlink_family(Instr* root);

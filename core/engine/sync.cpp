@@ -261,6 +261,15 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
   // next_id_ pairs with no release (ids are taken relaxed in submit()); the ledger it is
   // compared with is read under ledger_mu_.
   const fl_instr_id before = next_id_.load(std::memory_order_acquire);
+  if (fl_status_t st = wait_submitted(deadline, "fl_engine_synchronize_for"); st != FL_OK) return st;
+  return take_failure([this, before]() -> Instr* {
+    for (Instr* r = ledger_head_; r != nullptr; r = r->ledger_next)  // oldest first; usually the head
+      if (r->id < before) return r;
+    return nullptr;
+  });
+}
+
+fl_status_t Engine::wait_submitted(const Deadline& deadline, const char* call) {
   std::vector<std::pair<Stream*, uint64_t>> upto;
   // Acquire pairs with the release store of submitted in Engine::submit().
   for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
@@ -269,15 +278,11 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
   for (auto& [s, target] : upto) {
     if (!wait_stream(s, target, deadline)) {
       if (ob) ob->on_wait(false, "fl_engine_synchronize");
-      return timed_out("fl_engine_synchronize_for", s, target);
+      return timed_out(call, s, target);
     }
   }
   if (ob) ob->on_wait(false, "fl_engine_synchronize");
-  return take_failure([this, before]() -> Instr* {
-    for (Instr* r = ledger_head_; r != nullptr; r = r->ledger_next)  // oldest first; usually the head
-      if (r->id < before) return r;
-    return nullptr;
-  });
+  return FL_OK;
 }
 
 fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
@@ -408,24 +413,22 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   draining_.store(true, std::memory_order_release);  // pairs with the acquire load in submit()
   // Callbacks may still submit (their work is part of what is drained) and task-group tasks
   // may still run and submit: wait in rounds until one finds no instruction in flight and
-  // every pool idle. The first failure found is the one returned.
-  fl_status_t first = FL_OK;
-  std::string first_message;
+  // every pool idle. The rounds only wait: a failure is taken once, after the last round,
+  // so a drain that times out has consumed nothing, and one that returns a failure leaves
+  // the others to later waits (each is returned once, as by fl_engine_synchronize).
   for (;;) {
-    fl_status_t st = synchronize(deadline);
-    if (st == FL_ERR_TIMEOUT) return st;
-    if (st != FL_OK && first == FL_OK) {
-      first = st;
-      first_message = last_error();
-    }
+    if (fl_status_t st = wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
     // inflight() acquires retired_: an instruction seen retired has completed, and what it
     // submitted was admitted (counted) before.
     if (inflight() == 0 && pools_quiescent()) break;
     if (deadline.passed())
-      return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running");
+      return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running "
+                                    "(nothing was returned or consumed: call it again)");
     if (inflight() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  return first == FL_OK ? FL_OK : report(first, first_message);
+  // Everything submitted has completed: the oldest family not returned yet, as a
+  // synchronize called now would return it.
+  return take_failure([this]() -> Instr* { return ledger_head_; });
 }
 
 bool Engine::pools_quiescent() const {
