@@ -410,7 +410,11 @@ void Engine::cancel_all() {
 fl_status_t Engine::drain(const Deadline& deadline) {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
-  draining_.store(true, std::memory_order_release);  // pairs with the acquire load in submit()
+  draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
+  // Pairs with the seq_cst fence in submit() after admit(): a submission from a thread of
+  // the caller either sees draining_ after its admission (and is refused), or its admission
+  // is seen by our inflight() below (and waited for).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   // Callbacks may still submit (their work is part of what is drained) and task-group tasks
   // may still run and submit: wait in rounds until one finds no instruction in flight and
   // every pool idle. The rounds only wait: a failure is taken once, after the last round,
