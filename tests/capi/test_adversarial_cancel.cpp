@@ -120,7 +120,7 @@ struct StormRec {
   fl_stream_t* stream = nullptr;
   std::vector<std::pair<int, uint32_t>> ops;  // (object index, access)
   std::atomic<fl_instr_id> id{0};
-  std::atomic<int> ran{0}, cleaned{0};
+  std::atomic<int> ran{0}, cleaned{0}, released{0};
 };
 
 struct StormClosure {
@@ -182,6 +182,14 @@ TEST(AdvCancel, CancelsRacingSubmissionsAndCompletionsEndEveryInstructionExactly
           StormRec* r = recs[size_t(t * kPer + k)].get();
           std::vector<fl_operand_t> ops;
           for (auto [o, acc] : r->ops) ops.push_back(fl_operand_t{objs[size_t(o)], acc, 0});
+          // A private object, released right after the submission: its release callback
+          // runs once, at this instruction's completion (run, skipped or cancelled).
+          fl_object_t* mine = nullptr;
+          if (fl_object_create(f.engine, r, [](void* p) { ++static_cast<StormRec*>(p)->released; }, &mine) != FL_OK) {
+            note_bad("object: " + std::string(fl_last_error_message()));
+            continue;
+          }
+          ops.push_back(W(mine));
           auto* c = new StormClosure{r};
           fl_host_instr_t in = FL_HOST_INSTR_INIT;
           in.fn = &StormClosure::fn;
@@ -194,9 +202,11 @@ TEST(AdvCancel, CancelsRacingSubmissionsAndCompletionsEndEveryInstructionExactly
           fl_status_t s = fl_submit_host(r->stream, &in, &id);
           if (s != FL_OK) {
             note_bad("submit failed: " + std::string(fl_last_error_message()));
+            fl_object_release(mine);
             delete c;
             continue;
           }
+          if (fl_object_release(mine) != FL_OK) note_bad("release: " + std::string(fl_last_error_message()));
           r->id = id;
           published.fetch_add(1);
           if (k % 16 == 0) std::this_thread::yield();
@@ -267,6 +277,7 @@ TEST(AdvCancel, CancelsRacingSubmissionsAndCompletionsEndEveryInstructionExactly
     for (StormRec* r : by_id) {
       ASSERT_NE(r->id.load(), 0u);
       EXPECT_EQ(r->cleaned.load(), 1) << r->name << ": cleanup must run exactly once";
+      EXPECT_EQ(r->released.load(), 1) << r->name << ": its object's release must run exactly once";
       uint32_t state = 0;
       ASSERT_FL_OK(fl_instr_query(r->stream, r->id, &state));
       bool reads_poison = false;
@@ -774,6 +785,53 @@ TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
   }
   EXPECT_EQ(late_total, 0) << "accepted tasks ran after fl_engine_drain returned";
   RecordProperty("accepted", accepted_total);
+}
+
+// ---------------------------------------------------------------------------------------
+// Waits inside callbacks for a writer that is cancelled meanwhile
+
+// A callback of lane 1 waits (fl_object_wait, then fl_instr_wait_for) for a writer of
+// lane 2 that the program cancels while it waits: the waits return FL_ERR_CANCELLED naming
+// the writer, a reader of its value is skipped naming it, and the entry counts as returned.
+TEST(AdvCancel, WaitsInsideACallbackForAWriterCancelledMeanwhileReturnTheCancel) {
+  EngineFixture f(2, 4);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  Gate gate2;
+  submit(s2, [&] { return gate2.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate2");
+  fl_instr_id writer = submit(s2, [] { return FL_OK; }, {W(o)}, "cancelled_writer");
+  std::atomic<int> obj_st{-1}, instr_st{-1};
+  std::atomic<bool> waiting{false};
+  std::string obj_msg, instr_msg;
+  fl_instr_id waiter = submit(s1, [&] {
+    waiting = true;
+    obj_st = fl_object_wait(o, FL_READ);
+    obj_msg = fl_last_error_message();
+    instr_st = fl_instr_wait_for(s2, writer, FL_WAIT_FOREVER);
+    instr_msg = fl_last_error_message();
+    return FL_OK;
+  }, {}, "waiter");
+  fl_instr_id reader = submit(f.host(3), [] { return FL_OK; }, {R(o)}, "reader");
+  while (!waiting.load()) std::this_thread::yield();
+  ASSERT_FL_OK(fl_instr_cancel(s2, writer));
+  gate2.open = true;
+  uint32_t qs = 0;
+  ASSERT_TRUE(wait_terminal(s1, waiter, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+  const std::string named = "'cancelled_writer' (#" + std::to_string(writer);
+  EXPECT_EQ(obj_st.load(), FL_ERR_CANCELLED) << obj_msg;
+  EXPECT_TRUE(contains(obj_msg, named) && contains(obj_msg, "cancelled before it started")) << obj_msg;
+  EXPECT_EQ(instr_st.load(), FL_ERR_CANCELLED) << instr_msg;
+  EXPECT_TRUE(contains(instr_msg, named)) << instr_msg;
+  ASSERT_TRUE(wait_terminal(f.host(3), reader, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_SKIPPED));
+  EXPECT_FL_ERR(fl_instr_wait_for(f.host(3), reader, 0), FL_ERR_DEPENDENCY_FAILED, named);
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));  // observed by the waits: not returned again
+  // A later write-only instruction gives the object a clean value.
+  submit(s2, [] { return FL_OK; }, {W(o)}, "clean_write");
+  EXPECT_FL_OK(fl_object_wait(o, FL_READ));
+  fl_object_release(o);
 }
 
 }  // namespace
