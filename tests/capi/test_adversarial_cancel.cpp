@@ -834,4 +834,124 @@ TEST(AdvCancel, WaitsInsideACallbackForAWriterCancelledMeanwhileReturnTheCancel)
   fl_object_release(o);
 }
 
+// ---------------------------------------------------------------------------------------
+// Task groups used from several threads at once
+
+struct GroupStorm {
+  fl_engine_t* e = nullptr;
+  fl_task_group_t* g = nullptr;
+  std::atomic<int> ran{0}, cleaned{0}, spawned{0}, errors{0};
+};
+
+fl_status_t storm_leaf(void* ud) {
+  ++static_cast<GroupStorm*>(ud)->ran;
+  return FL_OK;
+}
+void storm_cleanup(void* ud) { ++static_cast<GroupStorm*>(ud)->cleaned; }
+
+// A task that spawns two children into its own group, and waits for a child group of its own.
+fl_status_t storm_parent(void* ud) {
+  auto* c = static_cast<GroupStorm*>(ud);
+  ++c->ran;
+  for (int k = 0; k < 2; ++k) {
+    ++c->spawned;
+    if (fl_task_group_spawn(c->g, &storm_leaf, c, &storm_cleanup) != FL_OK) ++c->errors;
+  }
+  fl_task_group_t* child = nullptr;
+  if (fl_task_group_create(c->e, &child) != FL_OK) {
+    ++c->errors;
+    return FL_OK;
+  }
+  for (int k = 0; k < 3; ++k) {
+    ++c->spawned;
+    if (fl_task_group_spawn(child, &storm_leaf, c, &storm_cleanup) != FL_OK) ++c->errors;
+  }
+  if (fl_task_group_wait(child) != FL_OK) ++c->errors;
+  if (fl_task_group_destroy(child) != FL_OK) ++c->errors;
+  return FL_OK;
+}
+
+// Three program threads spawn into one group (tasks spawn into it too, and wait for child
+// groups) while a fourth thread waits for the group again and again: every task runs once
+// and is cleaned up once, and the final wait finds the group quiet.
+TEST(AdvTaskGroups, SpawnsFromSeveralThreadsAndTasksWhileAnotherThreadWaits) {
+  EngineFixture f(2, 4);
+  GroupStorm c;
+  c.e = f.engine;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
+  std::atomic<bool> done{false};
+  std::atomic<int> wait_errors{0};
+  std::thread waiter([&] {
+    while (!done.load())
+      if (fl_task_group_wait(c.g) != FL_OK) ++wait_errors;
+  });
+  const int per = int(fl_scaled(300, 60));
+  std::vector<std::thread> spawners;
+  for (int t = 0; t < 3; ++t)
+    spawners.emplace_back([&, t] {
+      for (int k = 0; k < per; ++k) {
+        ++c.spawned;
+        fl_task_fn fn = (k + t) % 4 == 0 ? &storm_parent : &storm_leaf;
+        if (fl_task_group_spawn(c.g, fn, &c, &storm_cleanup) != FL_OK) ++c.errors;
+        if (k % 32 == 0) std::this_thread::yield();
+      }
+    });
+  for (auto& t : spawners) t.join();
+  done = true;
+  waiter.join();
+  EXPECT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_EQ(c.errors.load(), 0);
+  EXPECT_EQ(wait_errors.load(), 0);
+  EXPECT_EQ(c.ran.load(), c.spawned.load());
+  EXPECT_EQ(c.cleaned.load(), c.spawned.load());
+  EXPECT_FL_OK(fl_task_group_destroy(c.g));
+}
+
+fl_status_t storm_failing(void* ud) {
+  ++static_cast<GroupStorm*>(ud)->ran;
+  return FL_ERR_INSTRUCTION_FAILED;
+}
+
+// One thread spawns failing tasks into a group while another waits for it again and again:
+// each wait returns FL_OK or the failure (with its text), every task is cleaned up once
+// (run or skipped), and once the spawner stopped a last wait leaves the group usable: a
+// task spawned after it runs. (The failure record is shared by the failing tasks and the
+// waits that take it: ThreadSanitizer checks that they synchronize.)
+TEST(AdvTaskGroups, FailuresWhileAnotherThreadSpawnsAndWaitsAreTakenCleanly) {
+  EngineFixture f(2, 4);
+  GroupStorm c;
+  c.e = f.engine;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0}, bad{0};
+  std::thread waiter([&] {
+    while (!done.load()) {
+      fl_status_t st = fl_task_group_wait(c.g);
+      if (st == FL_OK) continue;
+      ++failures;
+      if (st != FL_ERR_INSTRUCTION_FAILED || !contains(fl_last_error_message(), "FL_ERR_INSTRUCTION_FAILED")) ++bad;
+    }
+  });
+  const int n = int(fl_scaled(600, 200));
+  for (int k = 0; k < n; ++k) {
+    ++c.spawned;
+    if (fl_task_group_spawn(c.g, k % 3 ? &storm_leaf : &storm_failing, &c, &storm_cleanup) != FL_OK) ++c.errors;
+    if (k % 16 == 0) std::this_thread::yield();
+  }
+  done = true;
+  waiter.join();
+  (void)fl_task_group_wait(c.g);  // the last failure, if any is left
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(c.errors.load(), 0);
+  EXPECT_EQ(c.cleaned.load(), c.spawned.load());
+  std::atomic<int> after{0};
+  ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void* p) {
+    ++*static_cast<std::atomic<int>*>(p);
+    return FL_OK;
+  }, &after, nullptr));
+  EXPECT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_EQ(after.load(), 1) << "the group is usable again after its failure was taken";
+  EXPECT_FL_OK(fl_task_group_destroy(c.g));
+}
+
 }  // namespace
