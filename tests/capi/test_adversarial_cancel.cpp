@@ -954,4 +954,46 @@ TEST(AdvTaskGroups, FailuresWhileAnotherThreadSpawnsAndWaitsAreTakenCleanly) {
   EXPECT_FL_OK(fl_task_group_destroy(c.g));
 }
 
+// Huge finite timeouts (every value below FL_WAIT_FOREVER is a real deadline) wait like
+// forever: they neither time out at once (an overflowed clock) nor hang; each wait returns
+// the outcome once the gated work completes, from a program thread and from a callback.
+TEST(AdvTimedWaits, HugeFiniteTimeoutsWaitForTheWork) {
+  EngineFixture f(2, 4);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  for (uint64_t t : {UINT64_MAX - 1, uint64_t(INT64_MAX), (uint64_t(1) << 62) + 1}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      Gate gate;
+      fl_instr_id id = submit(s1, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(o)}, "gated");
+      std::thread opener([&] {
+        std::this_thread::sleep_for(milliseconds(2));
+        gate.open = true;
+      });
+      fl_status_t st;
+      switch (kind) {
+        case 0: st = fl_object_wait_for(o, FL_READ, t); break;
+        case 1: st = fl_instr_wait_for(s1, id, t); break;
+        case 2: st = fl_stream_synchronize_for(s1, t); break;
+        case 3: st = fl_engine_synchronize_for(f.engine, t); break;
+        default: {
+          // From a callback of another lane.
+          std::atomic<int> inner{-1};
+          submit(f.host(2), [&] {
+            inner = fl_instr_wait_for(s1, id, t);
+            return FL_OK;
+          }, {}, "waits_in_a_callback");
+          st = fl_stream_synchronize(f.host(2));
+          if (st == FL_OK) st = fl_status_t(inner.load());
+        }
+      }
+      opener.join();
+      EXPECT_EQ(st, FL_OK) << "timeout " << t << " kind " << kind << ": " << fl_last_error_message();
+      uint32_t qs = 0;
+      EXPECT_FL_OK(fl_instr_query(s1, id, &qs));
+      EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+    }
+  }
+  fl_object_release(o);
+}
+
 }  // namespace
