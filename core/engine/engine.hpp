@@ -173,6 +173,12 @@ class Engine {
   fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
   bool pools_quiescent() const;                  // every pool of the engine idle (drain)
   bool draining() const { return draining_.load(std::memory_order_acquire); }  // pairs with drain()'s release
+  // fl_task_group_spawn from a thread of the caller's (not code the engine runs): counted
+  // from before its check for a drain until its task is handed to the pool, so that a
+  // drain either refuses it or waits for its task. False (refused, not counted) once the
+  // engine is draining; otherwise end_outside_spawn() follows.
+  bool begin_outside_spawn();
+  void end_outside_spawn();
   // The lane runner, before starting i: a cancel request covers it (consumes the request).
   // True (and i marked cancelled) when a cancel request covers i. The common case, no
   // request on i's stream or lane, is two loads inline.
@@ -282,6 +288,7 @@ class Engine {
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> draining_{false};  // fl_engine_drain: refuse submissions from outside
+  std::atomic<uint64_t> outside_spawns_{0};  // begin_outside_spawn() .. end_outside_spawn()
   std::atomic<bool> destroying_{false};
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 

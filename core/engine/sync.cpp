@@ -411,9 +411,9 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
   draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
-  // Pairs with the seq_cst fence in submit() after admit(): a submission from a thread of
-  // the caller either sees draining_ after its admission (and is refused), or its admission
-  // is seen by our inflight() below (and waited for).
+  // Pairs with the seq_cst fences in submit() after admit() and in begin_outside_spawn(): a
+  // submission or task spawn from a thread of the caller either sees draining_ after it
+  // was counted (and is refused), or its count is seen by our loads below (and waited for).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   // Callbacks may still submit (their work is part of what is drained) and task-group tasks
   // may still run and submit: wait in rounds until one finds no instruction in flight and
@@ -424,7 +424,10 @@ fl_status_t Engine::drain(const Deadline& deadline) {
     if (fl_status_t st = wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
     // inflight() acquires retired_: an instruction seen retired has completed, and what it
     // submitted was admitted (counted) before.
-    if (inflight() == 0 && pools_quiescent()) break;
+    // A spawn from outside counted here may not have reached its pool yet: wait for it.
+    // Acquire pairs with the release decrement in end_outside_spawn(): a spawn seen ended
+    // has handed its task to the pool, which pools_quiescent() then counts.
+    if (inflight() == 0 && outside_spawns_.load(std::memory_order_acquire) == 0 && pools_quiescent()) break;
     if (deadline.passed())
       return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running "
                                     "(nothing was returned or consumed: call it again)");
@@ -433,6 +436,23 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   // Everything submitted has completed: the oldest family not returned yet, as a
   // synchronize called now would return it.
   return take_failure([this]() -> Instr* { return ledger_head_; });
+}
+
+bool Engine::begin_outside_spawn() {
+  outside_spawns_.fetch_add(1, std::memory_order_relaxed);
+  // Pairs with the seq_cst fence after the store of draining_ in drain(): either the drain's
+  // later load of outside_spawns_ sees this count (and waits for the task), or this load
+  // sees draining_ (and the spawn is refused).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!draining_.load(std::memory_order_relaxed)) return true;
+  end_outside_spawn();
+  return false;
+}
+
+void Engine::end_outside_spawn() {
+  // release pairs with the acquire load in drain(): the task's hand-over to the pool (its
+  // count there) happens before a drain that reads the spawn ended.
+  outside_spawns_.fetch_sub(1, std::memory_order_release);
 }
 
 bool Engine::pools_quiescent() const {

@@ -733,7 +733,7 @@ TEST(AdvDrain, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
 // it has finished when the drain returns (here it also submits an instruction, which is
 // accepted as the work of a callback: nothing may be in flight after the drain).
 TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
-  const int rounds = int(fl_scaled(40, 10));
+  const int rounds = int(fl_scaled(15, 5));
   int late_total = 0, accepted_total = 0;
   for (int round = 0; round < rounds; ++round) {
     EngineFixture f(2, 4);
