@@ -733,7 +733,7 @@ TEST(AdvDrain, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
 // it has finished when the drain returns (here it also submits an instruction, which is
 // accepted as the work of a callback: nothing may be in flight after the drain).
 TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
-  const int rounds = int(fl_scaled(15, 5));
+  const int rounds = int(fl_scaled(40, 8));
   int late_total = 0, accepted_total = 0;
   for (int round = 0; round < rounds; ++round) {
     EngineFixture f(2, 4);
@@ -748,15 +748,14 @@ TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
     std::atomic<int> accepted{0}, refused{0}, other{0};
     std::atomic<bool> go{false};
     std::vector<std::thread> spawners;
-    for (int t = 0; t < 2; ++t)
+    for (int t = 0; t < 4; ++t)
       spawners.emplace_back([&] {
         while (!go.load()) std::this_thread::yield();
         for (;;) {
           fl_status_t st = fl_task_group_spawn(g, [](void* p) {
             auto* x = static_cast<Ctx*>(p);
             if (x->drain_returned.load()) ++x->late;
-            ++x->ran;
-            submit(x->s, [] { return FL_OK; }, {}, "from_a_task");
+            if (++x->ran % 64 == 0) submit(x->s, [] { return FL_OK; }, {}, "from_a_task");
             return FL_OK;
           }, &c, nullptr);
           if (st == FL_OK) {
@@ -765,6 +764,7 @@ TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
             (st == FL_ERR_SHUTDOWN ? refused : other)++;
             return;
           }
+          std::this_thread::yield();  // preempted anywhere, the check-to-hand-over window too
         }
       });
     go = true;
