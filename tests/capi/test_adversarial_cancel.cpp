@@ -80,6 +80,48 @@ TEST(AdvDrain, ATimedOutDrainConsumesNoFailure) {
   fl_object_release(b);
 }
 
+// Two program threads drain at once while a task keeps the pool busy, and failures are
+// waiting: between the two drains and the synchronizes after them, each failure is
+// returned exactly once.
+TEST(AdvDrain, ConcurrentDrainsReturnEachFailureOnce) {
+  EngineFixture f(2);
+  std::vector<fl_object_t*> objs;
+  const int n = 3;
+  for (int k = 0; k < n; ++k) {
+    objs.push_back(make_obj(f.engine));
+    std::string name = "failure_" + std::to_string(k);
+    fl_stream_t* s = f.host(uint32_t(1 + k));
+    ASSERT_TRUE(wait_terminal(s, submit_failing(s, objs.back(), name.c_str())));
+  }
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  Gate gate;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
+  std::mutex mu;
+  std::vector<std::string> got;
+  auto take = [&](fl_status_t st) {
+    if (st == FL_OK) return;
+    std::lock_guard<std::mutex> lock(mu);
+    std::string m = fl_last_error_message();
+    got.push_back(st == FL_ERR_INSTRUCTION_FAILED ? m.substr(m.find("'failure_"), 11) : "unexpected: " + m);
+  };
+  std::thread other([&] { take(fl_engine_drain(f.engine, FL_WAIT_FOREVER)); });
+  std::thread opener([&] {
+    std::this_thread::sleep_for(milliseconds(10));  // widens the window: both drains loop
+    gate.open = true;
+  });
+  take(fl_engine_drain(f.engine, FL_WAIT_FOREVER));
+  other.join();
+  opener.join();
+  for (int k = 0; k < n + 1; ++k) take(fl_engine_synchronize(f.engine));
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want;
+  for (int k = 0; k < n; ++k) want.push_back("'failure_" + std::to_string(k) + "'");
+  EXPECT_EQ(got, want);
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+  for (auto* o : objs) fl_object_release(o);
+}
+
 // fl_engine_drain "returns what fl_engine_synchronize would": one entry, the oldest. When
 // the drain needs several rounds (a task-group task still runs), the entries after the
 // first must stay for later waits, not be consumed by the rounds and dropped.
