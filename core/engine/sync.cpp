@@ -414,7 +414,7 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   // Pairs with the seq_cst fences in submit() after admit() and in begin_outside_spawn(): a
   // submission or task spawn from a thread of the caller either sees draining_ after it
   // was counted (and is refused), or its count is seen by our loads below (and waited for).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_fence();
   // Callbacks may still submit (their work is part of what is drained) and task-group tasks
   // may still run and submit: wait in rounds until one finds no instruction in flight and
   // every pool idle. The rounds only wait: a failure is taken once, after the last round,
@@ -443,7 +443,7 @@ bool Engine::begin_outside_spawn() {
   // Pairs with the seq_cst fence after the store of draining_ in drain(): either the drain's
   // later load of outside_spawns_ sees this count (and waits for the task), or this load
   // sees draining_ (and the spawn is refused).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_fence();
   if (!draining_.load(std::memory_order_relaxed)) return true;
   end_outside_spawn();
   return false;
