@@ -752,13 +752,14 @@ TEST(AdvDrain, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
       gate.open = true;
     });
     fl_status_t dst = fl_engine_drain(f.engine, FL_WAIT_FOREVER);
-    fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
-    ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+    const int ran_at_drain = ran.load();
     drain_returned = true;
     opener.join();
     for (auto& t : subs) t.join();
     EXPECT_EQ(dst, FL_OK) << fl_last_error_message();
-    EXPECT_EQ(st.in_flight, 0u) << "round " << round << ": drain returned with an accepted instruction in flight";
+    // (stats' in_flight may briefly count a submission that is being refused: it gives its
+    // window slot back. What matters is that every accepted one had run.)
+    EXPECT_EQ(ran_at_drain, accepted.load()) << "round " << round << ": drain returned before an accepted instruction ran";
     EXPECT_EQ(other.load(), 0);
     EXPECT_EQ(refused.load(), kSubmitters);
     EXPECT_FL_OK(fl_engine_synchronize(f.engine));
