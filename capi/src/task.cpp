@@ -162,9 +162,18 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
     if (fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_task_group_spawn: fn is NULL");
     core::Engine* e = group_engine(g, "fl_task_group_spawn (the group's engine)");
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine is being destroyed");
-    if (e->draining() && !core::in_any_engine_context())
+    // From a thread of the caller's, the spawn is counted while it checks for a drain and
+    // hands its task over, so that a drain racing with it refuses it or waits for its task.
+    const bool outside = !core::in_any_engine_context();
+    if (outside && !e->begin_outside_spawn())
       fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine was drained (fl_engine_drain)");
-    g->group.spawn(fn, user_data, cleanup);
+    try {
+      g->group.spawn(fn, user_data, cleanup);
+    } catch (...) {
+      if (outside) e->end_outside_spawn();
+      throw;
+    }
+    if (outside) e->end_outside_spawn();
     return FL_OK;
   });
 }

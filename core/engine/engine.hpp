@@ -173,6 +173,12 @@ class Engine {
   fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
   bool pools_quiescent() const;                  // every pool of the engine idle (drain)
   bool draining() const { return draining_.load(std::memory_order_acquire); }  // pairs with drain()'s release
+  // fl_task_group_spawn from a thread of the caller's (not code the engine runs): counted
+  // from before its check for a drain until its task is handed to the pool, so that a
+  // drain either refuses it or waits for its task. False (refused, not counted) once the
+  // engine is draining; otherwise end_outside_spawn() follows.
+  bool begin_outside_spawn();
+  void end_outside_spawn();
   // The lane runner, before starting i: a cancel request covers it (consumes the request).
   // True (and i marked cancelled) when a cancel request covers i. The common case, no
   // request on i's stream or lane, is two loads inline.
@@ -223,6 +229,9 @@ class Engine {
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   // Waits for s's completion count to reach target (sched::wait rules); false on the deadline.
   bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever());
+  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
+  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
+  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
   void destroy_object(Object* o, Instr* completing);
   // Under ledger_mu_: unlinks the family of `root` and drops the ledger's references.
   void unlink_family(Instr* root);
@@ -279,6 +288,7 @@ class Engine {
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> draining_{false};  // fl_engine_drain: refuse submissions from outside
+  std::atomic<uint64_t> outside_spawns_{0};  // begin_outside_spawn() .. end_outside_spawn()
   std::atomic<bool> destroying_{false};
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 

@@ -312,13 +312,28 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   else if (!i->name.empty())  // not written when clear (see Instr)
     i->name.clear();
   if (shutting_down()) fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine is being destroyed");
-  // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
-  // is part of what the drain waits for: accepted.
-  if (draining_.load(std::memory_order_acquire) && !in_any_engine_context())
+  const bool engine_run = in_any_engine_context();
+  auto refuse_drained = [&a] {
     fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine was drained (fl_engine_drain): it accepts no new work "
                                                "from your threads; destroy it, or create another engine");
-  const bool engine_run = in_any_engine_context();
+  };
+  // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
+  // is part of what the drain waits for: accepted.
+  if (!engine_run && draining_.load(std::memory_order_acquire)) refuse_drained();
   admit(a.nonblocking, engine_run);
+  if (!engine_run) {
+    // Checked again once admitted (the check above only spares a submitter waiting for the
+    // window of a drained engine): a submission that passed the first check and then waited
+    // for the window, or was merely preempted, must not be admitted after the drain found
+    // nothing in flight. Either the drain's later load of admitted_ (inflight()) sees our
+    // admission and waits for it, or the load below sees the drain and we give the slot back:
+    // a store-load (Dekker) pair with the fence after the store of draining_ in drain().
+    full_fence();
+    if (draining_.load(std::memory_order_relaxed)) {
+      retire_window_slot();
+      refuse_drained();
+    }
+  }
   fl_instr_id id;
   try {
     // Engine-run code never runs an instruction inline: it would nest one callback in

@@ -261,6 +261,15 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
   // next_id_ pairs with no release (ids are taken relaxed in submit()); the ledger it is
   // compared with is read under ledger_mu_.
   const fl_instr_id before = next_id_.load(std::memory_order_acquire);
+  if (fl_status_t st = wait_submitted(deadline, "fl_engine_synchronize_for"); st != FL_OK) return st;
+  return take_failure([this, before]() -> Instr* {
+    for (Instr* r = ledger_head_; r != nullptr; r = r->ledger_next)  // oldest first; usually the head
+      if (r->id < before) return r;
+    return nullptr;
+  });
+}
+
+fl_status_t Engine::wait_submitted(const Deadline& deadline, const char* call) {
   std::vector<std::pair<Stream*, uint64_t>> upto;
   // Acquire pairs with the release store of submitted in Engine::submit().
   for (Stream* s : all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
@@ -269,15 +278,11 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
   for (auto& [s, target] : upto) {
     if (!wait_stream(s, target, deadline)) {
       if (ob) ob->on_wait(false, "fl_engine_synchronize");
-      return timed_out("fl_engine_synchronize_for", s, target);
+      return timed_out(call, s, target);
     }
   }
   if (ob) ob->on_wait(false, "fl_engine_synchronize");
-  return take_failure([this, before]() -> Instr* {
-    for (Instr* r = ledger_head_; r != nullptr; r = r->ledger_next)  // oldest first; usually the head
-      if (r->id < before) return r;
-    return nullptr;
-  });
+  return FL_OK;
 }
 
 fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
@@ -405,27 +410,49 @@ void Engine::cancel_all() {
 fl_status_t Engine::drain(const Deadline& deadline) {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
-  draining_.store(true, std::memory_order_release);  // pairs with the acquire load in submit()
+  draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
+  // Pairs with the seq_cst fences in submit() after admit() and in begin_outside_spawn(): a
+  // submission or task spawn from a thread of the caller either sees draining_ after it
+  // was counted (and is refused), or its count is seen by our loads below (and waited for).
+  full_fence();
   // Callbacks may still submit (their work is part of what is drained) and task-group tasks
   // may still run and submit: wait in rounds until one finds no instruction in flight and
-  // every pool idle. The first failure found is the one returned.
-  fl_status_t first = FL_OK;
-  std::string first_message;
+  // every pool idle. The rounds only wait: a failure is taken once, after the last round,
+  // so a drain that times out has consumed nothing, and one that returns a failure leaves
+  // the others to later waits (each is returned once, as by fl_engine_synchronize).
   for (;;) {
-    fl_status_t st = synchronize(deadline);
-    if (st == FL_ERR_TIMEOUT) return st;
-    if (st != FL_OK && first == FL_OK) {
-      first = st;
-      first_message = last_error();
-    }
+    if (fl_status_t st = wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
     // inflight() acquires retired_: an instruction seen retired has completed, and what it
     // submitted was admitted (counted) before.
-    if (inflight() == 0 && pools_quiescent()) break;
+    // A spawn from outside counted here may not have reached its pool yet: wait for it.
+    // Acquire pairs with the release decrement in end_outside_spawn(): a spawn seen ended
+    // has handed its task to the pool, which pools_quiescent() then counts.
+    if (inflight() == 0 && outside_spawns_.load(std::memory_order_acquire) == 0 && pools_quiescent()) break;
     if (deadline.passed())
-      return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running");
+      return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running "
+                                    "(nothing was returned or consumed: call it again)");
     if (inflight() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  return first == FL_OK ? FL_OK : report(first, first_message);
+  // Everything submitted has completed: the oldest family not returned yet, as a
+  // synchronize called now would return it.
+  return take_failure([this]() -> Instr* { return ledger_head_; });
+}
+
+bool Engine::begin_outside_spawn() {
+  outside_spawns_.fetch_add(1, std::memory_order_relaxed);
+  // Pairs with the seq_cst fence after the store of draining_ in drain(): either the drain's
+  // later load of outside_spawns_ sees this count (and waits for the task), or this load
+  // sees draining_ (and the spawn is refused).
+  full_fence();
+  if (!draining_.load(std::memory_order_relaxed)) return true;
+  end_outside_spawn();
+  return false;
+}
+
+void Engine::end_outside_spawn() {
+  // release pairs with the acquire load in drain(): the task's hand-over to the pool (its
+  // count there) happens before a drain that reads the spawn ended.
+  outside_spawns_.fetch_sub(1, std::memory_order_release);
 }
 
 bool Engine::pools_quiescent() const {

@@ -73,15 +73,17 @@ void TaskGroup::run_item(Task* t) {
     if (st != FL_OK) {
       g->failed_.store(true, std::memory_order_relaxed);
       // The first failing task records its status and the worker's last flowlane error
-      // (what the task was told by the call that failed, if any); the waiter reads them
-      // after the latch (acquire), which the count_down below releases.
-      if (!g->recorded_.exchange(true, std::memory_order_relaxed)) {
+      // (what the task was told by the call that failed, if any), under the lock that a
+      // wait() taking the record at the same time holds too.
+      std::lock_guard<std::mutex> lock(g->failure_mu_);
+      if (!g->recorded_.load(std::memory_order_relaxed)) {
         g->status_ = st;
         try {
           g->message_ = last_error();
         } catch (...) {
           g->message_.clear();
         }
+        g->recorded_.store(true, std::memory_order_relaxed);
       }
     }
   }
@@ -98,7 +100,11 @@ void TaskGroup::run_item(Task* t) {
 fl_status_t TaskGroup::wait(std::string* message) {
   latch_.wait();
   latch_.rearm();
+  // Fast path, no failure: a failure recorded concurrently (by a task spawned meanwhile from
+  // another thread) is left to the next wait. The record itself is read under the lock.
   if (!recorded_.load(std::memory_order_relaxed)) return FL_OK;
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (!recorded_.load(std::memory_order_relaxed)) return FL_OK;  // another waiter took it
   fl_status_t st = status_;
   if (message != nullptr) *message = message_;
   status_ = FL_OK;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "flowlane/flowlane.h"
@@ -58,9 +59,14 @@ class TaskGroup {
   const void* context_ = nullptr;
   Latch latch_{0};
   std::atomic<bool> failed_{false};  // a task failed: unstarted ones are skipped
+  // The first failure's record. Written by a failing task and taken (and reset) by wait(),
+  // which may run at the same time when another thread spawns into the group while it is
+  // waited for: both sides hold failure_mu_. recorded_ is also read without it, by wait()'s
+  // fast path (no failure: no lock).
+  std::mutex failure_mu_;
   std::atomic<bool> recorded_{false};  // the first failure's status and text are set
-  fl_status_t status_ = FL_OK;       // written by the first failing task only
-  std::string message_;
+  fl_status_t status_ = FL_OK;       // under failure_mu_
+  std::string message_;              // under failure_mu_
 };
 
 }  // namespace flowlane::sched

@@ -784,13 +784,16 @@ FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
 
 /* METHOD: fl_engine_t
    Drains the engine without destroying it (NCCL's finalize, to destroy's free): from the
-   call on, submissions from threads of your own are refused with FL_ERR_SHUTDOWN (work
-   submitted by the engine's own callbacks is still accepted: it belongs to the work being
-   drained), and the call waits (up to timeout_ns) for every instruction to complete. Returns
-   what fl_engine_synchronize would, or FL_ERR_TIMEOUT (the engine stays draining; call again
-   to keep waiting). Waits, queries, stats and dumps keep working; fl_engine_destroy frees it.
-   Calling it again is allowed; from any code the engine runs it is refused
-   (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE. */
+   call on, submissions and task-group spawns from threads of your own are refused with
+   FL_ERR_SHUTDOWN (a submission still waiting for the in-flight window included; work
+   submitted by the engine's own callbacks and tasks is still accepted: it belongs to the
+   work being drained; one of your threads' calls accepted concurrently is drained too),
+   and the call waits (up to timeout_ns) for every instruction to complete. Returns what
+   fl_engine_synchronize would, or FL_ERR_TIMEOUT (the engine stays draining; call again to
+   keep waiting; as with every timed wait, nothing was returned or consumed). Waits,
+   queries, stats and dumps keep working; fl_engine_destroy frees it. Calling it again is
+   allowed; from any code the engine runs it is refused (FL_ERR_INVALID_ARGUMENT).
+   FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);
 
 /* ======================================================================== */

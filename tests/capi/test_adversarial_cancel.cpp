@@ -1,0 +1,1042 @@
+// Adversarial tests for cancel, drain, task groups, timed waits and instruction queries
+// under the concurrency real programs bring (public API only). Outcomes are deterministic:
+// sleeps only widen windows, and every gate gives up after 60 s so that a bug fails the
+// test instead of hanging it.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+using namespace fltest;
+using std::chrono::milliseconds;
+
+constexpr uint64_t kMs = 1'000'000;  // nanoseconds
+
+bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
+
+// Submits an instruction named `name` that fails (FL_ERR_INSTRUCTION_FAILED) and writes o.
+fl_instr_id submit_failing(fl_stream_t* s, fl_object_t* o, const char* name) {
+  return submit(s, [] { return FL_ERR_INSTRUCTION_FAILED; }, {W(o)}, name);
+}
+
+// Polls fl_instr_query until instruction `id` of s is terminal (a query consumes nothing);
+// false after 60 s.
+bool wait_terminal(fl_stream_t* s, fl_instr_id id, uint32_t* out_state = nullptr) {
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    uint32_t st = FL_INSTR_PENDING;
+    if (fl_instr_query(s, id, &st) != FL_OK) return false;
+    if (st != FL_INSTR_PENDING) {
+      if (out_state) *out_state = st;
+      return true;
+    }
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// A task-group task that holds the engine's pool busy until its gate opens.
+fl_status_t hold_task(void* ud) { return static_cast<Gate*>(ud)->wait() ? FL_OK : FL_ERR_TIMEOUT; }
+
+// ---------------------------------------------------------------------------------------
+// Drain and the failure ledger
+
+// A drain that times out has returned nothing, so it must have consumed nothing either
+// ("A wait that times out ... changes nothing"). Two failures have completed before the
+// drain; a task-group task keeps the pool busy, so the drain times out: both failures are
+// still there for the waits after it, oldest first.
+TEST(AdvDrain, ATimedOutDrainConsumesNoFailure) {
+  EngineFixture f(2);
+  fl_object_t* a = make_obj(f.engine);
+  fl_object_t* b = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  fl_instr_id fa = submit_failing(s1, a, "first_failure");
+  fl_instr_id fb = submit_failing(s2, b, "second_failure");
+  ASSERT_TRUE(wait_terminal(s1, fa));
+  ASSERT_TRUE(wait_terminal(s2, fb));
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  Gate gate;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
+  EXPECT_FL_ERR(fl_engine_drain(f.engine, 20 * kMs), FL_ERR_TIMEOUT, "timed out");
+  gate.open = true;
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED, "'first_failure'");
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED, "'second_failure'");
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+  fl_object_release(a);
+  fl_object_release(b);
+}
+
+// Two program threads drain at once while a task keeps the pool busy, and failures are
+// waiting: between the two drains and the synchronizes after them, each failure is
+// returned exactly once.
+TEST(AdvDrain, ConcurrentDrainsReturnEachFailureOnce) {
+  EngineFixture f(2);
+  std::vector<fl_object_t*> objs;
+  const int n = 3;
+  for (int k = 0; k < n; ++k) {
+    objs.push_back(make_obj(f.engine));
+    std::string name = "failure_" + std::to_string(k);
+    fl_stream_t* s = f.host(uint32_t(1 + k));
+    ASSERT_TRUE(wait_terminal(s, submit_failing(s, objs.back(), name.c_str())));
+  }
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  Gate gate;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
+  std::mutex mu;
+  std::vector<std::string> got;
+  auto take = [&](fl_status_t st) {
+    if (st == FL_OK) return;
+    std::lock_guard<std::mutex> lock(mu);
+    std::string m = fl_last_error_message();
+    got.push_back(st == FL_ERR_INSTRUCTION_FAILED ? m.substr(m.find("'failure_"), 11) : "unexpected: " + m);
+  };
+  std::thread other([&] { take(fl_engine_drain(f.engine, FL_WAIT_FOREVER)); });
+  std::thread opener([&] {
+    std::this_thread::sleep_for(milliseconds(10));  // widens the window: both drains loop
+    gate.open = true;
+  });
+  take(fl_engine_drain(f.engine, FL_WAIT_FOREVER));
+  other.join();
+  opener.join();
+  for (int k = 0; k < n + 1; ++k) take(fl_engine_synchronize(f.engine));
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want;
+  for (int k = 0; k < n; ++k) want.push_back("'failure_" + std::to_string(k) + "'");
+  EXPECT_EQ(got, want);
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+  for (auto* o : objs) fl_object_release(o);
+}
+
+// fl_engine_drain "returns what fl_engine_synchronize would": one entry, the oldest. When
+// the drain needs several rounds (a task-group task still runs), the entries after the
+// first must stay for later waits, not be consumed by the rounds and dropped.
+TEST(AdvDrain, ADrainInRoundsReturnsTheOldestFailureAndLeavesTheOthers) {
+  EngineFixture f(2);
+  fl_object_t* a = make_obj(f.engine);
+  fl_object_t* b = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  fl_instr_id fa = submit_failing(s1, a, "first_failure");
+  fl_instr_id fb = submit_failing(s2, b, "second_failure");
+  ASSERT_TRUE(wait_terminal(s1, fa));
+  ASSERT_TRUE(wait_terminal(s2, fb));
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  Gate gate;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(milliseconds(20));  // widens the window: the drain loops meanwhile
+    gate.open = true;
+  });
+  EXPECT_FL_ERR(fl_engine_drain(f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'first_failure'");
+  opener.join();
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED, "'second_failure'");
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+  fl_object_release(a);
+  fl_object_release(b);
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancel racing submissions and completions
+
+// One instruction of the storm below.
+struct StormRec {
+  std::string name;
+  fl_stream_t* stream = nullptr;
+  std::vector<std::pair<int, uint32_t>> ops;  // (object index, access)
+  std::atomic<fl_instr_id> id{0};
+  std::atomic<int> ran{0}, cleaned{0}, released{0};
+};
+
+struct StormClosure {
+  StormRec* rec;
+  static fl_status_t fn(fl_instr_ctx_t*, void* ud) {
+    static_cast<StormClosure*>(ud)->rec->ran.fetch_add(1);
+    return FL_OK;
+  }
+  static void cleanup(void* ud) {
+    auto* c = static_cast<StormClosure*>(ud);
+    c->rec->cleaned.fetch_add(1);
+    delete c;
+  }
+};
+
+std::atomic<int> g_storm_released{0};
+void count_release(void*) { g_storm_released.fetch_add(1); }
+
+// Four program threads submit multi-object instructions on shared objects (each on its own
+// lane) while two threads cancel published ids, streams and the whole engine, and a third
+// polls the timed waits (which return some failure entries). Afterwards: every instruction
+// ended exactly once (cleanup once, fn at most once); its state agrees with a serial replay
+// of the objects in id order (skipped exactly when it read a poisoned value, unless it was
+// cancelled itself); every entry was returned exactly once (one per cancelled instruction);
+// every skipped one names a cancelled instruction; release callbacks ran once each.
+TEST(AdvCancel, CancelsRacingSubmissionsAndCompletionsEndEveryInstructionExactlyOnce) {
+  const int kThreads = 4, kPer = int(fl_scaled(150, 60)), kObjs = 6;
+  for (int round = 0; round < 3; ++round) {
+    g_storm_released = 0;
+    EngineFixture f(2, 8);
+    fl_engine_stats_t st0 = FL_ENGINE_STATS_INIT;
+    ASSERT_FL_OK(fl_engine_stats(f.engine, &st0));
+    std::vector<fl_object_t*> objs(kObjs);
+    for (auto& o : objs) ASSERT_FL_OK(fl_object_create(f.engine, nullptr, &count_release, &o));
+    std::vector<std::unique_ptr<StormRec>> recs(size_t(kThreads * kPer));
+    std::mt19937 plan(1234 + round);
+    for (int t = 0; t < kThreads; ++t)
+      for (int k = 0; k < kPer; ++k) {
+        auto r = std::make_unique<StormRec>();
+        r->name = "s" + std::to_string(t) + "_" + std::to_string(k);
+        r->stream = f.host(uint32_t(t + 1));
+        int nops = 1 + int(plan() % 3);
+        for (int j = 0; j < nops; ++j) r->ops.emplace_back(int(plan() % kObjs), uint32_t(1 + plan() % 3));
+        recs[size_t(t * kPer + k)] = std::move(r);
+      }
+    std::atomic<int> published{0};  // upper bound of recs whose id may be set (scanned)
+    std::atomic<bool> stop{false};
+    std::atomic<int> entries{0};
+    std::mutex bad_mu;
+    std::vector<std::string> bad;
+    auto note_bad = [&](std::string s) {
+      std::lock_guard<std::mutex> lock(bad_mu);
+      if (bad.size() < 10) bad.push_back(std::move(s));
+    };
+    std::vector<std::thread> subs;
+    for (int t = 0; t < kThreads; ++t)
+      subs.emplace_back([&, t] {
+        for (int k = 0; k < kPer; ++k) {
+          StormRec* r = recs[size_t(t * kPer + k)].get();
+          std::vector<fl_operand_t> ops;
+          for (auto [o, acc] : r->ops) ops.push_back(fl_operand_t{objs[size_t(o)], acc, 0});
+          // A private object, released right after the submission: its release callback
+          // runs once, at this instruction's completion (run, skipped or cancelled).
+          fl_object_t* mine = nullptr;
+          if (fl_object_create(f.engine, r, [](void* p) { ++static_cast<StormRec*>(p)->released; }, &mine) != FL_OK) {
+            note_bad("object: " + std::string(fl_last_error_message()));
+            continue;
+          }
+          ops.push_back(W(mine));
+          auto* c = new StormClosure{r};
+          fl_host_instr_t in = FL_HOST_INSTR_INIT;
+          in.fn = &StormClosure::fn;
+          in.cleanup = &StormClosure::cleanup;
+          in.user_data = c;
+          in.operands = ops.data();
+          in.num_operands = ops.size();
+          in.name = r->name.c_str();
+          fl_instr_id id = 0;
+          fl_status_t s = fl_submit_host(r->stream, &in, &id);
+          if (s != FL_OK) {
+            note_bad("submit failed: " + std::string(fl_last_error_message()));
+            fl_object_release(mine);
+            delete c;
+            continue;
+          }
+          if (fl_object_release(mine) != FL_OK) note_bad("release: " + std::string(fl_last_error_message()));
+          r->id = id;
+          published.fetch_add(1);
+          if (k % 16 == 0) std::this_thread::yield();
+        }
+      });
+    std::vector<std::thread> cancellers;
+    for (int c = 0; c < 2; ++c)
+      cancellers.emplace_back([&, c] {
+        std::mt19937 rng(99 + c + round * 7);
+        int calls = 0;
+        while (!stop.load()) {
+          StormRec* r = recs[rng() % recs.size()].get();
+          fl_instr_id id = r->id.load();
+          if (id == 0) {
+            std::this_thread::yield();
+            continue;
+          }
+          ++calls;
+          fl_status_t s;
+          if (calls % 97 == 0) {
+            s = fl_stream_cancel(r->stream);
+          } else if (calls == 500 && c == 0) {
+            s = fl_engine_cancel(f.engine);
+          } else {
+            s = fl_instr_cancel(r->stream, id);
+            if (s == FL_ERR_INVALID_ARGUMENT && contains(fl_last_error_message(), "has already completed")) s = FL_OK;
+          }
+          if (s != FL_OK) note_bad("cancel: " + std::string(fl_status_name(s)) + ": " + fl_last_error_message());
+          if (calls % 8 == 0) std::this_thread::yield();
+        }
+      });
+    std::thread poller([&] {
+      int k = 0;
+      while (!stop.load()) {
+        fl_status_t s = (++k % 2) ? fl_engine_synchronize_for(f.engine, 0)
+                                  : fl_stream_synchronize_for(f.host(uint32_t(1 + k % kThreads)), 1000);
+        if (s == FL_OK || s == FL_ERR_TIMEOUT) continue;
+        ++entries;
+        if (s != FL_ERR_CANCELLED && s != FL_ERR_DEPENDENCY_FAILED)
+          note_bad("poller got " + std::string(fl_status_name(s)) + ": " + fl_last_error_message());
+        else if (!contains(fl_last_error_message(), "cancelled before it started"))
+          note_bad("poller message: " + std::string(fl_last_error_message()));
+      }
+    });
+    for (auto& t : subs) t.join();
+    std::this_thread::sleep_for(milliseconds(2));  // cancels keep racing the last completions
+    stop = true;
+    for (auto& t : cancellers) t.join();
+    poller.join();
+    for (;;) {
+      fl_status_t s = fl_engine_synchronize(f.engine);
+      if (s == FL_OK) break;
+      ++entries;
+      EXPECT_EQ(s, FL_ERR_CANCELLED) << fl_last_error_message();  // engine sync: the oldest root
+      EXPECT_TRUE(contains(fl_last_error_message(), "cancelled before it started")) << fl_last_error_message();
+    }
+    for (auto& b : bad) ADD_FAILURE() << b;
+    // Replay each object in id order.
+    std::vector<StormRec*> by_id;
+    std::map<std::string, StormRec*> by_name;
+    for (auto& r : recs) {
+      by_id.push_back(r.get());
+      by_name[r->name] = r.get();
+    }
+    std::sort(by_id.begin(), by_id.end(), [](StormRec* a, StormRec* b) { return a->id.load() < b->id.load(); });
+    std::vector<bool> poisoned(kObjs, false);
+    int cancelled = 0, skipped = 0, done = 0;
+    for (StormRec* r : by_id) {
+      ASSERT_NE(r->id.load(), 0u);
+      EXPECT_EQ(r->cleaned.load(), 1) << r->name << ": cleanup must run exactly once";
+      EXPECT_EQ(r->released.load(), 1) << r->name << ": its object's release must run exactly once";
+      uint32_t state = 0;
+      ASSERT_FL_OK(fl_instr_query(r->stream, r->id, &state));
+      bool reads_poison = false;
+      for (auto [o, acc] : r->ops)
+        if ((acc & FL_READ) && poisoned[size_t(o)]) reads_poison = true;
+      if (state == FL_INSTR_CANCELLED) {
+        ++cancelled;
+        EXPECT_EQ(r->ran.load(), 0) << r->name << " was cancelled but ran";
+      } else if (state == FL_INSTR_SKIPPED) {
+        ++skipped;
+        EXPECT_EQ(r->ran.load(), 0) << r->name << " was skipped but ran";
+        EXPECT_TRUE(reads_poison) << r->name << " was skipped but read no poisoned value";
+        // The skipped one names the cancelled instruction whose poison it read.
+        fl_status_t s = fl_instr_wait_for(r->stream, r->id, 0);
+        EXPECT_EQ(s, FL_ERR_DEPENDENCY_FAILED);
+        std::string msg = fl_last_error_message();
+        const std::string key = "poisoned by instruction '";
+        size_t at = msg.find(key);
+        if (at == std::string::npos) {
+          ADD_FAILURE() << r->name << ": " << msg;
+        } else {
+          std::string root = msg.substr(at + key.size(), msg.find('\'', at + key.size()) - at - key.size());
+          auto it = by_name.find(root);
+          if (it == by_name.end()) {
+            ADD_FAILURE() << r->name << " names an unknown root: " << msg;
+          } else {
+            uint32_t rs = 0;
+            EXPECT_FL_OK(fl_instr_query(it->second->stream, it->second->id, &rs));
+            EXPECT_EQ(rs, uint32_t(FL_INSTR_CANCELLED)) << msg;
+            EXPECT_LT(it->second->id.load(), r->id.load()) << msg;
+            EXPECT_TRUE(contains(msg, "cancelled before it started")) << msg;
+          }
+        }
+      } else {
+        ++done;
+        EXPECT_EQ(state, uint32_t(FL_INSTR_DONE)) << r->name;
+        EXPECT_EQ(r->ran.load(), 1) << r->name << " is done: its fn ran once";
+        EXPECT_FALSE(reads_poison) << r->name << " ran although it read a poisoned value";
+      }
+      const bool bad_value = state != FL_INSTR_DONE;
+      for (auto [o, acc] : r->ops)
+        if (acc & FL_WRITE) poisoned[size_t(o)] = bad_value;
+    }
+    EXPECT_EQ(cancelled + skipped + done, kThreads * kPer);
+    EXPECT_EQ(entries.load(), cancelled) << "one entry per cancelled instruction, each returned once";
+    fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+    ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+    EXPECT_EQ(st.cancelled - st0.cancelled, uint64_t(cancelled));
+    EXPECT_EQ(st.failed - st0.failed, uint64_t(cancelled + skipped));
+    EXPECT_EQ(st.in_flight, 0u);
+    for (auto* o : objs) EXPECT_FL_OK(fl_object_release(o));
+    EXPECT_EQ(g_storm_released.load(), kObjs) << "each release callback runs once, at fl_object_release";
+    EXPECT_FL_OK(fl_engine_synchronize(f.engine));  // the waits for skipped ones consumed nothing new
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancel, drain and task groups from inside every kind of callback
+
+// What a callback did: the answers of the calls it made.
+struct FromCallback {
+  fl_engine_t* e = nullptr;
+  fl_stream_t* own = nullptr;    // the caller's lane's stream
+  fl_stream_t* other = nullptr;  // another lane's stream
+  std::atomic<fl_instr_id> victim{0};      // queued behind the caller on its own lane
+  std::atomic<fl_instr_id> other_id{0};    // pending on the other lane
+  Gate ready;                              // the victims have their ids
+  Gate hold;                               // kRelease: the caller runs until its object is released
+  std::atomic<int> calls{0};
+  std::atomic<int> cancel_st{-1}, recancel_st{-1}, drain_st{-1}, query_st{-1}, query_state{-1}, wait_st{-1},
+      other_cancel_st{-1}, group_st{-1};
+  std::string drain_msg, wait_msg;
+
+  // The calls; `once` guards a parallel_for body that runs on several chunks.
+  void act() {
+    if (calls.fetch_add(1) != 0) return;
+    if (!ready.wait()) return;
+    cancel_st = fl_instr_cancel(own, victim);
+    recancel_st = fl_instr_cancel(own, victim);  // again: nothing more
+    drain_st = fl_engine_drain(e, 0);
+    drain_msg = fl_last_error_message();
+    uint32_t qs = 99;
+    query_st = fl_instr_query(own, victim, &qs);
+    query_state = int(qs);
+    wait_st = fl_instr_wait_for(own, victim, 0);  // queued behind the caller: refused
+    wait_msg = fl_last_error_message();
+    other_cancel_st = fl_stream_cancel(other);
+    // A task group made, used and destroyed here.
+    fl_task_group_t* g = nullptr;
+    fl_status_t gs = fl_task_group_create(e, &g);
+    if (gs == FL_OK) {
+      std::atomic<int> ran{0};
+      for (int k = 0; k < 4; ++k)
+        gs = gs == FL_OK ? fl_task_group_spawn(g, [](void* p) {
+          ++*static_cast<std::atomic<int>*>(p);
+          return FL_OK;
+        }, &ran, nullptr) : gs;
+      if (gs == FL_OK) gs = fl_task_group_wait(g);
+      fl_status_t ds = fl_task_group_destroy(g);
+      if (gs == FL_OK) gs = ds;
+      if (gs == FL_OK && ran.load() != 4) gs = FL_ERR_INTERNAL;
+    }
+    group_st = gs;
+  }
+};
+
+enum class Where { kFn, kCleanup, kRelease, kGroupTask, kParallelFor };
+
+void run_from_callback(Where where) {
+  EngineFixture f(2, 4);
+  FromCallback c;
+  c.e = f.engine;
+  c.own = f.host(1);
+  c.other = f.host(2);
+  fl_object_t* rel = nullptr;  // released by the caller's completion (kRelease)
+  ASSERT_FL_OK(fl_object_create(f.engine, &c, [](void* p) { static_cast<FromCallback*>(p)->act(); }, &rel));
+  Gate other_gate;  // holds the other lane: its queued instruction is still pending
+  submit(c.other, [&] { return other_gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "other_gate");
+  std::atomic<int> victim_ran{0}, other_ran{0};
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.user_data = &c;
+  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
+  fl_operand_t op = R(rel);
+  switch (where) {
+    case Where::kFn:
+      in.fn = [](fl_instr_ctx_t*, void* p) {
+        static_cast<FromCallback*>(p)->act();
+        return FL_OK;
+      };
+      break;
+    case Where::kCleanup:
+      in.cleanup = [](void* p) { static_cast<FromCallback*>(p)->act(); };
+      break;
+    case Where::kRelease:
+      in.fn = [](fl_instr_ctx_t*, void* p) { return static_cast<FromCallback*>(p)->hold.wait() ? FL_OK : FL_ERR_TIMEOUT; };
+      in.operands = &op;
+      in.num_operands = 1;
+      break;
+    case Where::kGroupTask:
+      in.fn = [](fl_instr_ctx_t*, void* p) {
+        fl_task_group_t* g = nullptr;
+        auto* x = static_cast<FromCallback*>(p);
+        if (fl_task_group_create(x->e, &g) != FL_OK) return FL_ERR_INTERNAL;
+        fl_status_t st = fl_task_group_spawn(g, [](void* q) {
+          static_cast<FromCallback*>(q)->act();
+          return FL_OK;
+        }, p, nullptr);
+        fl_status_t ws = fl_task_group_wait(g);
+        fl_task_group_destroy(g);
+        return st != FL_OK ? st : ws;
+      };
+      break;
+    case Where::kParallelFor:
+      in.fn = [](fl_instr_ctx_t*, void* p) {
+        auto* x = static_cast<FromCallback*>(p);
+        return fl_parallel_for(x->e, 0, 64, 1, [](uint64_t, uint64_t, void* q) {
+          static_cast<FromCallback*>(q)->act();
+          return FL_OK;
+        }, p);
+      };
+      break;
+  }
+  in.name = "caller";
+  fl_instr_id caller = 0;
+  ASSERT_FL_OK(fl_submit_host(c.own, &in, &caller));
+  if (where == Where::kRelease) ASSERT_FL_OK(fl_object_release(rel));  // the caller is its last user
+  c.hold.open = true;
+  c.victim = submit(c.own, [&] { ++victim_ran; return FL_OK; }, {}, "victim");
+  c.other_id = submit(c.other, [&] { ++other_ran; return FL_OK; }, {}, "other_victim");
+  c.ready.open = true;
+  uint32_t qs = 0;
+  ASSERT_TRUE(wait_terminal(c.own, c.victim, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_CANCELLED)) << "the victim queued behind the caller is cancelled";
+  EXPECT_EQ(c.cancel_st.load(), FL_OK);
+  EXPECT_EQ(c.recancel_st.load(), FL_OK);
+  EXPECT_EQ(c.drain_st.load(), FL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(c.drain_msg, "fl_engine_drain called from code the engine runs")) << c.drain_msg;
+  EXPECT_EQ(c.query_st.load(), FL_OK);
+  EXPECT_EQ(c.query_state.load(), int(FL_INSTR_PENDING));
+  EXPECT_EQ(c.wait_st.load(), FL_ERR_INVALID_ARGUMENT) << c.wait_msg;
+  EXPECT_TRUE(contains(c.wait_msg, "queued behind it on its own lane")) << c.wait_msg;
+  EXPECT_EQ(c.other_cancel_st.load(), FL_OK);
+  EXPECT_EQ(c.group_st.load(), FL_OK);
+  other_gate.open = true;
+  ASSERT_TRUE(wait_terminal(c.other, c.other_id, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_CANCELLED)) << "fl_stream_cancel of another lane from the callback";
+  EXPECT_EQ(victim_ran.load() + other_ran.load(), 0);
+  ASSERT_TRUE(wait_terminal(c.own, caller, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+  // Two entries (victim, other_victim): each returned once, oldest first.
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_CANCELLED, "'victim'");
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_CANCELLED, "'other_victim'");
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  if (where != Where::kRelease) fl_object_release(rel);  // act() returns at once: calls != 0
+  EXPECT_GE(c.calls.load(), 1);
+  // The engine works on.
+  std::atomic<int> after{0};
+  submit(c.own, [&] { ++after; return FL_OK; });
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(after.load(), 1);
+}
+
+TEST(AdvCancelFromCallbacks, FromAnInstructionFunction) { run_from_callback(Where::kFn); }
+TEST(AdvCancelFromCallbacks, FromACleanup) { run_from_callback(Where::kCleanup); }
+TEST(AdvCancelFromCallbacks, FromAReleaseRunByTheCallersCompletion) { run_from_callback(Where::kRelease); }
+TEST(AdvCancelFromCallbacks, FromATaskGroupTaskOfTheInstruction) { run_from_callback(Where::kGroupTask); }
+TEST(AdvCancelFromCallbacks, FromAParallelForBodyOfTheInstruction) { run_from_callback(Where::kParallelFor); }
+
+// ---------------------------------------------------------------------------------------
+// Timed waits with zero and tiny timeouts racing the completion of a failure
+
+// Each round submits a failing instruction and polls one kind of timed wait (0 or 1 µs)
+// until it answers something other than FL_ERR_TIMEOUT, racing the completion: the first
+// answer is the failure (with its name), the timeouts before it consumed nothing, and the
+// failure was returned exactly once (a synchronize after it has nothing left).
+TEST(AdvTimedWaits, PollsRacingAFailuresCompletionReturnItExactlyOnce) {
+  EngineFixture f(2, 4);
+  fl_stream_t* s = f.host(1);
+  fl_object_t* o = make_obj(f.engine);
+  const int rounds = int(fl_scaled(400, 100));
+  int timeouts = 0;
+  for (int k = 0; k < rounds; ++k) {
+    const int kind = k % 5;
+    const uint64_t t = (k / 5) % 2 ? 1000 : 0;
+    fl_instr_id id = submit_failing(s, o, "raced_failure");
+    fl_status_t st;
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      switch (kind) {
+        case 0: st = fl_instr_wait_for(s, id, t); break;
+        case 1: st = fl_engine_synchronize_for(f.engine, t); break;
+        case 2: st = fl_stream_synchronize_for(s, t); break;
+        case 3: st = fl_object_wait_for(o, FL_READ, t); break;
+        default: st = fl_object_wait_for(o, FL_WRITE, t); break;
+      }
+      if (st != FL_ERR_TIMEOUT) break;
+      ++timeouts;
+      ASSERT_TRUE(contains(fl_last_error_message(), "wait again")) << fl_last_error_message();
+      ASSERT_LT(Clock::now(), deadline);
+    }
+    ASSERT_EQ(st, FL_ERR_INSTRUCTION_FAILED) << "round " << k << " kind " << kind << ": " << fl_last_error_message();
+    ASSERT_TRUE(contains(fl_last_error_message(), "'raced_failure' (#" + std::to_string(id)))
+        << fl_last_error_message();
+    ASSERT_EQ(fl_engine_synchronize(f.engine), FL_OK)
+        << "round " << k << " kind " << kind << ": returned twice: " << fl_last_error_message();
+    uint32_t qs = 0;
+    ASSERT_FL_OK(fl_instr_query(s, id, &qs));
+    ASSERT_EQ(qs, uint32_t(FL_INSTR_FAILED));
+  }
+  RecordProperty("timeouts", timeouts);
+  fl_object_release(o);
+}
+
+// ---------------------------------------------------------------------------------------
+// Ids of another stream or engine, huge and invalid ids
+
+TEST(AdvIds, IdsOfAnotherStreamOrEngineAndHugeIdsAreAnsweredNotMisapplied) {
+  EngineFixture f(2, 4);
+  EngineFixture f2(1, 2);
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  Gate g1, g2;
+  submit(s1, [&] { return g1.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate1");
+  submit(s2, [&] { return g2.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate2");
+  std::atomic<int> ran1{0}, ran2{0};
+  fl_instr_id v1 = submit(s1, [&] { ++ran1; return FL_OK; }, {}, "v1");
+  fl_instr_id x2 = submit(s2, [&] { ++ran2; return FL_OK; }, {}, "x2");
+  ASSERT_LT(v1, x2);
+  // Not submitted to this stream (yet), 0, and the largest id: refused with the reason.
+  for (fl_instr_id bad : {fl_instr_id(0), x2 + 1, fl_instr_id(UINT64_MAX), fl_instr_id(UINT64_MAX - 1)}) {
+    uint32_t qs = 77;
+    EXPECT_FL_ERR(fl_instr_query(s1, bad, &qs), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+    EXPECT_EQ(qs, 77u) << "outputs are left unchanged on failure";
+    EXPECT_FL_ERR(fl_instr_wait_for(s1, bad, 0), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+    EXPECT_FL_ERR(fl_instr_wait_for(s1, bad, FL_WAIT_FOREVER), FL_ERR_INVALID_ARGUMENT,
+                  "was not submitted to this stream");
+    EXPECT_FL_ERR(fl_instr_cancel(s1, bad), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+  }
+  EXPECT_FL_ERR(fl_instr_query(s1, v1, nullptr), FL_ERR_INVALID_ARGUMENT, "NULL");
+  // Stale and foreign handles.
+  EXPECT_FL_ERR(fl_instr_cancel(nullptr, v1), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_stream_cancel(nullptr), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_engine_cancel(nullptr), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_engine_drain(nullptr, 0), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_instr_cancel(reinterpret_cast<fl_stream_t*>(f.engine), v1), FL_ERR_INVALID_HANDLE, "");
+  // s2 has submitted past v1 (an id of s1): a cancel there must not touch s1's v1, nor any
+  // instruction of s2 (the call's effect on a foreign id is unspecified, never a misfire).
+  EXPECT_FL_OK(fl_instr_cancel(s2, v1));
+  // The other engine's stream: its own ids only.
+  fl_stream_t* e2s = f2.host(1);
+  EXPECT_FL_ERR(fl_instr_cancel(e2s, x2), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+  EXPECT_FL_ERR(fl_instr_query(e2s, v1, nullptr), FL_ERR_INVALID_ARGUMENT, "");
+  g1.open = true;
+  g2.open = true;
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(ran2.load(), 1) << "an instruction of s2 was cancelled by an id of s1";
+  uint32_t qs = 0;
+  ASSERT_FL_OK(fl_instr_query(s2, x2, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+  // A completed id: refused, "has already completed", for every completed one.
+  EXPECT_FL_ERR(fl_instr_cancel(s2, x2), FL_ERR_INVALID_ARGUMENT, "has already completed");
+  EXPECT_FL_ERR(fl_instr_cancel(s1, v1), FL_ERR_INVALID_ARGUMENT, "has already completed");
+  EXPECT_FL_OK(fl_instr_wait_for(s1, v1, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// Engine destroy while a task group still has tasks
+
+struct DestroyCtx {
+  fl_engine_t* e = nullptr;
+  fl_stream_t* s = nullptr;
+  fl_task_group_t* g = nullptr;
+  Gate gate;
+  std::atomic<int> ran{0}, cleaned{0}, spawn_ok{0}, spawn_shutdown{0}, submit_shutdown{0}, other{0};
+  std::string spawn_msg;
+  std::mutex mu;
+};
+
+fl_status_t destroy_task(void* ud) {
+  auto* c = static_cast<DestroyCtx*>(ud);
+  if (!c->gate.wait()) return FL_ERR_TIMEOUT;
+  ++c->ran;
+  // The engine is being destroyed now: new tasks and instructions are refused.
+  fl_status_t st = fl_task_group_spawn(c->g, [](void*) { return FL_OK; }, c, [](void* p) {
+    ++static_cast<DestroyCtx*>(p)->cleaned;  // must never run: the spawn was refused
+  });
+  if (st == FL_OK) {
+    ++c->spawn_ok;
+  } else if (st == FL_ERR_SHUTDOWN) {
+    ++c->spawn_shutdown;
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->spawn_msg = fl_last_error_message();
+  } else {
+    ++c->other;
+  }
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
+  st = fl_submit_host(c->s, &in, nullptr);
+  if (st == FL_ERR_SHUTDOWN)
+    ++c->submit_shutdown;
+  else
+    ++c->other;
+  return FL_OK;
+}
+
+TEST(AdvTaskGroups, EngineDestroyWhileAGroupHasTasksRunsEachTaskAndCleanupOnce) {
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 2;
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  DestroyCtx c;
+  c.e = e;
+  ASSERT_FL_OK(fl_stream_get(e, 1, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &c.s));
+  ASSERT_FL_OK(fl_task_group_create(e, &c.g));
+  std::atomic<int> task_cleanups{0};
+  const int n = 20;
+  for (int k = 0; k < n; ++k)
+    ASSERT_FL_OK(fl_task_group_spawn(c.g, &destroy_task, &c, nullptr));
+  for (int k = 0; k < n; ++k)
+    ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void*) { return FL_OK; }, &task_cleanups,
+                                     [](void* p) { ++*static_cast<std::atomic<int>*>(p); }));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(milliseconds(20));  // widens the window: destroy is under way
+    c.gate.open = true;
+  });
+  ASSERT_FL_OK(fl_engine_destroy(e));  // the group's tasks finish first
+  opener.join();
+  EXPECT_EQ(c.ran.load(), n);
+  EXPECT_EQ(task_cleanups.load(), n);
+  EXPECT_EQ(c.cleaned.load(), c.spawn_ok.load()) << "a refused spawn's cleanup ran";
+  EXPECT_EQ(c.other.load(), 0);
+  EXPECT_EQ(c.submit_shutdown.load(), n);
+  EXPECT_EQ(c.spawn_shutdown.load(), n) << "spawns while the engine is destroyed are refused";
+  EXPECT_TRUE(contains(c.spawn_msg, "being destroyed")) << c.spawn_msg;
+  EXPECT_FL_ERR(fl_task_group_spawn(c.g, [](void*) { return FL_OK; }, nullptr, nullptr), FL_ERR_INVALID_HANDLE,
+                "engine");
+  EXPECT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_FL_OK(fl_task_group_destroy(c.g));
+  EXPECT_FL_ERR(fl_task_group_destroy(c.g), FL_ERR_INVALID_HANDLE, "");
+}
+
+// ---------------------------------------------------------------------------------------
+// Drain racing program threads that wait for the in-flight window
+
+// Program threads wait in fl_submit_host for a full window (of 1) when fl_engine_drain
+// starts. A submission may be accepted or refused (FL_ERR_SHUTDOWN), but one that is
+// accepted belongs to the work the drain waits for: when the drain returns, nothing is in
+// flight and no accepted instruction runs afterwards.
+TEST(AdvDrain, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
+  const int rounds = int(fl_scaled(20, 5));
+  int accepted_total = 0, late_total = 0;
+  for (int round = 0; round < rounds; ++round) {
+    EngineFixture f(2, 4, /*window=*/1);
+    fl_stream_t* s = f.host(1);
+    Gate gate;
+    submit(s, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "holds_the_window");
+    std::atomic<bool> drain_returned{false};
+    std::atomic<int> ran{0}, late{0}, accepted{0}, refused{0}, other{0};
+    const int kSubmitters = 4;
+    std::vector<std::thread> subs;
+    for (int t = 0; t < kSubmitters; ++t)
+      subs.emplace_back([&, t] {
+        fl_stream_t* st_s = f.host(uint32_t(1 + t % 3));
+        for (;;) {
+          fl_instr_id id = 0;
+          fl_status_t st = try_submit(st_s, [&] {
+            if (drain_returned.load()) ++late;
+            ++ran;
+            return FL_OK;
+          }, {}, "blocked_submitter", 0, &id);
+          if (st == FL_OK) {
+            ++accepted;
+          } else {
+            (st == FL_ERR_SHUTDOWN ? refused : other)++;
+            return;
+          }
+        }
+      });
+    // Every submitter waits for the window (counted as a stall) before the drain starts.
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+      ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+      if (st.window_stalls >= uint64_t(kSubmitters)) break;
+      ASSERT_LT(Clock::now(), deadline);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::thread opener([&] {
+      std::this_thread::sleep_for(milliseconds(2));
+      gate.open = true;
+    });
+    fl_status_t dst = fl_engine_drain(f.engine, FL_WAIT_FOREVER);
+    const int ran_at_drain = ran.load();
+    drain_returned = true;
+    opener.join();
+    for (auto& t : subs) t.join();
+    EXPECT_EQ(dst, FL_OK) << fl_last_error_message();
+    // (stats' in_flight may briefly count a submission that is being refused: it gives its
+    // window slot back. What matters is that every accepted one had run.)
+    EXPECT_EQ(ran_at_drain, accepted.load()) << "round " << round << ": drain returned before an accepted instruction ran";
+    EXPECT_EQ(other.load(), 0);
+    EXPECT_EQ(refused.load(), kSubmitters);
+    EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+    EXPECT_EQ(ran.load(), accepted.load());
+    accepted_total += accepted.load();
+    late_total += late.load();
+  }
+  EXPECT_EQ(late_total, 0) << "accepted instructions ran after fl_engine_drain returned";
+  RecordProperty("accepted", accepted_total);
+}
+
+// Program threads keep spawning task-group tasks while fl_engine_drain starts: a spawn is
+// accepted or refused (FL_ERR_SHUTDOWN), and an accepted task belongs to the drained work:
+// it has finished when the drain returns (here it also submits an instruction, which is
+// accepted as the work of a callback: nothing may be in flight after the drain).
+TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
+  const int rounds = int(fl_scaled(40, 8));
+  int late_total = 0, accepted_total = 0;
+  for (int round = 0; round < rounds; ++round) {
+    EngineFixture f(2, 4);
+    struct Ctx {
+      fl_stream_t* s;
+      std::atomic<bool> drain_returned{false};
+      std::atomic<int> late{0}, ran{0};
+    } c;
+    c.s = f.host(1);
+    fl_task_group_t* g = nullptr;
+    ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+    std::atomic<int> accepted{0}, refused{0}, other{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> spawners;
+    for (int t = 0; t < 4; ++t)
+      spawners.emplace_back([&] {
+        while (!go.load()) std::this_thread::yield();
+        for (;;) {
+          fl_status_t st = fl_task_group_spawn(g, [](void* p) {
+            auto* x = static_cast<Ctx*>(p);
+            if (x->drain_returned.load()) ++x->late;
+            if (++x->ran % 64 == 0) submit(x->s, [] { return FL_OK; }, {}, "from_a_task");
+            return FL_OK;
+          }, &c, nullptr);
+          if (st == FL_OK) {
+            ++accepted;
+          } else {
+            (st == FL_ERR_SHUTDOWN ? refused : other)++;
+            return;
+          }
+          std::this_thread::yield();  // preempted anywhere, the check-to-hand-over window too
+        }
+      });
+    go = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    fl_status_t dst = fl_engine_drain(f.engine, FL_WAIT_FOREVER);
+    fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+    ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+    c.drain_returned = true;
+    for (auto& t : spawners) t.join();
+    EXPECT_EQ(dst, FL_OK) << fl_last_error_message();
+    EXPECT_EQ(st.in_flight, 0u) << "round " << round;
+    EXPECT_EQ(other.load(), 0);
+    EXPECT_FL_OK(fl_task_group_wait(g));
+    EXPECT_FL_OK(fl_task_group_destroy(g));
+    EXPECT_EQ(c.ran.load(), accepted.load());
+    late_total += c.late.load();
+    accepted_total += accepted.load();
+  }
+  EXPECT_EQ(late_total, 0) << "accepted tasks ran after fl_engine_drain returned";
+  RecordProperty("accepted", accepted_total);
+}
+
+// ---------------------------------------------------------------------------------------
+// Waits inside callbacks for a writer that is cancelled meanwhile
+
+// A callback of lane 1 waits (fl_object_wait, then fl_instr_wait_for) for a writer of
+// lane 2 that the program cancels while it waits: the waits return FL_ERR_CANCELLED naming
+// the writer, a reader of its value is skipped naming it, and the entry counts as returned.
+TEST(AdvCancel, WaitsInsideACallbackForAWriterCancelledMeanwhileReturnTheCancel) {
+  EngineFixture f(2, 4);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  Gate gate2;
+  submit(s2, [&] { return gate2.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate2");
+  fl_instr_id writer = submit(s2, [] { return FL_OK; }, {W(o)}, "cancelled_writer");
+  std::atomic<int> obj_st{-1}, instr_st{-1};
+  std::atomic<bool> waiting{false};
+  std::string obj_msg, instr_msg;
+  fl_instr_id waiter = submit(s1, [&] {
+    waiting = true;
+    obj_st = fl_object_wait(o, FL_READ);
+    obj_msg = fl_last_error_message();
+    instr_st = fl_instr_wait_for(s2, writer, FL_WAIT_FOREVER);
+    instr_msg = fl_last_error_message();
+    return FL_OK;
+  }, {}, "waiter");
+  fl_instr_id reader = submit(f.host(3), [] { return FL_OK; }, {R(o)}, "reader");
+  while (!waiting.load()) std::this_thread::yield();
+  ASSERT_FL_OK(fl_instr_cancel(s2, writer));
+  gate2.open = true;
+  uint32_t qs = 0;
+  ASSERT_TRUE(wait_terminal(s1, waiter, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+  const std::string named = "'cancelled_writer' (#" + std::to_string(writer);
+  EXPECT_EQ(obj_st.load(), FL_ERR_CANCELLED) << obj_msg;
+  EXPECT_TRUE(contains(obj_msg, named) && contains(obj_msg, "cancelled before it started")) << obj_msg;
+  EXPECT_EQ(instr_st.load(), FL_ERR_CANCELLED) << instr_msg;
+  EXPECT_TRUE(contains(instr_msg, named)) << instr_msg;
+  ASSERT_TRUE(wait_terminal(f.host(3), reader, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_SKIPPED));
+  EXPECT_FL_ERR(fl_instr_wait_for(f.host(3), reader, 0), FL_ERR_DEPENDENCY_FAILED, named);
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));  // observed by the waits: not returned again
+  // A later write-only instruction gives the object a clean value.
+  submit(s2, [] { return FL_OK; }, {W(o)}, "clean_write");
+  EXPECT_FL_OK(fl_object_wait(o, FL_READ));
+  fl_object_release(o);
+}
+
+// ---------------------------------------------------------------------------------------
+// Task groups used from several threads at once
+
+struct GroupStorm {
+  fl_engine_t* e = nullptr;
+  fl_task_group_t* g = nullptr;
+  std::atomic<int> ran{0}, cleaned{0}, spawned{0}, errors{0};
+};
+
+fl_status_t storm_leaf(void* ud) {
+  ++static_cast<GroupStorm*>(ud)->ran;
+  return FL_OK;
+}
+void storm_cleanup(void* ud) { ++static_cast<GroupStorm*>(ud)->cleaned; }
+
+// A task that spawns two children into its own group, and waits for a child group of its own.
+fl_status_t storm_parent(void* ud) {
+  auto* c = static_cast<GroupStorm*>(ud);
+  ++c->ran;
+  for (int k = 0; k < 2; ++k) {
+    ++c->spawned;
+    if (fl_task_group_spawn(c->g, &storm_leaf, c, &storm_cleanup) != FL_OK) ++c->errors;
+  }
+  fl_task_group_t* child = nullptr;
+  if (fl_task_group_create(c->e, &child) != FL_OK) {
+    ++c->errors;
+    return FL_OK;
+  }
+  for (int k = 0; k < 3; ++k) {
+    ++c->spawned;
+    if (fl_task_group_spawn(child, &storm_leaf, c, &storm_cleanup) != FL_OK) ++c->errors;
+  }
+  if (fl_task_group_wait(child) != FL_OK) ++c->errors;
+  if (fl_task_group_destroy(child) != FL_OK) ++c->errors;
+  return FL_OK;
+}
+
+// Three program threads spawn into one group (tasks spawn into it too, and wait for child
+// groups) while a fourth thread waits for the group again and again: every task runs once
+// and is cleaned up once, and the final wait finds the group quiet.
+TEST(AdvTaskGroups, SpawnsFromSeveralThreadsAndTasksWhileAnotherThreadWaits) {
+  EngineFixture f(2, 4);
+  GroupStorm c;
+  c.e = f.engine;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
+  std::atomic<bool> done{false};
+  std::atomic<int> wait_errors{0};
+  std::thread waiter([&] {
+    while (!done.load())
+      if (fl_task_group_wait(c.g) != FL_OK) ++wait_errors;
+  });
+  const int per = int(fl_scaled(300, 60));
+  std::vector<std::thread> spawners;
+  for (int t = 0; t < 3; ++t)
+    spawners.emplace_back([&, t] {
+      for (int k = 0; k < per; ++k) {
+        ++c.spawned;
+        fl_task_fn fn = (k + t) % 4 == 0 ? &storm_parent : &storm_leaf;
+        if (fl_task_group_spawn(c.g, fn, &c, &storm_cleanup) != FL_OK) ++c.errors;
+        if (k % 32 == 0) std::this_thread::yield();
+      }
+    });
+  for (auto& t : spawners) t.join();
+  done = true;
+  waiter.join();
+  EXPECT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_EQ(c.errors.load(), 0);
+  EXPECT_EQ(wait_errors.load(), 0);
+  EXPECT_EQ(c.ran.load(), c.spawned.load());
+  EXPECT_EQ(c.cleaned.load(), c.spawned.load());
+  EXPECT_FL_OK(fl_task_group_destroy(c.g));
+}
+
+fl_status_t storm_failing(void* ud) {
+  ++static_cast<GroupStorm*>(ud)->ran;
+  return FL_ERR_INSTRUCTION_FAILED;
+}
+
+// One thread spawns failing tasks into a group while another waits for it again and again:
+// each wait returns FL_OK or the failure (with its text), every task is cleaned up once
+// (run or skipped), and once the spawner stopped a last wait leaves the group usable: a
+// task spawned after it runs. (The failure record is shared by the failing tasks and the
+// waits that take it: ThreadSanitizer checks that they synchronize.)
+TEST(AdvTaskGroups, FailuresWhileAnotherThreadSpawnsAndWaitsAreTakenCleanly) {
+  EngineFixture f(2, 4);
+  GroupStorm c;
+  c.e = f.engine;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0}, bad{0};
+  std::thread waiter([&] {
+    while (!done.load()) {
+      fl_status_t st = fl_task_group_wait(c.g);
+      if (st == FL_OK) continue;
+      ++failures;
+      if (st != FL_ERR_INSTRUCTION_FAILED || !contains(fl_last_error_message(), "FL_ERR_INSTRUCTION_FAILED")) ++bad;
+    }
+  });
+  const int n = int(fl_scaled(600, 200));
+  for (int k = 0; k < n; ++k) {
+    ++c.spawned;
+    if (fl_task_group_spawn(c.g, k % 3 ? &storm_leaf : &storm_failing, &c, &storm_cleanup) != FL_OK) ++c.errors;
+    if (k % 16 == 0) std::this_thread::yield();
+  }
+  done = true;
+  waiter.join();
+  (void)fl_task_group_wait(c.g);  // the last failure, if any is left
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(c.errors.load(), 0);
+  EXPECT_EQ(c.cleaned.load(), c.spawned.load());
+  std::atomic<int> after{0};
+  ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void* p) {
+    ++*static_cast<std::atomic<int>*>(p);
+    return FL_OK;
+  }, &after, nullptr));
+  EXPECT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_EQ(after.load(), 1) << "the group is usable again after its failure was taken";
+  EXPECT_FL_OK(fl_task_group_destroy(c.g));
+}
+
+// Huge finite timeouts (every value below FL_WAIT_FOREVER is a real deadline) wait like
+// forever: they neither time out at once (an overflowed clock) nor hang; each wait returns
+// the outcome once the gated work completes, from a program thread and from a callback.
+TEST(AdvTimedWaits, HugeFiniteTimeoutsWaitForTheWork) {
+  EngineFixture f(2, 4);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  for (uint64_t t : {UINT64_MAX - 1, uint64_t(INT64_MAX), (uint64_t(1) << 62) + 1}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      Gate gate;
+      fl_instr_id id = submit(s1, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(o)}, "gated");
+      std::thread opener([&] {
+        std::this_thread::sleep_for(milliseconds(2));
+        gate.open = true;
+      });
+      fl_status_t st;
+      switch (kind) {
+        case 0: st = fl_object_wait_for(o, FL_READ, t); break;
+        case 1: st = fl_instr_wait_for(s1, id, t); break;
+        case 2: st = fl_stream_synchronize_for(s1, t); break;
+        case 3: st = fl_engine_synchronize_for(f.engine, t); break;
+        default: {
+          // From a callback of another lane.
+          std::atomic<int> inner{-1};
+          submit(f.host(2), [&] {
+            inner = fl_instr_wait_for(s1, id, t);
+            return FL_OK;
+          }, {}, "waits_in_a_callback");
+          st = fl_stream_synchronize(f.host(2));
+          if (st == FL_OK) st = fl_status_t(inner.load());
+        }
+      }
+      opener.join();
+      EXPECT_EQ(st, FL_OK) << "timeout " << t << " kind " << kind << ": " << fl_last_error_message();
+      uint32_t qs = 0;
+      EXPECT_FL_OK(fl_instr_query(s1, id, &qs));
+      EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+    }
+  }
+  fl_object_release(o);
+}
+
+}  // namespace
