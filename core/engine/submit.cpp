@@ -325,10 +325,12 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
     // Checked again once admitted (the check above only spares a submitter waiting for the
     // window of a drained engine): a submission that passed the first check and then waited
     // for the window, or was merely preempted, must not be admitted after the drain found
-    // nothing in flight. Either the drain's later load of admitted_ (inflight()) sees our
-    // admission and waits for it, or the load below sees the drain and we give the slot back:
-    // a store-load (Dekker) pair with the fence after the store of draining_ in drain().
-    full_fence();
+    // nothing in flight. No fence is needed: admit()'s CAS of admitted_ and the drain's RMW
+    // of it (after its store of draining_) are ordered in admitted_'s modification order.
+    // Ours first: the drain's later load of admitted_ (inflight()) sees our admission and
+    // waits for it. The drain's first: our acquire CAS read its release sequence, so the
+    // load below sees draining_ and we give the slot back. Relaxed: ordered by that CAS
+    // (pairs with the acq_rel fetch_add of admitted_ in drain()).
     if (draining_.load(std::memory_order_relaxed)) {
       retire_window_slot();
       refuse_drained();
@@ -373,7 +375,9 @@ void Engine::admit(bool nonblocking, bool engine_run) {
       seen = std::max(seen, r);
     }
     if (int64_t(cur - seen) < limit) {
-      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return;
+      // acquire pairs with the acq_rel fetch_add of admitted_ in drain() (submit() then
+      // sees draining_ if the drain's RMW came first); relaxed on failure (we retry).
+      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
       continue;
     }
     if (nonblocking)

@@ -411,9 +411,14 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
   draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
-  // Pairs with the seq_cst fences in submit() after admit() and in begin_outside_spawn(): a
-  // submission or task spawn from a thread of the caller either sees draining_ after it
-  // was counted (and is refused), or its count is seen by our loads below (and waited for).
+  // An RMW of admitted_ after that store, so that a submission from a thread of the caller
+  // either sees draining_ after it was admitted (and is refused), or its admission is seen
+  // by our loads below (and waited for): the two RMWs are ordered in admitted_'s
+  // modification order, and the release here pairs with the acquire CAS in admit().
+  admitted_.fetch_add(0, std::memory_order_acq_rel);
+  // Pairs with the seq_cst fence in begin_outside_spawn(): a task spawn from a thread of the
+  // caller either sees draining_ after it was counted (and is refused), or its count is seen
+  // by our loads below (and waited for).
   full_fence();
   // Callbacks may still submit (their work is part of what is drained) and task-group tasks
   // may still run and submit: wait in rounds until one finds no instruction in flight and

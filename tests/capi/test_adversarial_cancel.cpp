@@ -61,9 +61,11 @@ TEST(AdvDrain, ATimedOutDrainConsumesNoFailure) {
   fl_object_t* b = make_obj(f.engine);
   fl_stream_t* s1 = f.host(1);
   fl_stream_t* s2 = f.host(2);
+  // The ledger keeps failures in the order they were recorded: the second is submitted
+  // once the first has failed (on two lanes they could fail in either order).
   fl_instr_id fa = submit_failing(s1, a, "first_failure");
-  fl_instr_id fb = submit_failing(s2, b, "second_failure");
   ASSERT_TRUE(wait_terminal(s1, fa));
+  fl_instr_id fb = submit_failing(s2, b, "second_failure");
   ASSERT_TRUE(wait_terminal(s2, fb));
   fl_task_group_t* g = nullptr;
   ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
@@ -131,9 +133,11 @@ TEST(AdvDrain, ADrainInRoundsReturnsTheOldestFailureAndLeavesTheOthers) {
   fl_object_t* b = make_obj(f.engine);
   fl_stream_t* s1 = f.host(1);
   fl_stream_t* s2 = f.host(2);
+  // The ledger keeps failures in the order they were recorded: the second is submitted
+  // once the first has failed (on two lanes they could fail in either order).
   fl_instr_id fa = submit_failing(s1, a, "first_failure");
-  fl_instr_id fb = submit_failing(s2, b, "second_failure");
   ASSERT_TRUE(wait_terminal(s1, fa));
+  fl_instr_id fb = submit_failing(s2, b, "second_failure");
   ASSERT_TRUE(wait_terminal(s2, fb));
   fl_task_group_t* g = nullptr;
   ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
