@@ -48,6 +48,31 @@ bool wait_terminal(fl_stream_t* s, fl_instr_id id, uint32_t* out_state = nullptr
 // A task-group task that holds the engine's pool busy until its gate opens.
 fl_status_t hold_task(void* ud) { return static_cast<Gate*>(ud)->wait() ? FL_OK : FL_ERR_TIMEOUT; }
 
+// Two failures recorded one after the other ('first_failure', then 'second_failure', on two
+// lanes), then a task-group task that keeps the pool busy until `gate` opens.
+struct TwoFailuresAndABusyPool {
+  EngineFixture f{2};
+  fl_object_t* a = make_obj(f.engine);
+  fl_object_t* b = make_obj(f.engine);
+  fl_task_group_t* g = nullptr;
+  Gate gate;
+  void start() {
+    // The ledger keeps failures in the order they were recorded: the second is submitted
+    // once the first has failed (on two lanes they could fail in either order).
+    fl_stream_t* s1 = f.host(1);
+    ASSERT_TRUE(wait_terminal(s1, submit_failing(s1, a, "first_failure")));
+    fl_stream_t* s2 = f.host(2);
+    ASSERT_TRUE(wait_terminal(s2, submit_failing(s2, b, "second_failure")));
+    ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+    ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
+  }
+  ~TwoFailuresAndABusyPool() {
+    gate.open = true;
+    fl_object_release(a);
+    fl_object_release(b);
+  }
+};
+
 // ---------------------------------------------------------------------------------------
 // Drain and the failure ledger
 
@@ -56,30 +81,15 @@ fl_status_t hold_task(void* ud) { return static_cast<Gate*>(ud)->wait() ? FL_OK 
 // drain; a task-group task keeps the pool busy, so the drain times out: both failures are
 // still there for the waits after it, oldest first.
 TEST(AdvDrain, ATimedOutDrainConsumesNoFailure) {
-  EngineFixture f(2);
-  fl_object_t* a = make_obj(f.engine);
-  fl_object_t* b = make_obj(f.engine);
-  fl_stream_t* s1 = f.host(1);
-  fl_stream_t* s2 = f.host(2);
-  // The ledger keeps failures in the order they were recorded: the second is submitted
-  // once the first has failed (on two lanes they could fail in either order).
-  fl_instr_id fa = submit_failing(s1, a, "first_failure");
-  ASSERT_TRUE(wait_terminal(s1, fa));
-  fl_instr_id fb = submit_failing(s2, b, "second_failure");
-  ASSERT_TRUE(wait_terminal(s2, fb));
-  fl_task_group_t* g = nullptr;
-  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
-  Gate gate;
-  ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
-  EXPECT_FL_ERR(fl_engine_drain(f.engine, 20 * kMs), FL_ERR_TIMEOUT, "timed out");
-  gate.open = true;
-  EXPECT_FL_OK(fl_task_group_wait(g));
-  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED, "'first_failure'");
-  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED, "'second_failure'");
-  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_FL_OK(fl_task_group_destroy(g));
-  fl_object_release(a);
-  fl_object_release(b);
+  TwoFailuresAndABusyPool t;
+  ASSERT_NO_FATAL_FAILURE(t.start());
+  EXPECT_FL_ERR(fl_engine_drain(t.f.engine, 20 * kMs), FL_ERR_TIMEOUT, "timed out");
+  t.gate.open = true;
+  EXPECT_FL_OK(fl_task_group_wait(t.g));
+  EXPECT_FL_ERR(fl_engine_synchronize(t.f.engine), FL_ERR_INSTRUCTION_FAILED, "'first_failure'");
+  EXPECT_FL_ERR(fl_engine_synchronize(t.f.engine), FL_ERR_INSTRUCTION_FAILED, "'second_failure'");
+  EXPECT_FL_OK(fl_engine_synchronize(t.f.engine));
+  EXPECT_FL_OK(fl_task_group_destroy(t.g));
 }
 
 // Two program threads drain at once while a task keeps the pool busy, and failures are
@@ -128,33 +138,18 @@ TEST(AdvDrain, ConcurrentDrainsReturnEachFailureOnce) {
 // the drain needs several rounds (a task-group task still runs), the entries after the
 // first must stay for later waits, not be consumed by the rounds and dropped.
 TEST(AdvDrain, ADrainInRoundsReturnsTheOldestFailureAndLeavesTheOthers) {
-  EngineFixture f(2);
-  fl_object_t* a = make_obj(f.engine);
-  fl_object_t* b = make_obj(f.engine);
-  fl_stream_t* s1 = f.host(1);
-  fl_stream_t* s2 = f.host(2);
-  // The ledger keeps failures in the order they were recorded: the second is submitted
-  // once the first has failed (on two lanes they could fail in either order).
-  fl_instr_id fa = submit_failing(s1, a, "first_failure");
-  ASSERT_TRUE(wait_terminal(s1, fa));
-  fl_instr_id fb = submit_failing(s2, b, "second_failure");
-  ASSERT_TRUE(wait_terminal(s2, fb));
-  fl_task_group_t* g = nullptr;
-  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
-  Gate gate;
-  ASSERT_FL_OK(fl_task_group_spawn(g, &hold_task, &gate, nullptr));
+  TwoFailuresAndABusyPool t;
+  ASSERT_NO_FATAL_FAILURE(t.start());
   std::thread opener([&] {
     std::this_thread::sleep_for(milliseconds(20));  // widens the window: the drain loops meanwhile
-    gate.open = true;
+    t.gate.open = true;
   });
-  EXPECT_FL_ERR(fl_engine_drain(f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'first_failure'");
+  EXPECT_FL_ERR(fl_engine_drain(t.f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'first_failure'");
   opener.join();
-  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_INSTRUCTION_FAILED, "'second_failure'");
-  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_FL_OK(fl_task_group_wait(g));
-  EXPECT_FL_OK(fl_task_group_destroy(g));
-  fl_object_release(a);
-  fl_object_release(b);
+  EXPECT_FL_ERR(fl_engine_synchronize(t.f.engine), FL_ERR_INSTRUCTION_FAILED, "'second_failure'");
+  EXPECT_FL_OK(fl_engine_synchronize(t.f.engine));
+  EXPECT_FL_OK(fl_task_group_wait(t.g));
+  EXPECT_FL_OK(fl_task_group_destroy(t.g));
 }
 
 // ---------------------------------------------------------------------------------------
