@@ -762,7 +762,10 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
    for synchronize, as with fl_object_wait; FL_OK also for a completion too old for its
    outcome to be remembered (see FL_INSTR_COMPLETED); FL_ERR_TIMEOUT. From inside a
    callback, waiting for an instruction of the caller's own lane submitted after the caller
-   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns).
+   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns). An
+   instruction of another lane that depends on the caller (through an object, directly or
+   through others) is not recognised: that wait is a cycle and returns only at its timeout
+   (prefer fl_object_wait, which refuses a direct dependence on the caller).
    FL_ERR_INVALID_ARGUMENT also for id 0 or not submitted to this stream yet;
    FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns);
