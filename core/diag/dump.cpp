@@ -71,6 +71,7 @@ struct LaneSnap {
   Ref head;
   bool blocked = false;
   bool not_started = false;    // active, not blocked, still pending: skipped or cancelled (or about to start)
+  bool completing = false;     // finished; a release callback its completion runs waits
   std::vector<DepSnap> waits;  // blocked: unfinished predecessors
   Ref waits_on;                // running: the writer it waits for in fl_object_wait
   uint64_t waits_obj = 0;
@@ -124,9 +125,15 @@ Snapshot take_snapshot(Engine& e) {
     ls.completed = done;
     {
       std::lock_guard<SpinLock> lock(lane.diag_lock);
-      if (lane.active != nullptr && !is_terminal(lane.active->load_state())) {
+      // A head that has finished is shown only while a release callback its completion runs
+      // waits (its lane cannot move on meanwhile); it stays referenceable until its
+      // completion clears `active`, which needs this lock.
+      const bool completing = lane.active != nullptr && is_terminal(lane.active->load_state());
+      if (lane.active != nullptr &&
+          (!completing || lane.active_waits_on != nullptr || lane.active_waits_call != nullptr)) {
         lane.active->ref();
         ls.head = Ref(lane.active, &e);
+        ls.completing = completing;
         ls.blocked = lane.active_blocked;
         // A head that is neither blocked nor running has not started its function: it is
         // skipped or cancelled (its cleanup runs instead), or in the instant before it starts.
@@ -312,7 +319,10 @@ std::string build_dump(Engine& e, const std::string& reason) {
              " NOT RUN: skipped (an input is poisoned) or cancelled, and finishing (its cleanup runs instead of "
              "its function), unless it is just starting\n";
     } else {
-      out += "  oldest: " + h->describe() + " RUNNING its callback\n";
+      out += "  oldest: " + h->describe() +
+             (ls.completing ? " COMPLETING: it finished, and a release callback its completion runs (an object's "
+                              "last reference went with it) holds up the lane\n"
+                            : " RUNNING its callback\n");
       if (ls.waits_on.i != nullptr) {
         const Instr* w = ls.waits_on.i;
         bool self = w->stream->lane->id == ls.id;

@@ -49,9 +49,12 @@ TEST(Watchdog, WaitForWorkQueuedBehindTheCallerIsRefusedNotAHang) {
   ASSERT_FL_OK(fl_engine_destroy(e));
 }
 
-// (a') A real cycle across two lanes: lane 1's callback waits for an object written on lane 2
-// by an instruction that itself waits for an instruction queued behind that callback. The
-// dump names it; destroying the engine cancels the wait (FL_ERR_CANCELLED) so everything drains.
+// (a') A real cycle across two lanes: a release callback that lane 1's instruction runs as
+// it completes waits for an object written on lane 2 by an instruction that itself waits
+// for an instruction queued behind it on lane 1. (From the instruction's fn or cleanup the
+// engine refuses that wait up front; a release callback's instruction is completing, so
+// the engine does not walk what waits for it, and the wait hangs.) The dump names it;
+// destroying the engine cancels the wait (FL_ERR_CANCELLED) so everything drains.
 TEST(Watchdog, TwoLaneWaitCycleIsNamed) {
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
@@ -61,14 +64,22 @@ TEST(Watchdog, TwoLaneWaitCycleIsNamed) {
   dc.install(e, 200);
   fl_object_t* x = make_obj(e);
   fl_object_t* y = make_obj(e);
+  struct Release {
+    fl_object_t* x;
+    std::atomic<int> wait_status{-1};
+  } rel{x};
+  fl_object_t* held = nullptr;  // its last reference goes with 'lane1.wait_x' (its release waits for x)
+  ASSERT_FL_OK(fl_object_create(
+      e, &rel,
+      [](void* p) {
+        auto* r = static_cast<Release*>(p);
+        r->wait_status = fl_object_wait(r->x, FL_READ);
+      },
+      &held));
   Gate all_submitted;
-  std::atomic<int> wait_status{-1};
-  fl_instr_id a = submit(host_of(e, 1), [&](fl_instr_ctx_t*) {
-    if (!all_submitted.wait()) return FL_ERR_TIMEOUT;
-    fl_status_t st = fl_object_wait(x, FL_READ);
-    wait_status = st;
-    return st;
-  }, {}, "lane1.wait_x");
+  fl_instr_id a = submit(host_of(e, 1), [&](fl_instr_ctx_t*) { return all_submitted.wait() ? FL_OK : FL_ERR_TIMEOUT; },
+                         {W(held)}, "lane1.wait_x");
+  ASSERT_FL_OK(fl_object_release(held));
   fl_instr_id b = submit(host_of(e, 1), [](fl_instr_ctx_t*) { return FL_OK; }, {W(y)}, "lane1.make_y");
   fl_instr_id c = submit(host_of(e, 2), [](fl_instr_ctx_t*) { return FL_OK; }, {R(y), W(x)}, "lane2.y_to_x");
   all_submitted.open = true;
@@ -80,10 +91,11 @@ TEST(Watchdog, TwoLaneWaitCycleIsNamed) {
   EXPECT_TRUE(contains(dump, "'lane2.y_to_x' (#" + std::to_string(c) + ", lane 2, host) BLOCKED")) << dump;
   EXPECT_TRUE(contains(dump, "produced by 'lane1.make_y' (#" + std::to_string(b) + ", lane 1, host), pending; queued on lane 1 behind 'lane1.wait_x' (#" + std::to_string(a))) << dump;
   EXPECT_TRUE(contains(dump, "'lane1.wait_x' (#" + std::to_string(a) + ", lane 1, host) waits in fl_object_wait")) << dump;
+  EXPECT_TRUE(contains(dump, "oldest: 'lane1.wait_x' (#" + std::to_string(a) + ", lane 1, host) COMPLETING")) << dump;
   fl_object_release(x);
   fl_object_release(y);
   ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_EQ(wait_status.load(), FL_ERR_CANCELLED);
+  EXPECT_EQ(rel.wait_status.load(), FL_ERR_CANCELLED);
 }
 
 // (b) A submitter blocked on a full window whose oldest work waits on something not yet
