@@ -23,15 +23,20 @@ Instr* current_instr() {
   return nullptr;
 }
 
-Instr* pending_instr(const Engine* e) {
+CallbackFrame* pending_frame(const Engine* e) {
   for (CallbackFrame* f = frames(); f != nullptr; f = f->parent) {
     if (f->engine != e || f->instr == nullptr) continue;
     // A group task's instruction may have completed meanwhile: then nothing waits for the
     // task. Acquire pairs with the seq_cst store of the terminal state in complete().
     if (f->kind == CallbackKind::kGroupTask && is_terminal(f->instr->load_state(std::memory_order_acquire))) continue;
-    return f->instr;
+    return f;
   }
   return nullptr;
+}
+
+Instr* pending_instr(const Engine* e) {
+  CallbackFrame* f = pending_frame(e);
+  return f != nullptr ? f->instr : nullptr;
 }
 
 bool in_engine_context(const Engine* e) {

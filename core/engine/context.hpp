@@ -72,8 +72,9 @@ CallbackFrame* current_frame();
 // (innermost frame with one), or null.
 Instr* current_instr();
 
-// The innermost such instruction of engine `e`, or null.
+// The innermost such instruction of engine `e`, or null; and its frame.
 Instr* pending_instr(const Engine* e);
+CallbackFrame* pending_frame(const Engine* e);
 
 // True when the calling thread is one `e` runs: a worker of one of its pools, its device
 // backend's completion thread, or a thread inside one of its callbacks.

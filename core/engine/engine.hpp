@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -159,6 +160,15 @@ class Engine {
   void record_failure(Instr* i);
   // fl_object_wait observed the poison of root's family: it counts as returned.
   void family_returned(Instr* root);
+  // Among the instructions that wait for the instruction of `frame` to complete (its
+  // successors and, on a lane that runs them in order, what is queued behind each,
+  // transitively), the first one with an id up to `upto` that `match` accepts; null if
+  // none. A wait for it could only end after the caller returns. `frame` is the caller's
+  // innermost frame with an instruction: its fn or cleanup (other kinds find nothing, as
+  // their instruction may complete during the walk). `chain`, if given, receives the path:
+  // "'a' (#3, lane 1, host) -> 'b' (#5, lane 2, host)", the match last.
+  static Instr* find_waiter(const CallbackFrame* frame, fl_instr_id upto,
+                            const std::function<bool(const Instr*)>& match, std::string* chain = nullptr);
   // Failures (families) not returned yet, and the oldest one's message (for dumps).
   size_t unreturned_failures(std::string* oldest) const;
 

@@ -45,7 +45,8 @@ Lane::Lane() {
 }
 
 void Lane::push(Instr* i) {
-  i->lane_next.store(nullptr, std::memory_order_relaxed);
+  // i->lane_next is null already: Engine::enqueue() clears it before recording, pop() before
+  // pushing the stub.
   // seq_cst: with the seq_cst store of `scheduled` = 0 and the seq_cst load of `tail` in
   // maybe_nonempty(), either the runner going idle sees this item or schedule() sees the
   // lane idle (a store–load (Dekker) pattern, so both sides need seq_cst).
@@ -68,6 +69,7 @@ Instr* Lane::pop() {
   }
   // Acquire pairs with the tail exchange in push().
   if (h != tail.load(std::memory_order_acquire)) return nullptr;  // a push is half done; retry later
+  stub.lane_next.store(nullptr, std::memory_order_relaxed);  // the consumer's node: nobody links to it now
   push(&stub);
   next = h->lane_next.load(std::memory_order_acquire);  // pairs with release in push()
   if (next != nullptr) {

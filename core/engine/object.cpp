@@ -1,4 +1,5 @@
 // Dependence objects: creation, the last reference (release callbacks) and fl_object_wait.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,24 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
     for (Instr* x : waits)
       if (x->unref()) recycle(x);
     fail(FL_ERR_INVALID_ARGUMENT, msg);
+  }
+  // A later user may also wait for the caller through other objects (and the lanes of the
+  // instructions in between).
+  if (self != nullptr) {
+    fl_instr_id upto = 0;
+    for (Instr* w : waits) upto = std::max(upto, w->id);
+    std::string chain;
+    Instr* w = upto > self->id ? find_waiter(frame, upto, [&waits](const Instr* x) {
+      return std::find(waits.begin(), waits.end(), x) != waits.end();
+    }, &chain) : nullptr;
+    if (w != nullptr) {
+      std::string msg = "fl_object_wait: the object's pending user " + w->describe() +
+                        " waits for the calling instruction to complete (" + self->describe() + " -> " + chain +
+                        "), so it cannot complete before the caller returns";
+      for (Instr* x : waits)
+        if (x->unref()) recycle(x);
+      fail(FL_ERR_INVALID_ARGUMENT, msg);
+    }
   }
   // Inside a device function: what its lane issued before could never be seen to complete
   // while the lane runner waits here; have the backend track it first.

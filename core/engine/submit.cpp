@@ -209,6 +209,10 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   i->refs.store(1, std::memory_order_relaxed);     // the in-flight reference, dropped at completion
   i->pending.store(2, std::memory_order_relaxed);  // the submitter's unit + the lane's unit
   i->state.store(uint32_t(InstrState::kPending), std::memory_order_relaxed);
+  // Cleared before any edge publishes i (not only when it is pushed): a walk of what waits
+  // for an instruction (Engine::find_waiter) may reach i through an edge before the push,
+  // and must not follow a link left from the record's previous use.
+  i->lane_next.store(nullptr, std::memory_order_relaxed);
   fl_instr_id id;
   bool owned = false;  // this thread claimed the idle lane (FL_SUBMIT_INLINE)
   bool queued = true;  // i was pushed on the lane's queue
@@ -251,10 +255,7 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
     // the queue cannot change under the check.
     owned = run_inline && i->edges.empty() && lane.try_claim();
     queued = !owned || !lane.empty_owned();
-    if (queued)
-      lane.push(i);  // i may run, complete and be recycled from here on: not touched again
-    else
-      i->lane_next.store(nullptr, std::memory_order_relaxed);  // a dump follows it (queued behind)
+    if (queued) lane.push(i);  // i may run, complete and be recycled from here on: not touched again
   }
   if (!owned) {
     lane.schedule();  // make sure the lane runs

@@ -2,8 +2,9 @@
 // failure ledger that decides which failure a wait returns (core/engine/README.md, "Errors").
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine.hpp"
@@ -286,7 +287,8 @@ fl_status_t Engine::wait_submitted(const Deadline& deadline, const char* call) {
 }
 
 fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
-  Instr* self = pending_instr(this);
+  const CallbackFrame* frame = pending_frame(this);
+  Instr* self = frame != nullptr ? frame->instr : nullptr;
   // Any stream of the caller's own lane: its instructions submitted after the caller (a
   // host stream's, or a CUDA stream's, which launch only once the caller finished) would
   // be waited for by the instruction they queue behind.
@@ -295,7 +297,18 @@ fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
                                       " on a stream of its own lane (" + s->describe() +
                                       "): it would wait for instructions queued behind itself; "
                                       "depend on the objects you need instead");
+  // An instruction of that stream may wait for the caller through objects. Acquire pairs
+  // with the release store of last_submitted_id in enqueue(): every id up to it is
+  // recorded, and counted in `submitted` (stored before it), so in the target below.
+  const fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);
   uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in submit()
+  std::string chain;
+  if (self != nullptr && upto > s->last_completed_id.load(std::memory_order_relaxed) &&  // spares the walk only
+      find_waiter(frame, upto, [s](const Instr* x) { return x->stream == s; }, &chain) != nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside a callback of instruction " +
+                                      self->describe() + " for " + s->describe() +
+                                      ", which has an instruction that waits for the caller to complete (" +
+                                      self->describe() + " -> " + chain + "): it cannot complete before the caller returns");
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
   WaitNote note(current_instr(), "fl_stream_synchronize", s);
@@ -307,6 +320,65 @@ fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
     Instr* m = s->failed_head;
     return m != nullptr && m->seq <= target ? m : nullptr;
   });
+}
+
+// ---------------------------------------------------------------------------------------
+// What waits for the calling instruction (a wait from its callback for any of it is a cycle)
+
+Instr* Engine::find_waiter(const CallbackFrame* frame, fl_instr_id upto,
+                           const std::function<bool(const Instr*)>& match, std::string* chain) {
+  if (frame == nullptr || frame->instr == nullptr ||
+      (frame->kind != CallbackKind::kFn && frame->kind != CallbackKind::kCleanup))
+    return nullptr;
+  Instr* self = frame->instr;
+  // Safe without locks: self cannot complete while its fn or cleanup runs, so every
+  // instruction reached waits for it, directly or not, and can neither start nor be
+  // recycled during the walk; successor lists only grow until their instruction completes
+  // (or, for issue lists, is issued) and seals them, and queue links only grow behind an
+  // instruction that has not started. Each step goes to a later id (edges point to earlier
+  // ids, a lane queues in id order), so nothing above `upto` can lead to a match.
+  std::unordered_map<const Instr*, const Instr*> via;  // reached -> what it waits for
+  std::vector<Instr*> todo;
+  auto reach = [&](Instr* x, const Instr* from) {
+    if (x != nullptr && x->id <= upto && via.emplace(x, from).second) todo.push_back(x);
+  };
+  auto reach_list = [&](const std::atomic<Edge*>& head, const Instr* from) {
+    // Acquire pairs with the release CAS that published each edge in push_edge(): the
+    // successor's id, stream and name were written before.
+    Edge* e = head.load(std::memory_order_acquire);
+    if (e == kSealed) return;  // completed or issued: its successors were released
+    for (; e != nullptr; e = e->next) reach(e->succ, from);
+  };
+  auto reach_behind = [&](const Instr* x) {  // the next instruction queued on x's lane
+    const Instr* stub = &x->stream->lane->stub;
+    // Acquire pairs with the release store of the link in Lane::push().
+    Instr* n = x->lane_next.load(std::memory_order_acquire);
+    while (n == stub) n = n->lane_next.load(std::memory_order_acquire);  // pairs with Lane::push()
+    reach(n, x);
+  };
+  reach_list(self->succ_head, self);
+  reach_list(self->issue_succ_head, self);
+  // A host instruction holds up its lane until it completes; a device one only until it is
+  // issued, which its fn does (a device instruction's cleanup runs after its lane moved on).
+  if (self->stream->is_host_executed() || frame->kind == CallbackKind::kFn) reach_behind(self);
+  while (!todo.empty()) {
+    Instr* x = todo.back();
+    todo.pop_back();
+    if (match(x)) {
+      if (chain != nullptr) {
+        std::vector<const Instr*> path;
+        for (const Instr* p = x; p != self; p = via.at(p)) path.push_back(p);
+        chain->clear();
+        for (auto it = path.rbegin(); it != path.rend(); ++it)
+          *chain += (chain->empty() ? "" : " -> ") + (*it)->describe();
+      }
+      return x;
+    }
+    reach_list(x->succ_head, x);
+    reach_list(x->issue_succ_head, x);
+    reach_behind(x);  // not started: its lane waits for it
+  }
+  return nullptr;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -347,10 +419,21 @@ fl_instr_state_t Engine::query(Stream* s, fl_instr_id id) {
 
 fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline) {
   check_id(s, id, "fl_instr_wait_for");
-  if (Instr* self = pending_instr(this); self != nullptr && self->stream->lane == s->lane && id > self->id)
+  const CallbackFrame* frame = pending_frame(this);
+  Instr* self = frame != nullptr ? frame->instr : nullptr;
+  if (self != nullptr && self->stream->lane == s->lane && id > self->id)
     fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_wait_for called from inside a callback of instruction " +
                                       self->describe() + " for instruction #" + std::to_string(id) +
                                       ", queued behind it on its own lane: it cannot start before the caller returns");
+  // On another lane, it may wait for the caller through objects (and the lanes of those in
+  // between). The load of last_completed_id only spares the walk for a completed one.
+  std::string chain;
+  if (self != nullptr && id > self->id && id > s->last_completed_id.load(std::memory_order_relaxed) &&
+      find_waiter(frame, id, [s, id](const Instr* x) { return x->stream == s && x->id == id; }, &chain) != nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_wait_for called from inside a callback of instruction " +
+                                      self->describe() + " for instruction #" + std::to_string(id) +
+                                      ", which waits for the caller to complete (" + self->describe() + " -> " +
+                                      chain + "): it cannot complete before the caller returns");
   // Acquire pairs with the release CAS of last_completed_id in complete().
   auto done = [s, id] { return s->last_completed_id.load(std::memory_order_acquire) >= id; };
   Observer* ob = observer();

@@ -61,6 +61,13 @@
  *      fl_object_wait(_for) when a user it would wait for is the calling instruction or
  *        an instruction of its own lane submitted after it that has not completed;
  *      fl_instr_wait_for of an instruction of its own lane submitted after it;
+ *      from an instruction's fn or cleanup, fl_instr_wait_for, fl_stream_synchronize(_for)
+ *        and fl_object_wait(_for) of work that waits for the calling instruction on any
+ *        lane: through objects (a reader of what it writes, a writer of what it reads or
+ *        writes) and through the order of the lanes in between, directly or through
+ *        others; the message names that chain. Not traced: waits from a release
+ *        callback or a task group's task (their instruction may be completing), and the
+ *        lane order behind a caller run inline (FL_SUBMIT_INLINE);
  *      fl_engine_drain and fl_engine_destroy from any code the engine runs (including its
  *        worker threads and the watchdog callback);
  *      fl_task_group_wait / fl_task_group_destroy of a group from one of its own tasks.
@@ -261,7 +268,9 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
    Waits for everything submitted to this stream before the call; error rule as
    fl_engine_synchronize, restricted to this stream. From inside an instruction callback,
    a stream of the caller's own lane is refused (FL_ERR_INVALID_ARGUMENT: its later
-   instructions queue behind the caller); depend on objects instead. FL_ERR_INVALID_HANDLE. */
+   instructions queue behind the caller), and so is a stream holding an instruction that
+   waits for the caller ("Calls from callbacks"); depend on objects instead.
+   FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream);
 
 /* METHOD: fl_stream_t — the stream's lane, device and kind. Any out pointer may be NULL.
@@ -305,8 +314,8 @@ FL_API fl_status_t fl_object_release(fl_object_t* object);
    naming the instruction that failed (every call that observes the poison returns it,
    and the failure then counts as returned for fl_engine_synchronize).
    FL_ERR_INVALID_ARGUMENT for an access other than FL_READ, FL_WRITE, FL_READ_WRITE, or
-   from a callback when a user it would wait for is the calling instruction or one queued
-   behind it on its lane ("Calls from callbacks"). FL_ERR_CANCELLED when fl_engine_destroy
+   from a callback when a user it would wait for is the calling instruction, one queued
+   behind it on its lane, or one that waits for it ("Calls from callbacks"). FL_ERR_CANCELLED when fl_engine_destroy
    finds the wait on a cycle of waits. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_object_wait(fl_object_t* object, uint32_t access);
 
@@ -762,10 +771,9 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
    for synchronize, as with fl_object_wait; FL_OK also for a completion too old for its
    outcome to be remembered (see FL_INSTR_COMPLETED); FL_ERR_TIMEOUT. From inside a
    callback, waiting for an instruction of the caller's own lane submitted after the caller
-   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns). An
-   instruction of another lane that depends on the caller (through an object, directly or
-   through others) is not recognised: that wait is a cycle and returns only at its timeout
-   (prefer fl_object_wait, which refuses a direct dependence on the caller).
+   is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns), and so
+   is waiting for an instruction of another lane that waits for the caller, through
+   objects and lane order ("Calls from callbacks"; the message names the chain).
    FL_ERR_INVALID_ARGUMENT also for id 0 or not submitted to this stream yet;
    FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns);
