@@ -863,3 +863,56 @@ TEST(CppWatchdog, AReplacedCallableMayReconfigureFromItsDestructor) {
 }
 
 }  // namespace
+
+namespace {
+
+// A program thread's set_watchdog waits (in the C call) for the running callback; that
+// callback waits for an instruction whose fn reconfigures the watchdog. The fn's call must
+// not wait for the program thread's in turn (a lock held across the C call made this a
+// cycle). Bounded: the callback stops waiting after 10 s and the test reports it.
+TEST(CppWatchdog, AnInstructionTheCallbackWaitsForReconfiguresWhileAProgramThreadWaitsForTheCallback) {
+  flowlane::engine e(lanes(2, 2));
+  std::atomic<bool> in_callback{false}, main_calling{false};
+  std::atomic<int> x_finished{-1};  // 1: the instruction finished while the callback waited
+  std::atomic<int> replacement_runs{0};
+  std::mutex alive_mu;
+  std::weak_ptr<int> replacement_alive;  // a token the instruction's callable owns
+  e.set_watchdog(20ms, [&](std::string_view) {
+    if (in_callback.exchange(true)) return;
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (!main_calling && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    std::this_thread::sleep_for(100ms);  // the program thread is now inside its set_watchdog
+    flowlane::stream s = e.host(1);
+    const fl_instr_id x = s.submit([&] {
+      auto token = std::make_shared<int>(0);
+      {
+        std::lock_guard<std::mutex> lock(alive_mu);
+        replacement_alive = token;
+      }
+      e.set_watchdog(20ms, [&, token](std::string_view) { replacement_runs.fetch_add(1); });
+    });
+    x_finished = s.wait(x, 10s) ? 1 : 0;
+  });
+  Gate gate;
+  e.host(0).submit([&] { gate.wait(); }, {}, "stalled-on-purpose");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!in_callback && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  ASSERT_TRUE(in_callback.load()) << "the watchdog never fired";
+  main_calling = true;
+  e.set_watchdog(0ms);  // returns once the callback has returned
+  EXPECT_EQ(x_finished.load(), 1)
+      << "deadlock: the instruction's set_watchdog waited for the program thread's, which waited for the "
+         "callback, which waited 10 s for the instruction";
+  // The program thread's call returned last: its configuration (off) is in force and the
+  // instruction's callable, replaced, is destroyed.
+  {
+    std::lock_guard<std::mutex> lock(alive_mu);
+    EXPECT_TRUE(replacement_alive.expired()) << "the replaced callable is still alive";
+  }
+  std::this_thread::sleep_for(100ms);  // still stalled: a 20 ms watchdog would fire here
+  EXPECT_EQ(replacement_runs.load(), 0) << "the instruction's configuration is in force, not the program thread's";
+  gate.release();
+  e.synchronize();
+}
+
+}  // namespace
