@@ -863,3 +863,183 @@ TEST(CppWatchdog, AReplacedCallableMayReconfigureFromItsDestructor) {
 }
 
 }  // namespace
+
+namespace {
+
+// A program thread's set_watchdog waits (in the C call) for the running callback; that
+// callback waits for an instruction whose fn reconfigures the watchdog. The fn's call must
+// not wait for the program thread's in turn (a lock held across the C call made this a
+// cycle). Bounded: the callback stops waiting after 10 s and the test reports it.
+TEST(CppWatchdog, AnInstructionTheCallbackWaitsForReconfiguresWhileAProgramThreadWaitsForTheCallback) {
+  flowlane::engine e(lanes(2, 2));
+  std::atomic<bool> in_callback{false}, main_calling{false};
+  std::atomic<int> x_finished{-1};  // 1: the instruction finished while the callback waited
+  std::atomic<int> replacement_runs{0};
+  std::mutex alive_mu;
+  std::weak_ptr<int> replacement_alive;  // a token the instruction's callable owns
+  e.set_watchdog(20ms, [&](std::string_view) {
+    if (in_callback.exchange(true)) return;
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (!main_calling && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    std::this_thread::sleep_for(100ms);  // the program thread is now inside its set_watchdog
+    flowlane::stream s = e.host(1);
+    const fl_instr_id x = s.submit([&] {
+      auto token = std::make_shared<int>(0);
+      {
+        std::lock_guard<std::mutex> lock(alive_mu);
+        replacement_alive = token;
+      }
+      e.set_watchdog(20ms, [&, token](std::string_view) { replacement_runs.fetch_add(1); });
+    });
+    x_finished = s.wait(x, 10s) ? 1 : 0;
+  });
+  Gate gate;
+  e.host(0).submit([&] { gate.wait(); }, {}, "stalled-on-purpose");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!in_callback && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  ASSERT_TRUE(in_callback.load()) << "the watchdog never fired";
+  main_calling = true;
+  e.set_watchdog(0ms);  // returns once the callback has returned
+  EXPECT_EQ(x_finished.load(), 1)
+      << "deadlock: the instruction's set_watchdog waited for the program thread's, which waited for the "
+         "callback, which waited 10 s for the instruction";
+  // The program thread's call returned last: its configuration (off) is in force and the
+  // instruction's callable, replaced, is destroyed.
+  {
+    std::lock_guard<std::mutex> lock(alive_mu);
+    EXPECT_TRUE(replacement_alive.expired()) << "the replaced callable is still alive";
+  }
+  std::this_thread::sleep_for(100ms);  // still stalled: a 20 ms watchdog would fire here
+  EXPECT_EQ(replacement_runs.load(), 0) << "the instruction's configuration is in force, not the program thread's";
+  gate.release();
+  e.synchronize();
+}
+
+}  // namespace
+
+namespace {
+
+// The timeout the dump names ("... (timeout 3 ms); ..."): the configuration in force when
+// the watchdog fired. -1 when it names none.
+long dump_timeout_ms(std::string_view dump) {
+  const std::string_view key = "(timeout ";
+  size_t at = dump.find(key);
+  if (at == std::string_view::npos) return -1;
+  long ms = -1;
+  for (at += key.size(); at < dump.size() && dump[at] >= '0' && dump[at] <= '9'; ++at)
+    ms = (ms < 0 ? 0 : ms * 10) + (dump[at] - '0');
+  return ms;
+}
+
+// Program threads, instruction fns and the callables themselves reconfigure the watchdog
+// concurrently while a stall holds; some callables wait for an instruction that
+// reconfigures it while program threads wait for them. A callable runs only under its own
+// call's timeout (the one the dump names), never after it was destroyed, and is destroyed
+// exactly once; once a program thread's last call has returned, every other callable is
+// gone and that call's own callable is the one that runs.
+TEST(CppWatchdog, ConcurrentReconfigurationsRunEachCallableUnderItsOwnTimeoutAndFreeEachOnce) {
+  constexpr int kThreads = 3, kRounds = 80, kMaxCallables = 1 << 14;
+  using callable = std::function<void(std::string_view)>;
+  std::vector<std::atomic<int>> destroyed(kMaxCallables);
+  std::atomic<int> next{0}, runs{0}, final_runs{0}, mismatched{0}, freed_while_running{0}, waits_timed_out{0};
+  std::mutex first_mismatch_mu;
+  std::string first_mismatch;
+  struct Tracked {  // counts its destructions in destroyed[id]
+    std::vector<std::atomic<int>>* destroyed;
+    int id;
+    Tracked(std::vector<std::atomic<int>>* d, int i) : destroyed(d), id(i) {}
+    Tracked(const Tracked&) = delete;
+    ~Tracked() { (*destroyed)[size_t(id)].fetch_add(1); }
+  };
+  int final_id = -1;
+  {
+    flowlane::engine e(lanes(4, kThreads + 2));  // lane 0 stalls; the threads' lanes; the callables' lane
+    const uint32_t callables_lane = kThreads + 1;
+    std::function<void(long)> reconfigure;
+    std::function<callable(long, bool)> make = [&](long timeout_ms, bool last) -> callable {
+      auto t = std::make_shared<Tracked>(&destroyed, next.fetch_add(1));
+      return [&, t, timeout_ms, last](std::string_view dump) {
+        runs.fetch_add(1);
+        if (dump_timeout_ms(dump) != timeout_ms && mismatched.fetch_add(1) == 0) {
+          std::lock_guard<std::mutex> lock(first_mismatch_mu);
+          first_mismatch = "callable " + std::to_string(t->id) + " of a " + std::to_string(timeout_ms) +
+                           " ms call ran on: " + std::string(dump.substr(0, dump.find('\n')));
+        }
+        if (last) {
+          final_runs.fetch_add(1);
+        } else if (t->id % 4 == 1) {
+          reconfigure(1 + t->id % 4);  // replaces itself
+        } else if (t->id % 4 == 2 && waits_timed_out.load() == 0) {  // waits for an instruction that reconfigures
+          std::this_thread::sleep_for(10ms);  // program threads now call (and wait for this one)
+          try {
+            flowlane::stream s = e.host(callables_lane);
+            const fl_instr_id x = s.submit([&, t] { reconfigure(1 + (t->id / 4) % 4); });
+            if (!s.wait(x, 10s)) waits_timed_out.fetch_add(1);
+          } catch (const flowlane::error&) {  // FL_ERR_SHUTDOWN once the engine is being destroyed
+          }
+        }
+        if ((*t->destroyed)[size_t(t->id)].load() != 0) freed_while_running.fetch_add(1);
+      };
+    };
+    reconfigure = [&](long timeout_ms) {
+      if (next.load() < kMaxCallables - 16)
+        e.set_watchdog(std::chrono::milliseconds(timeout_ms), make(timeout_ms, false));
+      else
+        e.set_watchdog(0ms);
+    };
+    Gate gate;
+    e.host(0).submit([&] { gate.wait(); }, {}, "stalled-on-purpose");
+    std::vector<std::thread> threads;
+    for (int k = 0; k < kThreads; ++k)
+      threads.emplace_back([&, k] {
+        std::mt19937 rng(uint32_t(k) + 1);
+        flowlane::stream own = e.host(uint32_t(k) + 1);
+        for (int i = 0; i < kRounds; ++i) {
+          const long timeout_ms = 1 + long(rng() % 4);
+          switch (i + 1 == kRounds ? 2 : rng() % 4) {  // each thread ends with a callable
+            case 0:
+              e.set_watchdog(0ms);
+              break;
+            case 1:
+              own.submit([&, timeout_ms] { reconfigure(timeout_ms); });
+              break;
+            default:
+              reconfigure(timeout_ms);
+          }
+          if (i % 4 == 0) std::this_thread::sleep_for(15ms);  // room for the watchdog to fire
+        }
+        own.synchronize();
+      });
+    for (auto& t : threads) t.join();
+    const int concurrent_runs = runs.load();
+    // Whichever call came last, a callable is in force: after a completion (it re-arms the
+    // watchdog) the stall fires again and some callable runs.
+    e.host(1).submit([] {});
+    e.host(1).synchronize();
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (runs.load() == concurrent_runs && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    EXPECT_GT(runs.load(), concurrent_runs) << "the configuration in force has lost its callable";
+    // The last call: it waits for a running callable (and so for what that one waits for).
+    final_id = next.load();
+    e.set_watchdog(6ms, make(6, true));
+    for (int i = 0; i < next.load(); ++i) {
+      if (i != final_id) {
+        EXPECT_EQ(destroyed[size_t(i)].load(), 1) << "replaced callable " << i;
+      }
+    }
+    EXPECT_EQ(destroyed[size_t(final_id)].load(), 0) << "the callable in force";
+    until = std::chrono::steady_clock::now() + 10s;
+    while (final_runs.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    EXPECT_GT(final_runs.load(), 0) << "the last call's callable never ran";
+    gate.release();
+    e.synchronize();
+    std::printf("%d callables, %d runs while reconfiguring\n", next.load(), concurrent_runs);
+  }
+  EXPECT_EQ(mismatched.load(), 0) << first_mismatch;
+  EXPECT_EQ(freed_while_running.load(), 0);
+  EXPECT_EQ(waits_timed_out.load(), 0) << "a callable waited 10 s for an instruction that reconfigures";
+  for (int i = 0; i < next.load(); ++i) EXPECT_EQ(destroyed[size_t(i)].load(), 1) << "callable " << i;
+}
+
+}  // namespace

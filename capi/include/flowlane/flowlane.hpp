@@ -44,6 +44,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -1037,16 +1038,18 @@ class engine {
   // ---- the watchdog ----
   // When nothing completes for `timeout` while work is in flight, on_stall(dump) runs on
   // the watchdog's thread with the state dump (once per stall). on_stall may call any
-  // method of this engine, set_watchdog included; an exception it throws is dropped. A
-  // replaced callable is destroyed once it cannot run any more. timeout 0 turns it off.
+  // method of this engine, set_watchdog included; an exception it throws is dropped.
+  // Calls from several threads take effect one after the other, each whole: a timeout
+  // always runs its own call's callable. A replaced callable is destroyed once it cannot
+  // run any more (a running one when its run returns, on the watchdog's thread); after
+  // calls that overlapped in time, one may instead live until the next set_watchdog or
+  // the engine's end. timeout 0 turns it off.
   template <class F, std::enable_if_t<std::is_invocable_v<F&, std::string_view>, int> = 0>
   void set_watchdog(std::chrono::milliseconds timeout, F&& on_stall) {
-    if (!watchdog_) watchdog_ = std::make_unique<watchdog_state>();  // a moved-from engine
-    configure_watchdog(timeout, std::make_shared<watchdog_fn>(std::forward<F>(on_stall)), "");
+    configure_watchdog(timeout, watchdog_fn(std::forward<F>(on_stall)), "");
   }
   // Writes the dump to `path` (empty: stderr) instead.
   void set_watchdog(std::chrono::milliseconds timeout, const std::string& path = "") {
-    if (!watchdog_) watchdog_ = std::make_unique<watchdog_state>();
     configure_watchdog(timeout, nullptr, path);
   }
 
@@ -1062,75 +1065,146 @@ class engine {
   bool reset() noexcept {
     if (e_ != nullptr && fl_engine_destroy(e_) != FL_OK) return false;  // joins the watchdog's thread
     e_ = nullptr;
-    watchdog_.reset();
+    watchdog_.reset();  // no run can start any more: every callable goes
     return true;
   }
 
  private:
   // The destructor's (and a move's) reset: when the C API refuses the destroy (the last
   // owner went inside one of the engine's callbacks), the engine keeps running and its
-  // watchdog may still call into the record, so both are left behind, never freed under it.
+  // watchdog may still run a callable, so the records are left behind, never freed under it.
   void drop() noexcept {
     if (!reset()) (void)watchdog_.release();
     e_ = nullptr;
   }
 
   using watchdog_fn = std::function<void(std::string_view)>;
-  // The watchdog's callable. The C watchdog holds this (stable) record as its user_data;
-  // `current` is swapped under `mu`, and each call runs a copy of the pointer, so a
-  // replaced callable lives until its last run returns. `setting` serializes the program's
-  // reconfigurations (the C call waits for a running callback; the callback's own
-  // reconfiguration does not take it, so that wait cannot deadlock).
+  struct watchdog_registry;
+  // One set_watchdog call: its callable (empty: the dump goes to a path or stderr). The C
+  // watchdog gets the record's token as its user_data, not its address: a call from code
+  // the engine runs does not wait for a running callback, so a dump may reach a token
+  // whose record is gone, and its run is skipped (that configuration was replaced). A run
+  // holds its record: a callable lives until its last run has returned.
+  struct watchdog_record {
+    watchdog_fn fn;
+    watchdog_registry* registry = nullptr;
+    uintptr_t token = 0;
+    // Under watchdog_state::mu: the epochs at which its last C call began and returned.
+    uint64_t begun = 0, ended = 0;
+    bool in_flight = false;
+    ~watchdog_record() {
+      if (registry == nullptr) return;
+      std::lock_guard<std::mutex> lock(registry->mu);
+      registry->records.erase(token);
+    }  // fn is destroyed after this, with no lock held
+  };
+  // The records of every engine by token (each engine's state owns its own). Never freed:
+  // an engine left running at exit may still look a token up.
+  struct watchdog_registry {
+    std::mutex mu;
+    uintptr_t next = 0;
+    std::unordered_map<uintptr_t, std::weak_ptr<watchdog_record>> records;
+  };
+  static watchdog_registry& registry() {
+    static watchdog_registry* r = new watchdog_registry;
+    return *r;
+  }
+  // The records the C watchdog may still run: the one in force and those being installed
+  // or that may have been installed after it. No lock is held across a C call or while a
+  // callable runs or is destroyed: a call from a program thread waits for a running
+  // callback, and that callback may wait for code that reconfigures the watchdog too.
   struct watchdog_state {
     std::mutex mu;
-    std::shared_ptr<watchdog_fn> current;
-    std::mutex setting;
+    uint64_t epoch = 0;
+    std::vector<std::shared_ptr<watchdog_record>> records;
   };
-  static watchdog_state*& running_watchdog() {  // the record whose callback runs on this thread
-    static thread_local watchdog_state* w = nullptr;
-    return w;
-  }
-  static void watchdog_trampoline(const char* dump, void* p) {
-    auto* w = static_cast<watchdog_state*>(p);
-    std::shared_ptr<watchdog_fn> fn;
+  static void watchdog_trampoline(const char* dump, void* token) {
+    std::shared_ptr<watchdog_record> r;
     {
-      std::lock_guard<std::mutex> lock(w->mu);
-      fn = w->current;
+      watchdog_registry& reg = registry();
+      std::lock_guard<std::mutex> lock(reg.mu);
+      auto it = reg.records.find(reinterpret_cast<uintptr_t>(token));
+      if (it != reg.records.end()) r = it->second.lock();
     }
-    if (!fn) return;
-    watchdog_state* outer = std::exchange(running_watchdog(), w);
+    if (!r || !r->fn) return;
     try {
-      (*fn)(std::string_view(dump != nullptr ? dump : ""));
+      r->fn(std::string_view(dump != nullptr ? dump : ""));
     } catch (...) {  // nowhere to report it: the watchdog's thread is the library's
     }
-    running_watchdog() = outer;
-  }
-  void configure_watchdog(std::chrono::milliseconds timeout, std::shared_ptr<watchdog_fn> fn, const std::string& path) {
+  }  // a record replaced meanwhile is destroyed here
+  // Which of two calls was installed last is known only when one returned before the other
+  // began (epochs). A record is dropped once a call begun after it returned has succeeded;
+  // a call that returns last while an overlapping one remains installs its record once
+  // more, so that the configuration in force is known again: the one that returned last.
+  void configure_watchdog(std::chrono::milliseconds timeout, watchdog_fn fn, const std::string& path) {
+    if (!watchdog_) watchdog_ = std::make_unique<watchdog_state>();  // a moved-from engine
     watchdog_state* w = watchdog_.get();
-    std::unique_lock<std::mutex> setting(w->setting, std::defer_lock);
-    if (running_watchdog() != w) setting.lock();
+    auto r = std::make_shared<watchdog_record>();
+    r->fn = std::move(fn);
+    {
+      watchdog_registry& reg = registry();
+      std::lock_guard<std::mutex> lock(reg.mu);
+      uintptr_t t = 0;
+      do t = ++reg.next;
+      while (t == 0 || reg.records.count(t) != 0);
+      reg.records.emplace(t, r);
+      r->token = t;
+      r->registry = &reg;
+    }
     fl_watchdog_desc_t d = FL_WATCHDOG_DESC_INIT;
     d.timeout_ms = timeout.count() < 0 ? 0 : uint64_t(timeout.count());
-    d.callback = fn ? &engine::watchdog_trampoline : nullptr;
-    d.user_data = w;
+    d.callback = r->fn ? &engine::watchdog_trampoline : nullptr;
+    d.user_data = reinterpret_cast<void*>(r->token);
     d.path = path.empty() ? nullptr : path.c_str();
-    check(fl_engine_set_watchdog(e_, &d));
-    // After the C call: a reconfiguration from another thread returns only once a running
-    // callback (which may have reconfigured it too) has returned, so the last C call and
-    // the last callable stored here are one configuration.
-    std::shared_ptr<watchdog_fn> replaced;
     {
       std::lock_guard<std::mutex> lock(w->mu);
-      replaced = std::exchange(w->current, std::move(fn));
+      w->records.push_back(r);
+      r->begun = ++w->epoch;
+      r->in_flight = true;
     }
-    // A replaced callable that no run holds any more is destroyed here, with no lock held
-    // (its destructor may call into the engine, set_watchdog included).
-    if (setting.owns_lock()) setting.unlock();
-    replaced.reset();
+    const fl_status_t st = fl_engine_set_watchdog(e_, &d);
+    // Read now: a replaced callable's destructor may call into the engine.
+    const std::string message = st == FL_OK ? std::string() : std::string(fl_last_error_message());
+    std::vector<std::shared_ptr<watchdog_record>> replaced;
+    for (bool reinstalled = false, ok = st == FL_OK;;) {
+      bool again = false;
+      {
+        std::lock_guard<std::mutex> lock(w->mu);
+        r->ended = ++w->epoch;
+        r->in_flight = false;
+        auto& rs = w->records;
+        for (size_t i = 0; i < rs.size();) {
+          const watchdog_record* q = rs[i].get();
+          // Refused (nothing changed): r goes. Installed: so do those installed before it.
+          const bool gone = st != FL_OK ? q == r.get() : ok && q != r.get() && !q->in_flight && q->ended < r->begun;
+          if (gone) {
+            replaced.push_back(std::move(rs[i]));
+            rs[i] = std::move(rs.back());
+            rs.pop_back();
+          } else {
+            ++i;
+          }
+        }
+        bool others_in_flight = false;
+        for (const auto& q : rs) others_in_flight = others_in_flight || q->in_flight;
+        if (ok && !reinstalled && rs.size() > 1 && !others_in_flight) {
+          again = true;
+          r->begun = ++w->epoch;
+          r->in_flight = true;
+        }
+      }
+      if (!again) break;
+      reinstalled = true;
+      ok = fl_engine_set_watchdog(e_, &d) == FL_OK;  // refused only if the engine went meanwhile
+    }
+    // Destroyed here (one that runs, when its run returns), with no lock held: a destructor
+    // may call into the engine, set_watchdog included, after this call took effect.
+    replaced.clear();
+    if (st != FL_OK) throw error(st, message);
   }
 
   fl_engine_t* e_ = nullptr;
-  std::unique_ptr<watchdog_state> watchdog_;  // stable address: the C watchdog holds it
+  std::unique_ptr<watchdog_state> watchdog_;  // null in a moved-from engine until set_watchdog
 };
 
 }  // namespace flowlane
