@@ -695,6 +695,15 @@ TEST(CppStreams, KernelArgumentsWidenToTheirParametersButNeverNarrow) {
   static_assert(!flowlane::detail::kernel_arg_converts_v<int*, int>);
 }
 
+// Counts its destructions in destroyed[id] (the watchdog tests track every callable).
+struct Tracked {
+  std::vector<std::atomic<int>>* destroyed;
+  int id;
+  Tracked(std::vector<std::atomic<int>>* d, int i) : destroyed(d), id(i) {}
+  Tracked(const Tracked&) = delete;
+  ~Tracked() { (*destroyed)[size_t(id)].fetch_add(1); }
+};
+
 TEST(CppWatchdog, ReconfiguredFromThreadsAndFromInsideEachCallableLivesThroughItsRunsAndIsFreedOnce) {
   // Three threads replace the watchdog (lambdas, off, back on) while a stall holds; every
   // callable replaces itself from inside when it runs. No reconfiguration deadlocks (a
@@ -703,13 +712,6 @@ TEST(CppWatchdog, ReconfiguredFromThreadsAndFromInsideEachCallableLivesThroughIt
   constexpr int kCallables = 3 * 60 * 2;
   std::vector<std::atomic<int>> destroyed(kCallables);
   std::atomic<int> next{0}, runs{0}, freed_while_running{0};
-  struct Tracked {  // counts its destructions in destroyed[id]
-    std::vector<std::atomic<int>>* destroyed;
-    int id;
-    Tracked(std::vector<std::atomic<int>>* d, int i) : destroyed(d), id(i) {}
-    Tracked(const Tracked&) = delete;
-    ~Tracked() { (*destroyed)[size_t(id)].fetch_add(1); }
-  };
   {
     flowlane::engine e(workers(2));
     std::function<std::function<void(std::string_view)>()> make = [&] {
@@ -944,13 +946,6 @@ TEST(CppWatchdog, ConcurrentReconfigurationsRunEachCallableUnderItsOwnTimeoutAnd
   std::atomic<int> next{0}, runs{0}, final_runs{0}, mismatched{0}, freed_while_running{0}, waits_timed_out{0};
   std::mutex first_mismatch_mu;
   std::string first_mismatch;
-  struct Tracked {  // counts its destructions in destroyed[id]
-    std::vector<std::atomic<int>>* destroyed;
-    int id;
-    Tracked(std::vector<std::atomic<int>>* d, int i) : destroyed(d), id(i) {}
-    Tracked(const Tracked&) = delete;
-    ~Tracked() { (*destroyed)[size_t(id)].fetch_add(1); }
-  };
   int final_id = -1;
   {
     flowlane::engine e(lanes(4, kThreads + 2));  // lane 0 stalls; the threads' lanes; the callables' lane
