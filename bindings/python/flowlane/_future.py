@@ -255,6 +255,16 @@ class Future(_FutureBase[T]):
                 raise concurrent.futures.TimeoutError(
                     "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
                                                                                timeout or 0.0))
+            if st == _capi.FL_ERR_INVALID_ARGUMENT:
+                # Refused while the instruction is still pending: it waits for the calling
+                # instruction (the message names the chain) and cannot complete before the
+                # caller returns. (A completed one's own failure is the future's to report.)
+                refusal = error_for(st, None, where)  # read first: the query clears the message
+                state = ctypes.c_uint32(_capi.FL_INSTR_DONE)
+                with engine._call(where):
+                    queried = lib.fl_instr_query(h, self._id, ctypes.byref(state))
+                if queried == _capi.FL_OK and state.value == _capi.FL_INSTR_PENDING:
+                    raise refusal
             deadline = None  # completed: the completer sets the future at once
         while True:
             with self._condition:

@@ -159,10 +159,15 @@ class CallbacksCallingBackIn(unittest.TestCase):
                     results["acquired"] = engine.current_lane == lane.id
                 results["dump"] = "lane" in engine.dump()
                 gc.collect()
+                # Work on another lane that waits for this instruction (it reads what this
+                # one writes) cannot complete before it returns.
+                dependent = engine.stream(me.lane + 2).submit(lambda _v: None, reads=[out])
                 # Waits for itself are refused, and so is closing the engine.
                 for name, call in (("close", engine.close), ("synchronize", engine.synchronize),
                                    ("drain", lambda: engine.drain(timeout=GATE_TIMEOUT)),
-                                   ("own lane", lambda: engine.stream(me.lane).synchronize())):
+                                   ("own lane", lambda: engine.stream(me.lane).synchronize()),
+                                   ("dependent", lambda: dependent.result(timeout=GATE_TIMEOUT)),
+                                   ("dependent's lane", lambda: engine.stream(me.lane + 2).synchronize())):
                     try:
                         call()
                         results[name] = "returned"
@@ -175,7 +180,7 @@ class CallbacksCallingBackIn(unittest.TestCase):
             self.assertEqual(results, {
                 "future": 42, "object": 42, "stats": True, "lanes": (4, 2, True), "acquired": True,
                 "dump": True, "close": "refused", "synchronize": "refused", "drain": "refused",
-                "own lane": "refused"})
+                "own lane": "refused", "dependent": "refused", "dependent's lane": "refused"})
             self.assertFalse(engine.closed)
             engine.synchronize()
 
