@@ -287,7 +287,9 @@ class Future(_FutureBase[T]):
     def result(self, timeout: Optional[float] = None) -> T:
         """The callable's return value, waiting up to ``timeout`` seconds (None: forever;
         ``concurrent.futures.TimeoutError``, which is ``TimeoutError`` from Python 3.11).
-        Raises the callable's exception (see the class), or CancelledError."""
+        Raises the callable's exception (see the class), or CancelledError; inside a
+        callback, InvalidArgument when the instruction waits for the calling one (queued
+        behind it on its lane, or depending on it through objects)."""
         self._wait_done(timeout, "Future.result")
         with self._condition:
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
