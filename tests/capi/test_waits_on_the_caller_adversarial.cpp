@@ -581,4 +581,56 @@ TEST(WaitsOnTheCallerAdversarial, AnInlineCallerRefusesItsDependentsAndWaitsForT
   fl_object_release(x);
 }
 
+// ---------------------------------------------------------------------------------------
+// A task of a group created in an instruction's fn counts as that instruction only until it
+// completes ("Calls from callbacks"): afterwards the task's waits are not refused, whatever
+// is queued behind the instruction on its lane. The later user is held until the task has
+// returned, so each wait must run out its short timeout (a refusal returns at once instead).
+
+TEST(WaitsOnTheCallerAdversarial, AGroupTaskWaitsFreelyOnceItsInstructionHasCompleted) {
+  HangGuard guard("AGroupTaskWaitsFreelyOnceItsInstructionHasCompleted");
+  Rig r;
+  fl_stream_t* l1 = r.lane(1);
+  fl_object_t* o = fltest::make_obj(r.e);
+  std::atomic<fl_task_group_t*> g{nullptr};
+  const fl_instr_id owner = submit(
+      l1,
+      [&] {
+        fl_task_group_t* group = nullptr;
+        fl_status_t st = fl_task_group_create(r.e, &group);
+        g = group;
+        return st;
+      },
+      {RW(o)}, "owner");
+  ASSERT_FL_OK(fl_instr_wait_for(l1, owner, kMinute));
+  ASSERT_NE(g.load(), nullptr);
+  Gate held;
+  struct Task {
+    fl_stream_t* s;
+    fl_object_t* o;
+    fl_instr_id later = 0;
+    Outcome object_wait, instr_wait, sync;
+  } task{l1, o, 0, {}, {}, {}};
+  task.later = submit(l1, [&] { return held.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(o)}, "later user");
+  constexpr uint64_t kShort = 1'000'000;  // 1 ms: the later user is held until the task returns
+  ASSERT_FL_OK(fl_task_group_spawn(
+      g.load(),
+      [](void* ud) {
+        auto* t = static_cast<Task*>(ud);
+        t->object_wait = outcome(fl_object_wait_for(t->o, FL_READ, kShort));
+        t->instr_wait = outcome(fl_instr_wait_for(t->s, t->later, kShort));
+        t->sync = outcome(fl_stream_synchronize_for(t->s, kShort));
+        return FL_OK;
+      },
+      &task, nullptr));
+  ASSERT_FL_OK(fl_task_group_wait(g.load()));
+  held.open = true;
+  ASSERT_FL_OK(fl_task_group_destroy(g.load()));
+  ASSERT_FL_OK(fl_engine_synchronize(r.e));
+  EXPECT_EQ(task.object_wait.st, FL_ERR_TIMEOUT) << fl_status_name(task.object_wait.st) << " " << task.object_wait.msg;
+  EXPECT_EQ(task.instr_wait.st, FL_ERR_TIMEOUT) << fl_status_name(task.instr_wait.st) << " " << task.instr_wait.msg;
+  EXPECT_EQ(task.sync.st, FL_ERR_TIMEOUT) << fl_status_name(task.sync.st) << " " << task.sync.msg;
+  fl_object_release(o);
+}
+
 }  // namespace
