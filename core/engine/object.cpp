@@ -92,9 +92,8 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   // Called from a callback whose instruction is still pending: waiting for that instruction,
   // or for one queued behind it on its own lane (which cannot start before it completes),
   // could never return.
-  CallbackFrame* frame = nullptr;
-  for (CallbackFrame* f = current_frame(); f != nullptr && frame == nullptr; f = f->parent)
-    if (f->engine == this && f->instr != nullptr) frame = f;
+  // (Not a group task's frame once its instruction has completed: its waits are free.)
+  CallbackFrame* frame = pending_frame(this);
   Instr* self = frame != nullptr ? frame->instr : nullptr;
   // The caller's own access to the object (0 if it does not list it). A user of the object
   // recorded after the caller depends on it when either of the two writes: waiting for that

@@ -331,9 +331,9 @@ Instr* Engine::find_waiter(const CallbackFrame* frame, fl_instr_id upto,
       (frame->kind != CallbackKind::kFn && frame->kind != CallbackKind::kCleanup))
     return nullptr;
   Instr* self = frame->instr;
-  // Safe without locks: self cannot complete while its fn or cleanup runs, so every
-  // instruction reached waits for it, directly or not, and can neither start nor be
-  // recycled during the walk; successor lists only grow until their instruction completes
+  // Safe without locks (but for the end of a lane's queue, below): self cannot complete
+  // while its fn or cleanup runs, so every instruction reached waits for it, directly or
+  // not, and can neither start nor be recycled during the walk; successor lists only grow until their instruction completes
   // (or, for issue lists, is issued) and seals them, and queue links only grow behind an
   // instruction that has not started. Each step goes to a later id (edges point to earlier
   // ids, a lane queues in id order), so nothing above `upto` can lead to a match.
@@ -350,10 +350,22 @@ Instr* Engine::find_waiter(const CallbackFrame* frame, fl_instr_id upto,
     for (; e != nullptr; e = e->next) reach(e->succ, from);
   };
   auto reach_behind = [&](const Instr* x) {  // the next instruction queued on x's lane
-    const Instr* stub = &x->stream->lane->stub;
-    // Acquire pairs with the release store of the link in Lane::push().
-    Instr* n = x->lane_next.load(std::memory_order_acquire);
-    while (n == stub) n = n->lane_next.load(std::memory_order_acquire);  // pairs with Lane::push()
+    Lane* lane = x->stream->lane;
+    auto next = [stub = &lane->stub](const Instr* p) {
+      // Acquire pairs with the release store of the link in Lane::push().
+      Instr* n = p->lane_next.load(std::memory_order_acquire);
+      while (n == stub) n = n->lane_next.load(std::memory_order_acquire);  // pairs with Lane::push()
+      return n;
+    };
+    Instr* n = next(x);
+    if (n == nullptr) {
+      // Nothing linked behind x yet, but an instruction of its lane may be recorded (its
+      // edges published, so a target may already wait for it) and not yet pushed: its
+      // submitter holds the lane's submit lock from recording to push. Taking the lock
+      // waits for that push (the holder blocks on nothing the caller holds).
+      std::lock_guard<SpinLock> lock(lane->submit_lock);
+      n = next(x);
+    }
     reach(n, x);
   };
   reach_list(self->succ_head, self);
