@@ -75,7 +75,10 @@ struct LaneSnap {
   std::vector<DepSnap> waits;  // blocked: unfinished predecessors
   Ref waits_on;                // running: the writer it waits for in fl_object_wait
   uint64_t waits_obj = 0;
-  std::string waits_call;      // running: "fl_stream_synchronize (lane 2, host)"
+  std::string waits_call;      // running: "fl_stream_synchronize (lane 2, host): ..."
+  Stream* waits_stream = nullptr;  // running: the stream it waits for in waits_call
+  uint64_t waits_target = 0;       // that stream's completion count, or an instruction id
+  bool waits_id = false;           // waits_target is an id (fl_instr_wait_for)
   std::vector<Ref> queued;     // the first instructions queued behind the head
   bool more_queued = false;
   const LaneWait* coll = nullptr;
@@ -84,9 +87,12 @@ struct LaneSnap {
 struct GraphEdge {
   uint32_t from, to;
   std::string why;
-  bool object_wait;  // from's running fl_object_wait (cancellable at destroy)
+  bool cancellable;  // from's running wait, which destroy can give up (below)
   Instr* waiter;     // from's head (borrowed from the snapshot)
-  Instr* waited;     // the instruction waited for in fl_object_wait (borrowed)
+  Instr* waited;     // the instruction waited for in fl_object_wait (borrowed), or null
+  Stream* stream = nullptr;  // or the stream waited for in fl_stream_synchronize / fl_instr_wait_for
+  uint64_t target = 0;       // and its target (waits_target)
+  bool is_id = false;
 };
 
 struct Snapshot {
@@ -152,7 +158,19 @@ Snapshot take_snapshot(Engine& e) {
           ls.waits_obj = lane.active_waits_obj ? lane.active_waits_obj->handle : 0;
         } else if (lane.active_waits_call != nullptr) {
           ls.waits_call = lane.active_waits_call;
-          if (lane.active_waits_stream != nullptr) ls.waits_call += " (" + lane.active_waits_stream->describe() + ")";
+          ls.waits_stream = lane.active_waits_stream;
+          ls.waits_target = lane.active_waits_target;
+          ls.waits_id = lane.active_waits_id;
+          if (Stream* w = ls.waits_stream) {
+            // Acquire pairs with the release store of last_completed_id in complete() and
+            // the fetch_add of completed in Stream::advance_completed().
+            ls.waits_call +=
+                " (" + w->describe() + "): " +
+                (ls.waits_id ? "for its instruction #" + std::to_string(ls.waits_target) + ", " +
+                                   (w->reached(ls.waits_target, true) ? "completed" : "not completed yet")
+                             : "for " + std::to_string(ls.waits_target) + " of its instructions to complete, " +
+                                   std::to_string(w->completed.load(std::memory_order_acquire)) + " have");
+          }
         }
         // What is queued behind the head. While we hold diag_lock none of it can start (the
         // runner marks each instruction active under this lock first), so none can complete
@@ -191,6 +209,9 @@ Snapshot take_snapshot(Engine& e) {
                              (self ? ", which is queued behind it on its own lane" : ""),
                          true, ls.head.i, ls.waits_on.i});
     }
+    if (ls.waits_stream != nullptr && !ls.waits_stream->reached(ls.waits_target, ls.waits_id))
+      s.edges.push_back({ls.id, ls.waits_stream->lane->id, ls.head.i->describe() + " waits in " + ls.waits_call, true,
+                         ls.head.i, nullptr, ls.waits_stream, ls.waits_target, ls.waits_id});
     if (ls.coll != nullptr)
       for (const LaneWait::Peer& p : ls.coll->peers)
         if (p.engine == &e)
@@ -370,14 +391,30 @@ int cancel_cycle_waits(Engine& e) {
   for (const auto& cyc : find_cycles(s)) {
     for (size_t k : cyc) {
       const GraphEdge& g = s.edges[k];
-      if (!g.object_wait) continue;
+      if (!g.cancellable) continue;
       Lane& lane = e.lane(g.from);
-      std::lock_guard<SpinLock> lock(lane.diag_lock);
-      if (lane.active == g.waiter && lane.active_waits_on == g.waited) {
-        lane.wait_cancelled.store(true, std::memory_order_release);  // pairs with acquire in Engine::wait_object()
-        futex_wake(&g.waited->state, INT_MAX);  // the wait sleeps on the state of what it waits for
+      bool stream_wait = false;
+      {
+        std::lock_guard<SpinLock> lock(lane.diag_lock);
+        // Still the same wait (the lane may have moved on since the snapshot).
+        const bool same = lane.active == g.waiter &&
+                          (g.waited != nullptr ? lane.active_waits_on == g.waited
+                                               : lane.active_waits_stream == g.stream &&
+                                                     lane.active_waits_target == g.target &&
+                                                     lane.active_waits_id == g.is_id);
+        if (!same) continue;
+        // Release pairs with the acquire loads in Engine::sleep_until_terminal() (fl_object_wait)
+        // and given_up() (sync.cpp: fl_stream_synchronize, fl_instr_wait_for).
+        lane.wait_cancelled.store(true, std::memory_order_release);
+        if (g.waited != nullptr)
+          futex_wake(&g.waited->state, INT_MAX);  // fl_object_wait sleeps on the state of what it waits for
+        else
+          stream_wait = true;
         ++n;
       }
+      // The others sleep on the stream's condition variable (the stream lives as long as the
+      // engine); woken outside diag_lock, which no holder of wait_mu ever takes.
+      if (stream_wait) g.stream->wake_waiters();
     }
   }
   return n;

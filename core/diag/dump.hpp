@@ -5,7 +5,9 @@
 // The wait-for graph. Nodes are lanes. A lane whose head instruction X is blocked waits for
 // the lane of every unfinished predecessor of X (its recorded deps with an edge); a lane
 // whose running callback waits in fl_object_wait for writer W waits for W's lane (W behind
-// X on the same lane is a self-loop); a lane whose running collective waits for peer ranks
+// X on the same lane is a self-loop); one whose running callback waits in
+// fl_stream_synchronize or fl_instr_wait_for for a stream S that has not reached the target
+// waits for S's lane; a lane whose running collective waits for peer ranks
 // waits for those ranks' lanes (same engine). Instructions only depend on earlier
 // submissions and a lane runs in submission order, so a cycle always goes through at least
 // one running wait, and — every wait being an AND of its inputs — a cycle can never resolve:
@@ -27,8 +29,9 @@ using core::Engine;
 // The dump text. `reason` (may be empty) is the first line's explanation.
 std::string build_dump(Engine& e, const std::string& reason);
 
-// Engine destroy: cancels the fl_object_wait calls that lie on a wait cycle (they would
-// never return). Returns how many were cancelled.
+// Engine destroy: cancels the waits of running callbacks (fl_object_wait,
+// fl_stream_synchronize, fl_instr_wait_for) that lie on a wait cycle (they would never
+// return): each returns FL_ERR_CANCELLED. Returns how many were cancelled.
 int cancel_cycle_waits(Engine& e);
 
 }  // namespace flowlane::diag

@@ -50,14 +50,15 @@ void run(Diagnostics* d) {
   bool was_pending = false;
   bool fired = false;
   while (!d->exit) {
-    if (d->shutdown) {  // destroy is draining: give up waits that can never finish
+    const bool draining = d->shutdown || d->drains > 0;
+    if (draining) {  // destroy or fl_engine_drain is draining: give up waits that can never finish
       lk.unlock();
       cancel_cycle_waits(e);
       lk.lock();
       if (d->exit) break;
     }
     if (d->timeout_ms == 0) {
-      if (d->shutdown)
+      if (draining)
         d->cv.wait_for(lk, kShutdownScan);
       else
         d->cv.wait(lk);
@@ -104,7 +105,7 @@ void run(Diagnostics* d) {
     }
     was_pending = pending;
     milliseconds period = std::clamp(milliseconds(d->timeout_ms / 4), milliseconds(5), milliseconds(1000));
-    if (d->shutdown) period = std::min(period, kShutdownScan);
+    if (draining) period = std::min(period, kShutdownScan);
     d->cv.wait_for(lk, period);
   }
 }
@@ -148,6 +149,18 @@ void Diagnostics::begin_shutdown() {
   shutdown = true;
   if (!thread.joinable() && engine->inflight() > 0) thread = std::thread(run, this);
   cv.notify_all();
+}
+
+void Diagnostics::begin_drain() {
+  std::lock_guard<std::mutex> lk(mu);
+  ++drains;
+  if (!thread.joinable() && !exit && engine->inflight() > 0) thread = std::thread(run, this);
+  cv.notify_all();
+}
+
+void Diagnostics::end_drain() {
+  std::lock_guard<std::mutex> lk(mu);
+  --drains;
 }
 
 void Diagnostics::end_shutdown() {

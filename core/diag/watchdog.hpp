@@ -9,8 +9,9 @@
 //
 // Shutdown (Engine::drain_and_stop): begin_shutdown() runs before the drain. If work is
 // still in flight it turns the thread into a shutdown monitor that looks for wait cycles
-// every few milliseconds and cancels the fl_object_wait calls on them (a wait on a cycle
-// can never finish: see diag/dump.hpp). end_shutdown() runs once the lanes are drained: it
+// every few milliseconds and cancels the callbacks' waits on them (a wait on a cycle
+// can never finish: see diag/dump.hpp); so does it while fl_engine_drain runs
+// (begin_drain() / end_drain()). end_shutdown() runs once the lanes are drained: it
 // joins the thread and writes the trace, if one is active.
 #pragma once
 
@@ -35,6 +36,8 @@ struct Diagnostics : core::Extension {
   ~Diagnostics() override;
   void begin_shutdown() override;
   void end_shutdown() override;
+  void begin_drain() override;
+  void end_drain() override;
 
   core::Engine* engine;
 
@@ -45,6 +48,7 @@ struct Diagnostics : core::Extension {
   std::thread thread;
   bool exit = false;
   bool shutdown = false;       // destroy in progress: the thread monitors for cycles
+  int drains = 0;              // fl_engine_drain calls in progress: so does it
   uint64_t timeout_ms = 0;
   fl_dump_fn callback = nullptr;
   void* user_data = nullptr;

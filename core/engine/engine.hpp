@@ -237,8 +237,10 @@ class Engine {
   // admit() took.
   fl_instr_id enqueue(Instr* i, bool run_inline);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
-  // Waits for s's completion count to reach target (sched::wait rules); false on the deadline.
-  bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever());
+  // Waits for s's completion count to reach target (sched::wait rules); false on the deadline
+  // or when *cancelled (if given) is set first (engine destroy gave the wait up).
+  bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever(),
+                   const std::atomic<bool>* cancelled = nullptr);
   // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
   // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
   fl_status_t wait_submitted(const Deadline& deadline, const char* call);

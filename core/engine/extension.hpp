@@ -34,6 +34,10 @@ class Extension {
   virtual void begin_shutdown() {}
   // The drain is over (every instruction completed); workers still run.
   virtual void end_shutdown() {}
+  // fl_engine_drain begins / returns (drains may overlap, from several threads): as destroy's
+  // drain, it must not wait forever for a cycle of waits.
+  virtual void begin_drain() {}
+  virtual void end_drain() {}
   // Appends this extension's section to a state dump.
   virtual void dump(std::string& out) { (void)out; }
   // Adds the lanes this extension knows to be waiting (for the wait-for graph).

@@ -76,10 +76,18 @@ struct Stream {
   bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
   // completed += 1 (last_completed_id already stored), wakes waiters whose target is reached
   void advance_completed();
-  // Sleeps until completed >= target or the deadline passes; returns whether it reached it.
-  bool wait_completed(uint64_t target, const Deadline& deadline);
-  // Sleeps until last_completed_id >= id or the deadline passes; returns whether it did.
-  bool wait_completed_id(fl_instr_id id, const Deadline& deadline);
+  // Sleeps until completed >= target, the deadline passes or *cancelled (when given) is set
+  // (by engine destroy, which then wakes the stream's waiters: wake_waiters()); returns
+  // whether it reached the target.
+  bool wait_completed(uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled = nullptr);
+  // Sleeps until last_completed_id >= id, the deadline passes or *cancelled is set; returns
+  // whether it reached the id.
+  bool wait_completed_id(fl_instr_id id, const Deadline& deadline, const std::atomic<bool>* cancelled = nullptr);
+  // Whether the stream has completed `target` instructions (or, `is_id`, the instruction
+  // whose id is `target`).
+  bool reached(uint64_t target, bool is_id) const;
+  // Wakes every waiter of the stream so that it re-checks its cancel flag.
+  void wake_waiters();
   std::string describe() const;          // "lane 1, host"
 };
 
@@ -144,12 +152,17 @@ struct Lane {
   bool active_blocked = false;
   Instr* active_waits_on = nullptr;  // referenced while set
   Object* active_waits_obj = nullptr;
-  // A running callback of this lane waiting in fl_stream_synchronize or
-  // fl_engine_synchronize: the call, and the stream (null for the engine).
+  // A running callback of this lane waiting in fl_stream_synchronize (for the stream's
+  // completion count to reach `active_waits_target`) or fl_instr_wait_for (for the
+  // instruction whose id is `active_waits_target`, `active_waits_id`): the call, the stream
+  // and the target. The stream lives as long as the engine.
   const char* active_waits_call = nullptr;
-  const Stream* active_waits_stream = nullptr;
-  // Set (under diag_lock) by engine destroy when the running callback's fl_object_wait is on
-  // a wait cycle and can never return: the wait gives up with FL_ERR_CANCELLED (diag/dump.hpp).
+  Stream* active_waits_stream = nullptr;
+  uint64_t active_waits_target = 0;
+  bool active_waits_id = false;
+  // Set (under diag_lock) by engine destroy when the running callback's wait (fl_object_wait,
+  // fl_stream_synchronize, fl_instr_wait_for) is on a wait cycle and can never return: the
+  // wait gives up with FL_ERR_CANCELLED (diag/dump.hpp). Cleared when a wait registers.
   std::atomic<bool> wait_cancelled{false};
 
   void set_active(Instr* i, bool blocked);

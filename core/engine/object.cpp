@@ -180,7 +180,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
         if (!is_terminal(w->load_state()) && my_lane->wait_cancelled.load(std::memory_order_relaxed)) cancelled = w;
       }
       if (cancelled != nullptr) {
-        std::string msg = "fl_object_wait in " + self->describe() + " was cancelled: the engine is being destroyed " +
+        std::string msg = "fl_object_wait in " + self->describe() + " was cancelled: the engine is being drained or destroyed " +
                           "and this wait for " + w->describe() + " was on a cycle of waits (a deadlock)";
         if (w->unref()) recycle(w);
         if (ob) ob->on_wait(false, "fl_object_wait");

@@ -53,7 +53,17 @@ bool sleep_until(Stream* s, std::unique_lock<std::mutex>& lock, const Deadline& 
 }
 }  // namespace
 
-bool Stream::wait_completed(uint64_t target, const Deadline& deadline) {
+namespace {
+// Whether a drain or destroy gave up the wait that `cancelled` belongs to. Its wake-up
+// (wake_waiters()) takes wait_mu after the store, so a sleeper checking under wait_mu
+// cannot miss both.
+bool given_up(const std::atomic<bool>* cancelled) {
+  // Acquire pairs with the release store in cancel_cycle_waits() (diag/dump.cpp).
+  return cancelled != nullptr && cancelled->load(std::memory_order_acquire);
+}
+}  // namespace
+
+bool Stream::wait_completed(uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
   // Acquire pairs with the fetch_add of completed in advance_completed().
   if (completed.load(std::memory_order_acquire) >= target) return true;
   std::unique_lock<std::mutex> lock(wait_mu);
@@ -62,14 +72,14 @@ bool Stream::wait_completed(uint64_t target, const Deadline& deadline) {
   // increments completed, then loads wake_at.
   if (target < wake_at.load(std::memory_order_relaxed)) wake_at.store(target, std::memory_order_seq_cst);
   // The load side of that store-load pair (and acquire: pairs with advance_completed()).
-  const bool reached = sleep_until(this, lock, deadline, [this, target] {
-    return completed.load(std::memory_order_seq_cst) >= target;  // pairs with advance_completed()
+  sleep_until(this, lock, deadline, [this, target, cancelled] {
+    return completed.load(std::memory_order_seq_cst) >= target || given_up(cancelled);  // pairs as above
   });
   targets.erase(it);
-  return reached;
+  return completed.load(std::memory_order_acquire) >= target;  // pairs with advance_completed()
 }
 
-bool Stream::wait_completed_id(fl_instr_id id, const Deadline& deadline) {
+bool Stream::wait_completed_id(fl_instr_id id, const Deadline& deadline, const std::atomic<bool>* cancelled) {
   // Acquire pairs with the release store (or CAS) of last_completed_id in complete().
   if (last_completed_id.load(std::memory_order_acquire) >= id) return true;
   std::unique_lock<std::mutex> lock(wait_mu);
@@ -79,13 +89,27 @@ bool Stream::wait_completed_id(fl_instr_id id, const Deadline& deadline) {
   // load of completed sees its increment (and then, acquire, the id it stored before), or
   // its load of wake_at_id sees our target and it wakes us. (Store-load pair, as above.)
   if (id < wake_at_id.load(std::memory_order_relaxed)) wake_at_id.store(id, std::memory_order_seq_cst);
-  const bool reached = sleep_until(this, lock, deadline, [this, id] {
+  sleep_until(this, lock, deadline, [this, id, cancelled] {
     (void)completed.load(std::memory_order_seq_cst);  // the load of the pair above
     // Acquire pairs with the release store (or CAS) of last_completed_id in complete().
-    return last_completed_id.load(std::memory_order_acquire) >= id;
+    return last_completed_id.load(std::memory_order_acquire) >= id || given_up(cancelled);
   });
   id_targets.erase(it);
-  return reached;
+  return last_completed_id.load(std::memory_order_acquire) >= id;  // pairs with complete(), as above
+}
+
+bool Stream::reached(uint64_t target, bool is_id) const {
+  // Acquire: pair with the release store (or CAS) of last_completed_id in complete() and
+  // the fetch_add of completed in advance_completed().
+  return is_id ? last_completed_id.load(std::memory_order_acquire) >= target
+               : completed.load(std::memory_order_acquire) >= target;
+}
+
+void Stream::wake_waiters() {
+  // Taking wait_mu orders this wake-up after any sleeper's check of its predicate (made
+  // under wait_mu): a sleeper that has not seen the flag is in wait() and gets the notify.
+  { std::lock_guard<std::mutex> lock(wait_mu); }
+  wait_cv.notify_all();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -213,10 +237,10 @@ fl_status_t Engine::take_failure(Pick&& pick) {
   return report(st, msg);
 }
 
-bool Engine::wait_stream(Stream* s, uint64_t target, const Deadline& deadline) {
-  // Acquire pairs with the fetch_add of completed in Stream::advance_completed().
-  return sched::wait([s, target] { return s->completed.load(std::memory_order_acquire) >= target; },
-                     [s, target](const Deadline& d) { s->wait_completed(target, d); }, deadline);
+bool Engine::wait_stream(Stream* s, uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
+  sched::wait([s, target, cancelled] { return s->reached(target, false) || given_up(cancelled); },
+              [s, target, cancelled](const Deadline& d) { s->wait_completed(target, d, cancelled); }, deadline);
+  return s->reached(target, false);
 }
 
 namespace {
@@ -230,26 +254,55 @@ namespace {
 
 namespace {
 
-// Tells diagnostics that the running callback of `self`'s lane waits in `call` (no-op when
-// the caller is not inside an instruction's callback).
+// Tells diagnostics that the running callback of `self`'s lane waits in `call` for stream
+// `s` to reach `target` (a completion count, or an instruction id: `is_id`), so that the
+// state dump shows the wait in its wait-for graph and engine destroy can give it up when it
+// lies on a cycle (cancel_cycle_waits(), diag/dump.cpp). A no-op when the caller is not
+// inside a callback of an instruction of this engine (`self` null).
 class WaitNote {
  public:
-  WaitNote(Instr* self, const char* call, const Stream* s) : lane_(self ? self->stream->lane : nullptr) {
+  WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id)
+      : lane_(self ? self->stream->lane : nullptr), stream_(s), target_(target), is_id_(is_id) {
     if (lane_ == nullptr) return;
     std::lock_guard<SpinLock> lock(lane_->diag_lock);
     lane_->active_waits_call = call;
     lane_->active_waits_stream = s;
+    lane_->active_waits_target = target;
+    lane_->active_waits_id = is_id;
+    lane_->wait_cancelled.store(false, std::memory_order_relaxed);  // under diag_lock, as its setter
   }
-  ~WaitNote() {
-    if (lane_ == nullptr) return;
+  ~WaitNote() { finish(); }
+  WaitNote(const WaitNote&) = delete;
+  WaitNote& operator=(const WaitNote&) = delete;
+
+  // What the wait sleeps on besides its target: set when engine destroy gives it up.
+  const std::atomic<bool>* cancel_flag() const { return lane_ ? &lane_->wait_cancelled : nullptr; }
+
+  // Ends the note; true when engine destroy gave the wait up (it was on a wait cycle) and
+  // its target has not been reached. The flag is read under diag_lock, where it is set.
+  bool finish() {
+    if (lane_ == nullptr) return false;
     std::lock_guard<SpinLock> lock(lane_->diag_lock);
     lane_->active_waits_call = nullptr;
     lane_->active_waits_stream = nullptr;
+    const bool cancelled =
+        lane_->wait_cancelled.load(std::memory_order_relaxed) && !stream_->reached(target_, is_id_);
+    lane_ = nullptr;
+    return cancelled;
   }
 
  private:
   Lane* lane_;
+  Stream* stream_;
+  uint64_t target_;
+  bool is_id_;
 };
+
+[[gnu::cold]] fl_status_t wait_given_up(const char* call, const Instr* self, const std::string& what) {
+  return report(FL_ERR_CANCELLED, std::string(call) + " in " + self->describe() +
+                                      " was cancelled: the engine is being drained or destroyed and this wait for " + what +
+                                      " was on a cycle of waits (a deadlock)");
+}
 
 }  // namespace
 
@@ -311,9 +364,10 @@ fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
                                       self->describe() + " -> " + chain + "): it cannot complete before the caller returns");
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
-  WaitNote note(current_instr(), "fl_stream_synchronize", s);
-  const bool reached = wait_stream(s, target, deadline);
+  WaitNote note(self, "fl_stream_synchronize", s, target, false);
+  const bool reached = wait_stream(s, target, deadline, note.cancel_flag());
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
+  if (note.finish()) return wait_given_up("fl_stream_synchronize", self, s->describe());
   if (!reached) return timed_out("fl_stream_synchronize_for", s, target);
   // The stream's oldest listed member (its list is in completion = submission order).
   return take_failure([s, target]() -> Instr* {
@@ -446,13 +500,16 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
                                       self->describe() + " for instruction #" + std::to_string(id) +
                                       ", which waits for the caller to complete (" + self->describe() + " -> " +
                                       chain + "): it cannot complete before the caller returns");
-  // Acquire pairs with the release CAS of last_completed_id in complete().
-  auto done = [s, id] { return s->last_completed_id.load(std::memory_order_acquire) >= id; };
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_instr_wait_for");
+  WaitNote note(self, "fl_instr_wait_for", s, id, true);
+  const std::atomic<bool>* cancelled = note.cancel_flag();
   // The sleeper registers the id: the stream's completions before it do not wake it.
-  const bool reached = sched::wait(done, [s, id](const Deadline& d) { s->wait_completed_id(id, d); }, deadline);
+  sched::wait([s, id, cancelled] { return s->reached(id, true) || given_up(cancelled); },
+              [s, id, cancelled](const Deadline& d) { s->wait_completed_id(id, d, cancelled); }, deadline);
+  const bool reached = s->reached(id, true);
   if (ob) ob->on_wait(false, "fl_instr_wait_for");
+  if (note.finish()) return wait_given_up("fl_instr_wait_for", self, "instruction #" + std::to_string(id) + " of " + s->describe());
   if (!reached)
     return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
                                       s->describe() + " has not completed (nothing was consumed: wait again)");
@@ -505,6 +562,17 @@ void Engine::cancel_all() {
 fl_status_t Engine::drain(const Deadline& deadline) {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
+  // Extensions watch the drain (diagnostics give up the callbacks' waits on a wait cycle,
+  // which the drain would otherwise wait for forever), until it returns.
+  struct Watched {
+    std::vector<Extension*> xs;
+    explicit Watched(const Engine* e) : xs(e->extensions()) {
+      for (Extension* x : xs) x->begin_drain();
+    }
+    ~Watched() {
+      for (Extension* x : xs) x->end_drain();
+    }
+  } watched(this);
   draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
   // An RMW of admitted_ after that store, so that a submission from a thread of the caller
   // either sees draining_ after it was admitted (and is refused), or its admission is seen

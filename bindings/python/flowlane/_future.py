@@ -255,10 +255,12 @@ class Future(_FutureBase[T]):
                 raise concurrent.futures.TimeoutError(
                     "%s: instruction %r (#%d) has not completed within %g s" % (where, self.name, self._id,
                                                                                timeout or 0.0))
-            if st == _capi.FL_ERR_INVALID_ARGUMENT:
-                # Refused while the instruction is still pending: it waits for the calling
-                # instruction (the message names the chain) and cannot complete before the
-                # caller returns. (A completed one's own failure is the future's to report.)
+            if st != _capi.FL_OK:
+                # Refused while the instruction is still pending (InvalidArgument: it waits for
+                # the calling instruction, the message names the chain, and cannot complete
+                # before the caller returns), or given up (Cancelled: the engine is being
+                # closed and this wait was on a cycle of waits). A completed one's own failure
+                # is the future's to report.
                 refusal = error_for(st, None, where)  # read first: the query clears the message
                 state = ctypes.c_uint32(_capi.FL_INSTR_DONE)
                 with engine._call(where):
@@ -289,7 +291,9 @@ class Future(_FutureBase[T]):
         ``concurrent.futures.TimeoutError``, which is ``TimeoutError`` from Python 3.11).
         Raises the callable's exception (see the class), or CancelledError; inside a
         callback, InvalidArgument when the instruction waits for the calling one (queued
-        behind it on its lane, or depending on it through objects)."""
+        behind it on its lane, or depending on it through objects), and Cancelled when the
+        engine is closed while this wait is on a cycle of waits (two callbacks waiting for
+        each other)."""
         self._wait_done(timeout, "Future.result")
         with self._condition:
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):

@@ -210,6 +210,40 @@ class CallbacksCallingBackIn(unittest.TestCase):
             self.assertGreaterEqual(len(collected), 2 * 59)  # the last step's pair may remain until now
             engine.synchronize()
 
+    def test_close_gives_up_callbacks_that_wait_for_each_other(self):
+        # Two callbacks on two lanes, each waiting for the other's future (no dependency
+        # between them, so nothing refuses the waits): a deadlock that close() must end,
+        # not join. At least one wait raises Cancelled; the other may then succeed.
+        engine = flowlane.Engine(workers=2, lanes=4)
+        futures = {}
+        published = threading.Event()
+        outcomes = {}
+
+        def waits_for(other):
+            def body():
+                published.wait(GATE_TIMEOUT)
+                try:
+                    futures[other].result()
+                    outcomes[other] = "returned"
+                except flowlane.Cancelled as e:
+                    outcomes[other] = "cancelled" if "cycle of waits" in str(e) else str(e)
+            return body
+
+        futures["b"] = engine.submit(waits_for("a"), lane=1)
+        futures["a"] = engine.submit(waits_for("b"), lane=2)
+        published.set()
+        deadline = time.monotonic() + GATE_TIMEOUT
+        while "DEADLOCK" not in engine.dump() and time.monotonic() < deadline:  # both are waiting
+            time.sleep(0.01)
+        self.assertIn("DEADLOCK: cycle of waits", engine.dump())
+        closer = threading.Thread(target=engine.close)
+        closer.start()
+        closer.join(GATE_TIMEOUT)
+        self.assertFalse(closer.is_alive(), "close() hung on the cycle")
+        self.assertEqual(sorted(outcomes), ["a", "b"])
+        self.assertIn("cancelled", outcomes.values(), outcomes)
+        self.assertTrue(set(outcomes.values()) <= {"cancelled", "returned"}, outcomes)
+
     def test_release_callbacks_may_call_back_in_while_close_drains(self):
         log = []
         engine = flowlane.Engine(workers=2, lanes=4)

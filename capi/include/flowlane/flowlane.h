@@ -77,7 +77,8 @@
  *    instruction completes (a group may outlive it: its later tasks wait freely).
  *  - Other waits are allowed: a worker that waits helps only with its own callback's work
  *    (never another instruction) and a spare worker stands in while it blocks, so waits
- *    inside callbacks deadlock only if they form a cycle (a hang the state dump names).
+ *    inside callbacks deadlock only if they form a cycle (a hang the state dump names;
+ *    fl_engine_drain and fl_engine_destroy cancel the waits on it: FL_ERR_CANCELLED).
  *  - While fl_engine_destroy drains, callbacks may still call in: submissions and new
  *    streams, communicators and task groups answer FL_ERR_SHUTDOWN; waits, queries, stats
  *    and dumps give their real answer.
@@ -205,8 +206,10 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    Afterwards its streams and objects are stale (FL_ERR_INVALID_HANDLE). Communicators are
    aborted first: collectives not yet matched by every rank fail with FL_ERR_CANCELLED; the
    comm handle is stale afterwards. Task graphs outlive it: running one answers
-   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. An fl_object_wait that
-   sits on a cycle of waits (it can never return) is cancelled with FL_ERR_CANCELLED.
+   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. A callback's
+   fl_object_wait, fl_stream_synchronize or fl_instr_wait_for that sits on a cycle of waits
+   (it can never return) is cancelled with FL_ERR_CANCELLED; a wait that is not on a cycle
+   is never cancelled.
    While it drains, callbacks may still call in ("Calls from callbacks" above); your own
    threads must not (it frees what their calls use, a wait in progress included): stop
    them first. Once it has returned, the engine's handles answer FL_ERR_INVALID_HANDLE.
@@ -270,7 +273,8 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
    a stream of the caller's own lane is refused (FL_ERR_INVALID_ARGUMENT: its later
    instructions queue behind the caller), and so is a stream holding an instruction that
    waits for the caller ("Calls from callbacks"); depend on objects instead.
-   FL_ERR_INVALID_HANDLE. */
+   FL_ERR_CANCELLED from a callback when fl_engine_drain or fl_engine_destroy finds the
+   wait on a cycle of waits. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream);
 
 /* METHOD: fl_stream_t — the stream's lane, device and kind. Any out pointer may be NULL.
@@ -315,8 +319,8 @@ FL_API fl_status_t fl_object_release(fl_object_t* object);
    and the failure then counts as returned for fl_engine_synchronize).
    FL_ERR_INVALID_ARGUMENT for an access other than FL_READ, FL_WRITE, FL_READ_WRITE, or
    from a callback when a user it would wait for is the calling instruction, one queued
-   behind it on its lane, or one that waits for it ("Calls from callbacks"). FL_ERR_CANCELLED when fl_engine_destroy
-   finds the wait on a cycle of waits. FL_ERR_INVALID_HANDLE. */
+   behind it on its lane, or one that waits for it ("Calls from callbacks"). FL_ERR_CANCELLED when fl_engine_drain
+   or fl_engine_destroy finds the wait on a cycle of waits. FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_object_wait(fl_object_t* object, uint32_t access);
 
 /* METHOD: fl_object_t — the user_data given at creation. FL_ERR_INVALID_HANDLE,
@@ -774,6 +778,8 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
    is refused (FL_ERR_INVALID_ARGUMENT: it cannot start before the caller returns), and so
    is waiting for an instruction of another lane that waits for the caller, through
    objects and lane order ("Calls from callbacks"; the message names the chain).
+   FL_ERR_CANCELLED from a callback when fl_engine_drain or fl_engine_destroy finds the
+   wait on a cycle of waits (the instruction has not completed).
    FL_ERR_INVALID_ARGUMENT also for id 0 or not submitted to this stream yet;
    FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns);
@@ -801,8 +807,10 @@ FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
    work being drained; one of your threads' calls accepted concurrently is drained too),
    and the call waits (up to timeout_ns) for every instruction to complete. Returns what
    fl_engine_synchronize would, or FL_ERR_TIMEOUT (the engine stays draining; call again to
-   keep waiting; as with every timed wait, nothing was returned or consumed). Waits,
-   queries, stats and dumps keep working; fl_engine_destroy frees it. Calling it again is
+   keep waiting; as with every timed wait, nothing was returned or consumed). While it
+   waits, a callback's wait that sits on a cycle of waits is cancelled (FL_ERR_CANCELLED),
+   as by fl_engine_destroy: the cycle could never complete. Waits, queries, stats and dumps
+   keep working; fl_engine_destroy frees it. Calling it again is
    allowed; from any code the engine runs it is refused (FL_ERR_INVALID_ARGUMENT).
    FL_ERR_INVALID_HANDLE. */
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);

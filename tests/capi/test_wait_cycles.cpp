@@ -1,0 +1,219 @@
+// Cycles of waits made by running callbacks with fl_instr_wait_for and
+// fl_stream_synchronize (docs/design.md, guarantee 9): two callbacks on two lanes, each
+// waiting for the other, with no dependency between their instructions (so nothing refuses
+// the waits up front). The state dump must show both waits in its wait-for graph and name
+// the cycle, and fl_engine_destroy must give the waits up (FL_ERR_CANCELLED) instead of
+// hanging. A wait that is not on a cycle must not be given up. Waits use FL_WAIT_FOREVER:
+// only the cancellation can end them; a HangGuard turns a regression into a failure.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "guarantees_util.hpp"
+#include "test_diag_util.hpp"
+
+using namespace fldiag;
+using flguard::HangGuard;
+
+namespace {
+
+// One side of a cycle: what a callback waits in, and what it reports.
+struct Side {
+  std::atomic<fl_instr_id> id{0};  // published by the test once submitted
+  std::atomic<int> status{-1};
+  std::string message;
+};
+
+// Waits (bounded) until `id` has been published by the submitting thread.
+fl_instr_id await_id(const std::atomic<fl_instr_id>& id) {
+  auto deadline = fltest::Clock::now() + std::chrono::seconds(60);
+  while (id.load() == 0 && fltest::Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return id.load();
+}
+
+enum class How { kInstrWait, kStreamSync, kObjectWait };
+
+// Runs `how` from inside lane `mine`'s callback against the other side: its instruction
+// `other` on stream `theirs`, or (kObjectWait) object `x`, which the other side writes.
+fl_status_t wait_other(How how, fl_stream_t* theirs, const Side& other, fl_object_t* x) {
+  const fl_instr_id id = await_id(other.id);
+  switch (how) {
+    case How::kInstrWait: return fl_instr_wait_for(theirs, id, FL_WAIT_FOREVER);
+    case How::kStreamSync: return fl_stream_synchronize_for(theirs, FL_WAIT_FOREVER);
+    case How::kObjectWait: return fl_object_wait_for(x, FL_READ, FL_WAIT_FOREVER);
+  }
+  return FL_ERR_INTERNAL;
+}
+
+// Lane 1's 'one' waits for lane 2's 'two' (`how1`), and 'two' for 'one' (`how2`). 'one'
+// writes x (for an object wait of 'two'); 'two' writes y. The engine is destroyed (after an
+// fl_engine_drain with no timeout, when `drain`). Returns the dump the watchdog gave.
+std::string run_cycle(How how1, How how2, Side& one, Side& two, bool drain = false) {
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 2;
+  EXPECT_FL_OK(fl_engine_create(&d, &e));
+  DumpCatcher dc;
+  dc.install(e, 200);
+  fl_object_t* x = make_obj(e);
+  fl_object_t* y = make_obj(e);
+  fl_stream_t* s1 = host_of(e, 1);
+  fl_stream_t* s2 = host_of(e, 2);
+  one.id = submit(s1, [&](fl_instr_ctx_t*) {
+    one.status = wait_other(how1, s2, two, y);
+    one.message = fl_last_error_message();
+    return FL_OK;
+  }, {W(x)}, "one");
+  two.id = submit(s2, [&](fl_instr_ctx_t*) {
+    two.status = wait_other(how2, s1, one, x);
+    two.message = fl_last_error_message();
+    return FL_OK;
+  }, {W(y)}, "two");
+  std::string dump = dc.wait_for(1);
+  std::printf("%s", dump.c_str());
+  fl_object_release(x);
+  fl_object_release(y);
+  if (drain) {
+    EXPECT_FL_OK(fl_engine_drain(e, FL_WAIT_FOREVER));  // hangs without the cancellation
+    EXPECT_NE(one.status.load(), -1);  // both callbacks have returned
+    EXPECT_NE(two.status.load(), -1);
+  }
+  EXPECT_FL_OK(fl_engine_destroy(e));  // hangs without the cancellation
+  return dump;
+}
+
+// Destroy gives up the waits on the cycle: at least one returns FL_ERR_CANCELLED with a
+// message naming it; the other may return FL_OK instead (what it waited for completed
+// once the first gave up).
+void expect_given_up(const Side& one, const char* call1, const Side& two, const char* call2) {
+  const Side* sides[] = {&one, &two};
+  const char* calls[] = {call1, call2};
+  int cancelled = 0;
+  for (int k = 0; k < 2; ++k) {
+    const Side& me = *sides[k];
+    const int st = me.status.load();
+    EXPECT_TRUE(st == FL_OK || st == FL_ERR_CANCELLED) << "side " << k << ": " << st << " " << me.message;
+    if (st != FL_ERR_CANCELLED) continue;
+    ++cancelled;
+    const std::string who = std::string(calls[k]) + " in '" + (k == 0 ? "one" : "two") + "' (#" +
+                            std::to_string(me.id) + ", lane " + std::to_string(k + 1) + ", host) was cancelled: " +
+                            "the engine is being drained or destroyed and this wait for ";
+    EXPECT_TRUE(contains(me.message, who)) << me.message;
+    EXPECT_TRUE(contains(me.message, "was on a cycle of waits (a deadlock)")) << me.message;
+  }
+  EXPECT_GE(cancelled, 1);
+}
+
+std::string cycle_line(const std::string& dump) {
+  if (contains(dump, "DEADLOCK: cycle of waits lane 1 -> lane 2 -> lane 1")) return "1-2-1";
+  if (contains(dump, "DEADLOCK: cycle of waits lane 2 -> lane 1 -> lane 2")) return "2-1-2";
+  return "";
+}
+
+}  // namespace
+
+TEST(WaitCycles, TwoCallbacksWaitingForEachOtherByIdAreNamedAndGivenUpAtDestroy) {
+  HangGuard guard("two fl_instr_wait_for calls waiting for each other");
+  Side one, two;
+  std::string dump = run_cycle(How::kInstrWait, How::kInstrWait, one, two);
+  EXPECT_NE(cycle_line(dump), "") << dump;
+  EXPECT_TRUE(contains(dump, "'one' (#" + std::to_string(one.id) + ", lane 1, host) waits in fl_instr_wait_for (lane 2, "
+                             "host): for its instruction #" + std::to_string(two.id) + ", not completed yet")) << dump;
+  EXPECT_TRUE(contains(dump, "'two' (#" + std::to_string(two.id) + ", lane 2, host) waits in fl_instr_wait_for (lane 1, "
+                             "host): for its instruction #" + std::to_string(one.id))) << dump;
+  expect_given_up(one, "fl_instr_wait_for", two, "fl_instr_wait_for");
+  if (one.status == FL_ERR_CANCELLED)
+    EXPECT_TRUE(contains(one.message, "this wait for instruction #" + std::to_string(two.id) + " of lane 2, host was"))
+        << one.message;
+}
+
+TEST(WaitCycles, StreamSynchronizeAgainstAnObjectWaitIsNamedAndGivenUpAtDestroy) {
+  HangGuard guard("fl_stream_synchronize against fl_object_wait");
+  Side one, two;
+  // 'one' synchronizes lane 2's stream ('two' pending); 'two' waits for x, which 'one' writes.
+  std::string dump = run_cycle(How::kStreamSync, How::kObjectWait, one, two);
+  EXPECT_NE(cycle_line(dump), "") << dump;
+  EXPECT_TRUE(contains(dump, "'one' (#" + std::to_string(one.id) + ", lane 1, host) waits in fl_stream_synchronize "
+                             "(lane 2, host): for 1 of its instructions to complete, 0 have")) << dump;
+  EXPECT_TRUE(contains(dump, "'two' (#" + std::to_string(two.id) + ", lane 2, host) waits in fl_object_wait")) << dump;
+  expect_given_up(one, "fl_stream_synchronize", two, "fl_object_wait");
+}
+
+TEST(WaitCycles, StreamSynchronizeAgainstAnInstructionWaitIsGivenUpAtDestroy) {
+  HangGuard guard("fl_stream_synchronize against fl_instr_wait_for");
+  Side one, two;
+  EXPECT_NE(cycle_line(run_cycle(How::kStreamSync, How::kInstrWait, one, two)), "");
+  expect_given_up(one, "fl_stream_synchronize", two, "fl_instr_wait_for");
+}
+
+// fl_engine_drain, which waits for everything in flight, gives the cycle's waits up as
+// destroy does (a cycle never completes on its own).
+TEST(WaitCycles, ADrainGivesUpTheWaitsOfACycle) {
+  HangGuard guard("a drain waiting for a cycle of waits");
+  Side one, two;
+  EXPECT_NE(cycle_line(run_cycle(How::kInstrWait, How::kStreamSync, one, two, /*drain=*/true)), "");
+  expect_given_up(one, "fl_instr_wait_for", two, "fl_stream_synchronize");
+}
+
+// Negative control: a callback that waits for a slow lane (no cycle) is shown waiting, with
+// no cycle named, and destroy lets the wait finish: FL_OK, not FL_ERR_CANCELLED.
+TEST(WaitCycles, AWaitThatIsNotOnACycleIsNotGivenUpByDestroy) {
+  HangGuard guard("a wait with no cycle during destroy");
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 2;
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  DumpCatcher dc;
+  dc.install(e, 200);
+  fl_stream_t* s1 = host_of(e, 1);
+  fl_stream_t* s2 = host_of(e, 2);
+  Gate gate;
+  std::atomic<fl_instr_id> slow_id{0};
+  std::atomic<int> by_id{-1}, by_sync{-1};
+  slow_id = submit(s2, [&](fl_instr_ctx_t*) { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "slow");
+  submit(s1, [&](fl_instr_ctx_t*) {
+    by_id = fl_instr_wait_for(s2, await_id(slow_id), FL_WAIT_FOREVER);
+    by_sync = fl_stream_synchronize_for(s2, FL_WAIT_FOREVER);
+    return FL_OK;
+  }, {}, "waiter");
+  std::string dump = dc.wait_for(1);
+  std::printf("%s", dump.c_str());
+  EXPECT_TRUE(contains(dump, "waits in fl_instr_wait_for (lane 2, host): for its instruction #" +
+                             std::to_string(slow_id.load()) + ", not completed yet")) << dump;
+  EXPECT_TRUE(contains(dump, "wait cycles: none found")) << dump;
+  // Destroy from another thread while the wait is in progress; the gate opens only after
+  // several of destroy's scans for cycles have run.
+  std::thread destroyer([e] { EXPECT_FL_OK(fl_engine_destroy(e)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  gate.open = true;
+  destroyer.join();
+  EXPECT_EQ(by_id.load(), FL_OK);
+  EXPECT_EQ(by_sync.load(), FL_OK);
+}
+
+// A bounded wait on a cycle ends at its timeout as before (destroy is not involved), and
+// the engine goes on: the cycle dissolves once one side stops waiting.
+TEST(WaitCycles, ABoundedWaitOnACycleTimesOutAndTheEngineGoesOn) {
+  HangGuard guard("bounded waits on a cycle");
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 2;
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  fl_stream_t* s1 = host_of(e, 1);
+  fl_stream_t* s2 = host_of(e, 2);
+  std::atomic<fl_instr_id> one{0}, two{0};
+  std::atomic<int> st1{-1}, st2{-1};
+  one = submit(s1, [&](fl_instr_ctx_t*) {
+    st1 = fl_instr_wait_for(s2, await_id(two), 300'000'000);  // gives up after 0.3 s
+    return FL_OK;
+  }, {}, "one");
+  two = submit(s2, [&](fl_instr_ctx_t*) {
+    st2 = fl_instr_wait_for(s1, await_id(one), FL_WAIT_FOREVER);  // ends once 'one' returns
+    return FL_OK;
+  }, {}, "two");
+  ASSERT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(st1.load(), FL_ERR_TIMEOUT);
+  EXPECT_EQ(st2.load(), FL_OK);
+  ASSERT_FL_OK(fl_engine_destroy(e));
+}
