@@ -5,7 +5,7 @@
 // for a device predecessor to be *issued*), completion edges from a device instruction to
 // a host one, lane order behind a device instruction not yet issued, and callers that are
 // themselves device instructions (their fn on the lane runner, their cleanup on the
-// poller after the GPU work). A refused wait
+// poller after the GPU work, or on the lane runner when they were skipped). A refused wait
 // answers FL_ERR_INVALID_ARGUMENT naming the chain; waits for device work that does not
 // wait for the caller still wait and succeed.
 //
@@ -324,6 +324,34 @@ TEST(FakeWaitsOnTheCaller, DeviceCallersCleanupIsRefusedWaitsForItsCompletionDep
   EXPECT_WAITED(unrelated);
   fl_object_release(x);
   fl_object_release(y);
+}
+
+// A device instruction skipped because its input is poisoned, on a stream with nothing in
+// flight, has its cleanup run by its lane runner: the lane does not move on until that
+// cleanup returns. B (host, lane 1) queues behind it and writes Z; C (host, lane 2) reads Z.
+TEST(FakeWaitsOnTheCaller, SkippedDeviceCallersCleanupOnItsLaneIsRefusedWaitsForWorkBehindIt) {
+  HangGuard guard("SkippedDeviceCallersCleanupOnItsLaneIsRefusedWaitsForWorkBehindIt");
+  Rig r;
+  fl_object_t* p = r.obj();
+  fl_object_t* z = r.obj();
+  Gate go;
+  Seen on_c, sync_c;
+  fl_stream_t* c_stream = r.host(2);
+  std::atomic<fl_instr_id> c{0};
+  submit(r.host(3), [] { return FL_ERR_INSTRUCTION_FAILED; }, {W(p)}, "fails");
+  submit_device(r.gpu(1), {R(p)}, "caller", noop, [&] {
+    if (!go.wait()) return;
+    on_c.set(fl_instr_wait_for(c_stream, c.load(), kWait));
+    sync_c.set(fl_stream_synchronize_for(c_stream, kWait));
+  });
+  submit(r.host(1), noop, {W(z)}, "B");
+  c = submit(c_stream, noop, {R(z)}, "C");
+  go.open = true;
+  EXPECT_EQ(fl_engine_synchronize(r.e), FL_ERR_INSTRUCTION_FAILED) << fl_last_error_message();
+  EXPECT_REFUSED(on_c, "fl_instr_wait_for", "caller", "B", "C");
+  EXPECT_REFUSED(sync_c, "fl_stream_synchronize", "caller", "B", "C");
+  fl_object_release(p);
+  fl_object_release(z);
 }
 
 // Two threads submit device and host dependents of the caller (and unrelated device work)
