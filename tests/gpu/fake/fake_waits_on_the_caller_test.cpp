@@ -102,16 +102,22 @@ fl_instr_id submit_device(fl_stream_t* s, std::vector<fl_operand_t> ops, const c
   return id;
 }
 
+// An engine (8 lanes unless told); the objects it made are released before it is destroyed.
 struct Rig {
-  fl_engine_t* e = make_engine(4, 8);
+  fl_engine_t* e;
+  std::vector<fl_object_t*> objects;
+  explicit Rig(uint64_t lanes = 8) : e(make_engine(4, lanes)) {}
   fl_stream_t* host(uint32_t lane) { return host_stream(e, lane); }
   fl_stream_t* gpu(uint32_t lane, fl_stream_kind_t kind = FL_STREAM_COMPUTE) {
     fl_stream_t* s = nullptr;
     EXPECT_EQ(fl_stream_get(e, lane, kGpu, kind, &s), FL_OK) << fl_last_error_message();
     return s;
   }
-  fl_object_t* obj() { return fltest::make_obj(e); }
-  ~Rig() { fl_engine_destroy(e); }
+  fl_object_t* obj() { return objects.emplace_back(fltest::make_obj(e)); }
+  ~Rig() {
+    for (fl_object_t* o : objects) fl_object_release(o);
+    fl_engine_destroy(e);
+  }
 };
 
 // A host caller on lane 1 with `ops` that, once `go` opens, makes `waits` from its fn.
@@ -156,7 +162,6 @@ struct MixedChain {
   void finish() {
     ASSERT_FL_OK(fl_engine_synchronize(r.e));
     EXPECT_GT(fake_cudart_event_records(), events_before);  // D, D2, U and R ran as device work
-    for (fl_object_t* o : {x, y, v, q}) fl_object_release(o);
   }
 };
 
@@ -244,8 +249,6 @@ TEST(FakeWaitsOnTheCaller, WaitForWorkQueuedBehindADeviceDependentIsRefused) {
   ASSERT_FL_OK(fl_engine_synchronize(r.e));
   EXPECT_REFUSED(instr, "fl_instr_wait_for", "caller", "D", "E", "F");
   EXPECT_REFUSED(sync, "fl_stream_synchronize", "caller", "D", "E");
-  fl_object_release(x);
-  fl_object_release(z);
 }
 
 // The caller is a device instruction (lane 1) writing X whose fn waits: D2 (device, lane 2)
@@ -286,7 +289,6 @@ TEST(FakeWaitsOnTheCaller, DeviceCallersFnIsRefusedWaitsForItsIssueAndCompletion
   EXPECT_REFUSED(on_h, "fl_instr_wait_for", "caller", "H");
   EXPECT_REFUSED(on_f, "fl_instr_wait_for", "caller", "E", "F");
   EXPECT_WAITED(unrelated);
-  for (fl_object_t* o : {x, z, v}) fl_object_release(o);
 }
 
 // The caller is a device instruction's cleanup, which runs on the poller once its GPU work
@@ -322,8 +324,6 @@ TEST(FakeWaitsOnTheCaller, DeviceCallersCleanupIsRefusedWaitsForItsCompletionDep
   EXPECT_REFUSED(on_g, "fl_instr_wait_for", "caller", "H", "G");
   EXPECT_REFUSED(obj_y, "fl_object_wait", "caller", "H");
   EXPECT_WAITED(unrelated);
-  fl_object_release(x);
-  fl_object_release(y);
 }
 
 // A device instruction skipped because its input is poisoned, on a stream with nothing in
@@ -350,8 +350,6 @@ TEST(FakeWaitsOnTheCaller, SkippedDeviceCallersCleanupOnItsLaneIsRefusedWaitsFor
   EXPECT_EQ(fl_engine_synchronize(r.e), FL_ERR_INSTRUCTION_FAILED) << fl_last_error_message();
   EXPECT_REFUSED(on_c, "fl_instr_wait_for", "caller", "B", "C");
   EXPECT_REFUSED(sync_c, "fl_stream_synchronize", "caller", "B", "C");
-  fl_object_release(p);
-  fl_object_release(z);
 }
 
 // Two threads submit device and host dependents of the caller (and unrelated device work)
@@ -360,20 +358,21 @@ TEST(FakeWaitsOnTheCaller, SkippedDeviceCallersCleanupOnItsLaneIsRefusedWaitsFor
 // links the submitters are publishing.
 TEST(FakeWaitsOnTheCaller, WalksRaceWithSubmittersOfDeviceAndHostDependents) {
   HangGuard guard("WalksRaceWithSubmittersOfDeviceAndHostDependents");
-  Rig r;
+  Rig r(10);
   fl_object_t* x = r.obj();
   constexpr int kThreads = 2;
   const int rounds = int(fl_scaled(200, 40));
   struct Lanes {
     fl_stream_t* dev;       // D: reads X, writes Y
-    fl_stream_t* host;      // G: reads Y
+    fl_stream_t* host;      // G: reads Y (a completion edge from D)
+    fl_stream_t* dev2;      // D2: reads Y (an issue edge from D)
     fl_stream_t* free_dev;  // U: unrelated
     fl_object_t* y;
     fl_object_t* v;
-    std::atomic<fl_instr_id> last_g{0}, last_d{0}, last_u{0};
+    std::atomic<fl_instr_id> last_g{0}, last_d{0}, last_d2{0}, last_u{0};
   };
-  Lanes lanes[kThreads] = {{r.gpu(2), r.host(3), r.gpu(4), r.obj(), r.obj()},
-                           {r.gpu(5), r.host(6), r.gpu(7), r.obj(), r.obj()}};
+  Lanes lanes[kThreads] = {{r.gpu(2), r.host(3), r.gpu(4), r.gpu(5), r.obj(), r.obj()},
+                           {r.gpu(6), r.host(7), r.gpu(8), r.gpu(9), r.obj(), r.obj()}};
   Gate go;
   std::atomic<int> finished{0};
   std::atomic<int> refused{0}, waited{0}, wrong{0};
@@ -391,6 +390,7 @@ TEST(FakeWaitsOnTheCaller, WalksRaceWithSubmittersOfDeviceAndHostDependents) {
       for (Lanes& l : lanes) {
         if (fl_instr_id g = l.last_g.load()) check(fl_instr_wait_for(l.host, g, kWait), FL_ERR_INVALID_ARGUMENT);
         if (l.last_d.load() != 0) check(fl_stream_synchronize_for(l.dev, kWait), FL_ERR_INVALID_ARGUMENT);
+        if (fl_instr_id d2 = l.last_d2.load()) check(fl_instr_wait_for(l.dev2, d2, kWait), FL_ERR_INVALID_ARGUMENT);
         if (fl_instr_id u = l.last_u.load()) check(fl_instr_wait_for(l.free_dev, u, kWait), FL_OK);
       }
       if (last) return;
@@ -404,6 +404,7 @@ TEST(FakeWaitsOnTheCaller, WalksRaceWithSubmittersOfDeviceAndHostDependents) {
       for (int k = 0; k < rounds; ++k) {
         l.last_d = submit_device(l.dev, {R(x), W(l.y)}, "D");
         l.last_g = submit(l.host, noop, {R(l.y)}, "G");
+        l.last_d2 = submit_device(l.dev2, {R(l.y)}, "D2");
         l.last_u = submit_device(l.free_dev, {W(l.v)}, "U");
       }
       finished++;
@@ -413,11 +414,6 @@ TEST(FakeWaitsOnTheCaller, WalksRaceWithSubmittersOfDeviceAndHostDependents) {
   EXPECT_EQ(wrong.load(), 0) << wrong_msg;
   EXPECT_GT(refused.load(), 0);
   EXPECT_GT(waited.load(), 0);
-  fl_object_release(x);
-  for (Lanes& l : lanes) {
-    fl_object_release(l.y);
-    fl_object_release(l.v);
-  }
 }
 
 }  // namespace
