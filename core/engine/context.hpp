@@ -43,6 +43,11 @@ struct CallbackFrame {
   CallbackKind kind;
   CallbackFrame* parent;
   const void* thread;  // the thread running it (sched::this_thread_token())
+  // A device instruction's cleanup run by its lane runner before the lane moves on (the
+  // instruction was skipped or failed and completed at once, not by the backend): what is
+  // queued behind it on its lane waits for this callback too. (Host instructions and fns
+  // hold their lane in any case; a cleanup the backend runs after the GPU work does not.)
+  bool holds_lane = false;
 };
 
 inline bool on_this_thread(const CallbackFrame* f) { return f->thread == sched::this_thread_token(); }
@@ -50,9 +55,9 @@ inline bool on_this_thread(const CallbackFrame* f) { return f->thread == sched::
 // Pushes a frame for the lifetime of the scope and opens a fresh isolation region.
 class CallbackScope {
  public:
-  CallbackScope(Engine* e, Instr* instr, CallbackKind kind)
+  CallbackScope(Engine* e, Instr* instr, CallbackKind kind, bool holds_lane = false)
       : frame_{e, instr, kind, static_cast<CallbackFrame*>(const_cast<void*>(sched::current_context())),
-               sched::this_thread_token()},
+               sched::this_thread_token(), holds_lane},
         region_(sched::RegionScope::kFresh),
         context_(&frame_) {}
   // context_ restores the parent frame.

@@ -288,9 +288,10 @@ void mark_failed(Instr* i, fl_status_t st) {
 
 namespace {
 
-void run_cleanup(Instr* i) {
+// holds_lane: a device instruction's cleanup run by its lane runner (CallbackFrame).
+void run_cleanup(Instr* i, bool holds_lane = false) {
   if (i->cleanup != nullptr) {
-    CallbackScope frame(i->engine, i, CallbackKind::kCleanup);  // its completion waits for it
+    CallbackScope frame(i->engine, i, CallbackKind::kCleanup, holds_lane);  // its completion waits for it
     try {
       i->cleanup(i->user_data);
     } catch (...) {
@@ -348,7 +349,7 @@ void Engine::execute_async(Instr* i) {
     }
     // In stream order: after the device work issued before it on its stream.
     if (services_.device->defer_completion(i)) return;
-    run_cleanup(i);
+    run_cleanup(i, true);  // on the lane runner: the lane waits for it
     complete(i);
     return;
   }
@@ -365,7 +366,7 @@ void Engine::execute_async(Instr* i) {
       lane->clear_active(i);
       return;
     }
-    run_cleanup(i);
+    run_cleanup(i, true);  // on the lane runner: the lane waits for it
     complete(i);
     return;
   }

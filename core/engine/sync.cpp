@@ -425,8 +425,10 @@ Instr* Engine::find_waiter(const CallbackFrame* frame, fl_instr_id upto,
   reach_list(self->succ_head, self);
   reach_list(self->issue_succ_head, self);
   // A host instruction holds up its lane until it completes; a device one only until it is
-  // issued, which its fn does (a device instruction's cleanup runs after its lane moved on).
-  if (self->stream->is_host_executed() || frame->kind == CallbackKind::kFn) reach_behind(self);
+  // issued, which its fn does (a device instruction's cleanup runs after its lane moved on,
+  // unless it was skipped or failed and its lane runner completes it at once: holds_lane).
+  if (self->stream->is_host_executed() || frame->kind == CallbackKind::kFn || frame->holds_lane)
+    reach_behind(self);
   while (!todo.empty()) {
     Instr* x = todo.back();
     todo.pop_back();
