@@ -18,7 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kShutdownScan{10};  // how often a draining destroy looks for wait cycles
+constexpr milliseconds kShutdownScan{10};  // how often a draining destroy (or fl_engine_drain) looks for wait cycles
 
 void deliver(const std::string& text, fl_dump_fn cb, void* ud, const std::string& path) {
   if (cb != nullptr) {

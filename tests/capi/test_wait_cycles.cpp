@@ -32,6 +32,15 @@ fl_instr_id await_id(const std::atomic<fl_instr_id>& id) {
   return id.load();
 }
 
+// Two workers: both callbacks of a cycle run at once.
+fl_engine_t* two_worker_engine() {
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 2;
+  EXPECT_FL_OK(fl_engine_create(&d, &e));
+  return e;
+}
+
 enum class How { kInstrWait, kStreamSync, kObjectWait };
 
 // Runs `how` from inside lane `mine`'s callback against the other side: its instruction
@@ -50,10 +59,7 @@ fl_status_t wait_other(How how, fl_stream_t* theirs, const Side& other, fl_objec
 // writes x (for an object wait of 'two'); 'two' writes y. The engine is destroyed (after an
 // fl_engine_drain with no timeout, when `drain`). Returns the dump the watchdog gave.
 std::string run_cycle(How how1, How how2, Side& one, Side& two, bool drain = false) {
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 2;
-  EXPECT_FL_OK(fl_engine_create(&d, &e));
+  fl_engine_t* e = two_worker_engine();
   DumpCatcher dc;
   dc.install(e, 200);
   fl_object_t* x = make_obj(e);
@@ -160,10 +166,8 @@ TEST(WaitCycles, ADrainGivesUpTheWaitsOfACycle) {
 // no cycle named, and destroy lets the wait finish: FL_OK, not FL_ERR_CANCELLED.
 TEST(WaitCycles, AWaitThatIsNotOnACycleIsNotGivenUpByDestroy) {
   HangGuard guard("a wait with no cycle during destroy");
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 2;
-  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  fl_engine_t* e = two_worker_engine();
+  ASSERT_NE(e, nullptr);
   DumpCatcher dc;
   dc.install(e, 200);
   fl_stream_t* s1 = host_of(e, 1);
@@ -196,10 +200,8 @@ TEST(WaitCycles, AWaitThatIsNotOnACycleIsNotGivenUpByDestroy) {
 // the engine goes on: the cycle dissolves once one side stops waiting.
 TEST(WaitCycles, ABoundedWaitOnACycleTimesOutAndTheEngineGoesOn) {
   HangGuard guard("bounded waits on a cycle");
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 2;
-  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  fl_engine_t* e = two_worker_engine();
+  ASSERT_NE(e, nullptr);
   fl_stream_t* s1 = host_of(e, 1);
   fl_stream_t* s2 = host_of(e, 2);
   std::atomic<fl_instr_id> one{0}, two{0};
