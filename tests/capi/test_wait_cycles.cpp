@@ -219,3 +219,69 @@ TEST(WaitCycles, ABoundedWaitOnACycleTimesOutAndTheEngineGoesOn) {
   EXPECT_EQ(st2.load(), FL_OK);
   ASSERT_FL_OK(fl_engine_destroy(e));
 }
+
+// Several cycles at once, of every kind of wait, formed while drain or destroy already runs,
+// beside a wait that is not on a cycle, round after round (for ThreadSanitizer too): every
+// cycle is broken (at least one of its waits cancelled, none failing otherwise), and the
+// wait that is not on a cycle returns FL_OK once its gate opens.
+TEST(WaitCycles, ManyCyclesFormingDuringDrainAndDestroyAreAllBroken) {
+  HangGuard guard("many cycles during drain and destroy");
+  const How hows[][2] = {{How::kInstrWait, How::kInstrWait},
+                         {How::kStreamSync, How::kObjectWait},
+                         {How::kObjectWait, How::kInstrWait}};
+  constexpr int kCycles = 3;
+  for (int round = 0; round < int(fl_scaled(12, 4)); ++round) {
+    fl_engine_t* e = nullptr;
+    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+    d.num_workers = 2 * kCycles + 2;  // every callback runs at once
+    d.max_lanes = 2 * kCycles + 3;
+    ASSERT_FL_OK(fl_engine_create(&d, &e));
+    Side sides[kCycles][2];
+    fl_object_t* objs[kCycles][2];
+    for (int c = 0; c < kCycles; ++c) {
+      const How* how = hows[(c + round) % 3];
+      fl_stream_t* s[2] = {host_of(e, uint32_t(2 * c + 1)), host_of(e, uint32_t(2 * c + 2))};
+      for (int k = 0; k < 2; ++k) objs[c][k] = make_obj(e);
+      for (int k = 0; k < 2; ++k) {
+        Side& me = sides[c][k];
+        const Side& other = sides[c][1 - k];
+        fl_stream_t* theirs = s[1 - k];
+        fl_object_t* theirs_obj = objs[c][1 - k];
+        const How h = how[k];
+        me.id = submit(s[k], [&me, &other, theirs, theirs_obj, h](fl_instr_ctx_t*) {
+          me.status = wait_other(h, theirs, other, theirs_obj);
+          me.message = fl_last_error_message();
+          return FL_OK;
+        }, {W(objs[c][k])}, k == 0 ? "one" : "two");
+      }
+    }
+    Gate gate;
+    std::atomic<fl_instr_id> slow_id{0};
+    std::atomic<int> not_on_a_cycle{-1};
+    fl_stream_t* slow_stream = host_of(e, 2 * kCycles + 2);
+    slow_id = submit(slow_stream, [&](fl_instr_ctx_t*) { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "slow");
+    submit(host_of(e, 2 * kCycles + 1), [&](fl_instr_ctx_t*) {
+      not_on_a_cycle = fl_instr_wait_for(slow_stream, await_id(slow_id), FL_WAIT_FOREVER);
+      return FL_OK;
+    }, {}, "waiter");
+    std::thread opener([&gate] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      gate.open = true;
+    });
+    // The objects stay the test's until destroy frees them: the callbacks may not have
+    // reached their fl_object_wait yet.
+    if (round % 2 == 0) EXPECT_FL_OK(fl_engine_drain(e, FL_WAIT_FOREVER));
+    EXPECT_FL_OK(fl_engine_destroy(e));
+    opener.join();
+    for (int c = 0; c < kCycles; ++c) {
+      SCOPED_TRACE("round " + std::to_string(round) + ", cycle " + std::to_string(c));
+      int cancelled = 0;
+      for (const Side& me : sides[c]) {
+        EXPECT_TRUE(me.status == FL_OK || me.status == FL_ERR_CANCELLED) << me.status << " " << me.message;
+        cancelled += me.status == FL_ERR_CANCELLED;
+      }
+      EXPECT_GE(cancelled, 1);
+    }
+    EXPECT_EQ(not_on_a_cycle.load(), FL_OK);
+  }
+}
