@@ -436,7 +436,11 @@ void run_from_callback(Where where) {
   fl_object_t* rel = nullptr;  // released by the caller's completion (kRelease)
   ASSERT_FL_OK(fl_object_create(f.engine, &c, [](void* p) { static_cast<FromCallback*>(p)->act(); }, &rel));
   Gate other_gate;  // holds the other lane: its queued instruction is still pending
-  submit(c.other, [&] { return other_gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "other_gate");
+  Gate other_started;  // other_gate runs: fl_stream_cancel(other) must not find it queued
+  submit(c.other, [&] {
+    other_started.open = true;
+    return other_gate.wait() ? FL_OK : FL_ERR_TIMEOUT;
+  }, {}, "other_gate");
   std::atomic<int> victim_ran{0}, other_ran{0};
   fl_host_instr_t in = FL_HOST_INSTR_INIT;
   in.user_data = &c;
@@ -488,6 +492,7 @@ void run_from_callback(Where where) {
   c.hold.open = true;
   c.victim = submit(c.own, [&] { ++victim_ran; return FL_OK; }, {}, "victim");
   c.other_id = submit(c.other, [&] { ++other_ran; return FL_OK; }, {}, "other_victim");
+  ASSERT_TRUE(other_started.wait()) << "other_gate never started";
   c.ready.open = true;
   uint32_t qs = 0;
   ASSERT_TRUE(wait_terminal(c.own, c.victim, &qs));
