@@ -164,6 +164,11 @@ struct Lane {
   // fl_stream_synchronize, fl_instr_wait_for) is on a wait cycle and can never return: the
   // wait gives up with FL_ERR_CANCELLED (diag/dump.hpp). Cleared when a wait registers.
   std::atomic<bool> wait_cancelled{false};
+  // True when no wait of this lane's running instruction is registered above. One wait at
+  // a time is: tasks of the instruction's task groups running on other workers may wait
+  // at once, and a second registration would hide the first and reset its cancel flag.
+  // Under diag_lock.
+  bool wait_slot_free() const { return active_waits_on == nullptr && active_waits_call == nullptr; }
 
   void set_active(Instr* i, bool blocked);
   void clear_active(Instr* i);

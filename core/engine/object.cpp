@@ -149,17 +149,24 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   Lane* my_lane = self ? self->stream->lane : nullptr;
   Instr* cancelled = nullptr;  // engine destroy gave up this wait: it was on a wait cycle
   for (Instr* w : waits) {
-    if (my_lane != nullptr) {  // tell diagnostics what the running instruction waits for
+    // Tell diagnostics what the running instruction waits for, unless another wait of it (a
+    // task of its task group on another worker) holds the lane's registration: then this
+    // one is neither shown nor cancelled (Lane::wait_slot_free).
+    bool registered = false;
+    if (my_lane != nullptr) {
       std::lock_guard<SpinLock> lock(my_lane->diag_lock);
-      w->ref();
-      my_lane->active_waits_on = w;
-      my_lane->active_waits_obj = o;
-      my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
+      if (my_lane->wait_slot_free()) {
+        registered = true;
+        w->ref();
+        my_lane->active_waits_on = w;
+        my_lane->active_waits_obj = o;
+        my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
+      }
     }
-    if (!sleep_until_terminal(w, my_lane != nullptr ? &my_lane->wait_cancelled : nullptr, deadline)) {
+    if (!sleep_until_terminal(w, registered ? &my_lane->wait_cancelled : nullptr, deadline)) {
       std::string msg = "fl_object_wait_for: timed out; the object's pending user " + w->describe() +
                         " has not completed (nothing was consumed: wait again)";
-      if (my_lane != nullptr) {
+      if (registered) {
         {
           std::lock_guard<SpinLock> lock(my_lane->diag_lock);
           my_lane->active_waits_on = nullptr;
@@ -172,7 +179,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
         if (x->unref()) recycle(x);
       return report(FL_ERR_TIMEOUT, msg);
     }
-    if (my_lane != nullptr) {
+    if (registered) {
       {
         std::lock_guard<SpinLock> lock(my_lane->diag_lock);
         my_lane->active_waits_on = nullptr;

@@ -265,6 +265,14 @@ class WaitNote {
       : lane_(self ? self->stream->lane : nullptr), stream_(s), target_(target), is_id_(is_id) {
     if (lane_ == nullptr) return;
     std::lock_guard<SpinLock> lock(lane_->diag_lock);
+    if (!lane_->wait_slot_free()) {
+      // Another task of the same instruction (a task group's, on another worker) holds the
+      // lane's one registration: this wait is neither shown nor cancelled (it ends at its
+      // target or timeout). Taking the slot over would hide that wait and reset its cancel
+      // flag, so that a cancellation already meant for it could be lost.
+      lane_ = nullptr;
+      return;
+    }
     lane_->active_waits_call = call;
     lane_->active_waits_stream = s;
     lane_->active_waits_target = target;

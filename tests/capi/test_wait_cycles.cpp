@@ -196,6 +196,116 @@ TEST(WaitCycles, AWaitThatIsNotOnACycleIsNotGivenUpByDestroy) {
   EXPECT_EQ(by_sync.load(), FL_OK);
 }
 
+// Two tasks of one instruction's task group wait at once on other workers: task A on a
+// cycle (it waits for lane 2's 'y', whose callback waits for A's instruction 'x'), task B,
+// which starts waiting after A, for a slow lane (no cycle). The lane has one registration
+// for the waits of its running instruction: B must not take it over. When it did, the dump
+// showed only B's wait, A's cancel flag was reset, and once B's wait ended nothing
+// registered A's any more: destroy hung on the cycle for good. Each task waits by id
+// (fl_instr_wait_for) or for an object the instruction it waits for writes (fl_object_wait).
+void run_two_waiting_tasks(bool a_waits_object, bool b_waits_object) {
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 6;  // x's fn, tasks A and B, y's fn and the slow lane's gate all block
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  struct Shared {
+    fl_engine_t* e;
+    fl_stream_t *s1, *s2, *s3;
+    fl_object_t *y_obj, *slow_obj;  // written by 'y' and 'slow'
+    bool a_object, b_object;
+    std::atomic<fl_instr_id> x_id{0}, y_id{0}, slow_id{0};
+    std::atomic<int> a{-1}, b{-1}, y{-1}, group{-1};
+    std::atomic<bool> b_entering{false};
+    Gate b_go, slow_gate;
+    std::string a_msg, b_msg;
+  } sh;
+  sh.e = e;
+  sh.s1 = host_of(e, 1);
+  sh.s2 = host_of(e, 2);
+  sh.s3 = host_of(e, 3);
+  sh.y_obj = make_obj(e);
+  sh.slow_obj = make_obj(e);
+  sh.a_object = a_waits_object;
+  sh.b_object = b_waits_object;
+  sh.slow_id = submit(sh.s3, [&](fl_instr_ctx_t*) { return sh.slow_gate.wait() ? FL_OK : FL_ERR_TIMEOUT; },
+                      {W(sh.slow_obj)}, "slow");
+  sh.x_id = submit(sh.s1, [&](fl_instr_ctx_t*) {
+    fl_task_group_t* g = nullptr;
+    fl_status_t st = fl_task_group_create(sh.e, &g);
+    if (st != FL_OK) return st;
+    st = fl_task_group_spawn(g, [](void* p) {  // A: on the cycle
+      auto* x = static_cast<Shared*>(p);
+      const fl_instr_id y = await_id(x->y_id);
+      x->a = x->a_object ? fl_object_wait_for(x->y_obj, FL_READ, FL_WAIT_FOREVER)
+                         : fl_instr_wait_for(x->s2, y, FL_WAIT_FOREVER);
+      x->a_msg = fl_last_error_message();
+      return FL_OK;
+    }, &sh, nullptr);
+    if (st == FL_OK)
+      st = fl_task_group_spawn(g, [](void* p) {  // B: waits for the slow lane, after A
+        auto* x = static_cast<Shared*>(p);
+        if (!x->b_go.wait()) return FL_ERR_TIMEOUT;
+        x->b_entering = true;
+        x->b = x->b_object ? fl_object_wait_for(x->slow_obj, FL_READ, FL_WAIT_FOREVER)
+                           : fl_instr_wait_for(x->s3, x->slow_id, FL_WAIT_FOREVER);
+        x->b_msg = fl_last_error_message();
+        return FL_OK;
+      }, &sh, nullptr);
+    fl_status_t ws = fl_task_group_wait(g);
+    sh.group = ws;
+    fl_task_group_destroy(g);
+    return st != FL_OK ? st : ws;
+  }, {}, "x");
+  sh.y_id = submit(sh.s2, [&](fl_instr_ctx_t*) {
+    sh.y = fl_instr_wait_for(sh.s1, sh.x_id, FL_WAIT_FOREVER);
+    return FL_OK;
+  }, {W(sh.y_obj)}, "y");
+  const std::string x_waits = "'x' (#" + std::to_string(sh.x_id.load()) + ", lane 1, host) waits in ";
+  const std::string a_waits = a_waits_object ? x_waits + "fl_object_wait"
+                                             : x_waits + "fl_instr_wait_for (lane 2, host): for its instruction #" +
+                                                   std::to_string(sh.y_id.load());
+  std::string dump = fltest::wait_for_dump(e, {a_waits, "'y' (#" + std::to_string(sh.y_id.load()) + ", lane 2, host) waits in"});
+  ASSERT_TRUE(contains(dump, a_waits)) << dump;
+  sh.b_go.open = true;
+  for (auto deadline = fltest::Clock::now() + std::chrono::seconds(60); !sh.b_entering.load();)
+    ASSERT_LT(fltest::Clock::now(), deadline);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // B is in its wait
+  dump = fltest::engine_dump(e);
+  EXPECT_TRUE(contains(dump, a_waits)) << "B's wait hid A's:\n" << dump;
+  EXPECT_NE(cycle_line(dump), "") << dump;
+  fl_object_release(sh.y_obj);  // both waits are in progress: their users hold the objects
+  fl_object_release(sh.slow_obj);
+  // Destroy from another thread; the slow lane's gate opens only after several of
+  // destroy's scans: by then A's wait (or y's) must have been given up, not hidden.
+  std::thread destroyer([e] { EXPECT_FL_OK(fl_engine_destroy(e)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  sh.slow_gate.open = true;
+  destroyer.join();
+  EXPECT_TRUE(sh.a.load() == FL_ERR_CANCELLED || sh.y.load() == FL_ERR_CANCELLED)
+      << "A: " << sh.a.load() << " " << sh.a_msg << "; y: " << sh.y.load();
+  EXPECT_TRUE(sh.a.load() == FL_OK || sh.a.load() == FL_ERR_CANCELLED) << sh.a_msg;
+  if (sh.a.load() == FL_ERR_CANCELLED)
+    EXPECT_TRUE(contains(sh.a_msg, "in 'x' (#" + std::to_string(sh.x_id.load()) + ", lane 1, host) was cancelled"))
+        << sh.a_msg;
+  EXPECT_EQ(sh.b.load(), FL_OK) << "B was on no cycle: " << sh.b_msg;
+  EXPECT_EQ(sh.group.load(), FL_OK);
+}
+
+TEST(WaitCycles, ASecondTaskWaitingBesideOneOnACycleDoesNotHideIt) {
+  HangGuard guard("two task-group tasks of one instruction waiting by id at once, one on a cycle");
+  run_two_waiting_tasks(false, false);
+}
+
+TEST(WaitCycles, ASecondTasksObjectWaitBesideAnIdWaitOnACycleDoesNotHideIt) {
+  HangGuard guard("a task's fl_object_wait beside another task's fl_instr_wait_for on a cycle");
+  run_two_waiting_tasks(false, true);
+}
+
+TEST(WaitCycles, ASecondTasksIdWaitBesideAnObjectWaitOnACycleDoesNotHideIt) {
+  HangGuard guard("a task's fl_instr_wait_for beside another task's fl_object_wait on a cycle");
+  run_two_waiting_tasks(true, false);
+}
+
 // A bounded wait on a cycle ends at its timeout as before (destroy is not involved), and
 // the engine goes on: the cycle dissolves once one side stops waiting.
 TEST(WaitCycles, ABoundedWaitOnACycleTimesOutAndTheEngineGoesOn) {
