@@ -8,7 +8,7 @@
 
 namespace flowlane::capi {
 
-core::Instr* begin_submit(core::Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn) {
+core::Instr* begin_submit_with_operands(core::Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn) {
   if (n > 0 && ops == nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": operands is NULL but num_operands is " + std::to_string(n));
   if (n > (1u << 20))

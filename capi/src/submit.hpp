@@ -12,7 +12,13 @@ namespace flowlane::capi {
 // A record of engine `e` holding the C operands resolved: handles checked (NULL, stale,
 // another engine's objects: FL_ERR_INVALID_HANDLE naming the operand's index), accesses
 // checked. The caller passes it to Engine::submit() or discard()s it. Throws.
-core::Instr* begin_submit(core::Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn);
+core::Instr* begin_submit_with_operands(core::Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn);
+// Inline: an instruction without operands needs only a record (records come with none;
+// see core::Instr), which spares a call per submission on the commonest path.
+inline core::Instr* begin_submit(core::Engine& e, const fl_operand_t* ops, uint64_t n, const char* fn) {
+  if (n == 0) return e.new_instr();
+  return begin_submit_with_operands(e, ops, n, fn);
+}
 
 // The instruction whose context `ctx` is, if its function is running on this thread;
 // else null, with the thread's last error saying why (fn names the caller).

@@ -28,6 +28,13 @@ class Recycler {
       std::lock_guard<std::mutex> lock(d.mu);
       if (!d.batches.empty()) {
         c.swap(d.batches.back());
+        // The emptied vector keeps its capacity for the next batch given away (put()):
+        // moving batches allocates and frees nothing in steady state.
+        try {
+          d.spares.push_back(std::move(d.batches.back()));
+        } catch (...) {
+          // Out of memory: the vector is freed with its slot instead.
+        }
         d.batches.pop_back();
       }
     }
@@ -62,9 +69,16 @@ class Recycler {
     }
     if (c->size() >= 2 * kBatch) {  // keep kBatch locally, give a batch away
       try {
-        std::vector<T*> batch(c->end() - kBatch, c->end());
-        std::lock_guard<std::mutex> lock(depot().mu);
-        depot().batches.push_back(std::move(batch));
+        Depot& d = depot();
+        std::lock_guard<std::mutex> lock(d.mu);
+        d.batches.reserve(d.batches.size() + 1);  // may throw: nothing has moved yet
+        std::vector<T*> batch;
+        if (!d.spares.empty()) {  // an emptied batch's vector, with its capacity
+          batch = std::move(d.spares.back());
+          d.spares.pop_back();
+        }
+        batch.assign(c->end() - kBatch, c->end());  // may throw (no spare): nothing has moved yet
+        d.batches.push_back(std::move(batch));      // within the reserved capacity
         c->resize(c->size() - kBatch);
       } catch (...) {
         // Out of memory: the records stay in this thread's cache.
@@ -76,6 +90,7 @@ class Recycler {
   struct Depot {
     std::mutex mu;
     std::vector<std::vector<T*>> batches;  // full batches of kBatch records
+    std::vector<std::vector<T*>> spares;   // emptied batches' vectors, reused by put()
   };
   static Depot& depot() {
     static Depot* d = new Depot();  // never destroyed: thread caches may flush at exit

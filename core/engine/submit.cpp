@@ -221,7 +221,10 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
     // acquire pairs with the release store in drain_and_stop().
     if (shutdown_.load(std::memory_order_acquire))
       fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
-    {
+    if (i->operands.empty()) {
+      // Nothing to lock, reserve or record (and nothing here can throw): only the id.
+      i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    } else {
       ObjectLocks locks(i->operands);
       reserve_room(i);  // the last point that may throw: nothing is published yet
       for (const Operand& op : i->operands) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
