@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -134,13 +135,13 @@ struct Kernel {
     ops.push_back(fl_operand_t{o, access, 0});
     return *this;
   }
-  fl_status_t submit(fl_stream_t* s) {
+  fl_status_t submit(fl_stream_t* s, fl_instr_id* out_id = nullptr) {
     k.args = args.data();
     k.arg_sizes = sizes.data();
     k.num_args = args.size();
     k.operands = ops.data();
     k.num_operands = ops.size();
-    return fl_submit_kernel(s, &k, nullptr);
+    return fl_submit_kernel(s, &k, out_id);
   }
 };
 
@@ -406,6 +407,17 @@ TEST(GpuChild, IllegalAddressFailsWithCudaError) {
       std::string msg = fl_last_error_message();
       std::fprintf(stderr, "child: %s: %s\n", fl_status_name(st), msg.c_str());
       code = (st == FL_ERR_CUDA && msg.find("wild-write") != std::string::npos) ? 0 : 11;
+      // A later launch fails on the broken context and names the instruction that broke it.
+      int* fine = nullptr;
+      if (code == 0 && Kernel(fltest::write_to_kernel(), "after-the-fault").arg(fine)
+                               .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)) == FL_OK) {
+        fl_status_t st2 = fl_engine_synchronize(eng.e);
+        std::string msg2 = fl_last_error_message();
+        std::fprintf(stderr, "child, later: %s: %s\n", fl_status_name(st2), msg2.c_str());
+        if (st2 == FL_OK || msg2.find("earlier fault") == std::string::npos ||
+            msg2.find("wild-write") == std::string::npos)
+          code = 12;
+      }
     }
     std::fflush(stderr);
   }
@@ -425,7 +437,8 @@ TEST(Gpu, IllegalAddressInAChild) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "child died by a signal";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: not submitted, 11: wrong status or message (see the child's stderr)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: not submitted, 11: wrong status or message, 12: a later failure does "
+                                       "not name the faulting instruction (see the child's stderr)";
 }
 
 // print(loss) must not wait for backward: waiting for the loss copy returns while a long
@@ -505,6 +518,204 @@ TEST(Gpu, ManyCrossStreamStepsAndEngineDestroyDrains) {
   }  // destroy drains the GPU work
   ASSERT_EQ(cudaMemcpy(&result, buf.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(result, kSteps);
+}
+
+// ---------------------------------------------------------------------------------------
+// The hardening of the backend, on a real device (each has a fake-runtime twin in
+// tests/gpu/fake/fake_hardening_test.cpp).
+
+// A mapped pinned int: the host reads what kernels write, kernels read what the host writes.
+struct MappedInt {
+  int* h = nullptr;
+  int* d = nullptr;
+  MappedInt() {
+    EXPECT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&h), sizeof(int), cudaHostAllocMapped), cudaSuccess);
+    if (h == nullptr) return;
+    *h = 0;
+    EXPECT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d), h, 0), cudaSuccess);
+  }
+  ~MappedInt() { cudaFreeHost(h); }
+  int get() const { return *static_cast<volatile int*>(h); }
+  void set(int v) { *static_cast<volatile int*>(h) = v; }
+};
+
+TEST(Gpu, PageableCopiesAreRefusedAtSubmit) {
+  REQUIRE_GPU();
+  Engine eng;
+  constexpr int n = 64;
+  DevBuf buf(n);
+  std::vector<int> pageable(n, 5);
+  const uint64_t bytes = n * sizeof(int);
+  EXPECT_FL_ERR(memcpy_instr(eng.stream(1, kGpu0, FL_STREAM_H2D), FL_MEMCPY_H2D, buf.p, pageable.data(), bytes, {},
+                             "h2d-pageable"),
+                FL_ERR_INVALID_ARGUMENT, "fl_host_alloc_pinned");
+  EXPECT_FL_ERR(memcpy_instr(eng.stream(1, kGpu0, FL_STREAM_D2H), FL_MEMCPY_D2H, pageable.data(), buf.p, bytes, {},
+                             "d2h-pageable"),
+                FL_ERR_INVALID_ARGUMENT, "cudaHostRegister");
+  // The same memory once registered is accepted, and the copies arrive.
+  ASSERT_EQ(cudaHostRegister(pageable.data(), bytes, cudaHostRegisterDefault), cudaSuccess);
+  fl_object_t* o = eng.object();
+  ASSERT_FL_OK(memcpy_instr(eng.stream(1, kGpu0, FL_STREAM_H2D), FL_MEMCPY_H2D, buf.p, pageable.data(), bytes,
+                            {{o, FL_WRITE, 0}}, "h2d-registered"));
+  ASSERT_FL_OK(fl_object_wait(o, FL_READ));
+  std::vector<int> back(n, 0);
+  ASSERT_EQ(cudaMemcpy(back.data(), buf.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, pageable);
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  fl_object_release(o);
+  EXPECT_EQ(cudaHostUnregister(pageable.data()), cudaSuccess);
+}
+
+TEST(Gpu, KernelParametersUpTo32764BytesArriveIntact) {
+  REQUIRE_GPU();
+  Engine eng;
+  constexpr int n = 8189;
+  DevBuf out(n);
+  auto big = std::make_unique<fltest::BigArg>();
+  big->set_out(out.p);
+  for (int k = 0; k < n; ++k) big->v[k] = k * 7 + 3;
+  fl_object_t* o = eng.object();
+  ASSERT_FL_OK(Kernel(fltest::echo_big_kernel(), "echo-32764", 1, 256).arg(*big).op(o, FL_WRITE)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  std::memset(big->v, 0, sizeof(big->v));  // the bytes were copied at submit
+  ASSERT_FL_OK(fl_object_wait(o, FL_READ));
+  std::vector<int> back(n, -1);
+  ASSERT_EQ(cudaMemcpy(back.data(), out.p, n * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int k = 0; k < n; ++k) ASSERT_EQ(back[k], k * 7 + 3) << "at " << k;
+  // One byte more is refused at submit, naming the limit.
+  std::vector<unsigned char> extra(1, 0);
+  Kernel over(fltest::echo_big_kernel(), "echo-32765", 1, 256);
+  over.arg(*big);
+  over.args.push_back(extra.data());
+  over.sizes.push_back(1);
+  EXPECT_FL_ERR(over.submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)), FL_ERR_OUT_OF_RANGE, "32764");
+  ASSERT_FL_OK(fl_engine_synchronize(eng.e));
+  fl_object_release(o);
+}
+
+// A callback that leaves a (non-sticky) CUDA error on its worker thread, as a failed call of
+// the user's would: the next launch on that thread must not be blamed for it.
+TEST(Gpu, AStaleErrorOfTheWorkerThreadDoesNotFailTheNextLaunch) {
+  REQUIRE_GPU();
+  Engine eng(1);  // one worker: the callback and the launch run on the same thread
+  DevBuf buf(1);
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  static std::atomic<int> left{-1};
+  h.fn = [](fl_instr_ctx_t*, void*) -> fl_status_t {
+    int n = 0;
+    (void)cudaGetDeviceCount(&n);
+    (void)cudaSetDevice(n + 7);  // cudaErrorInvalidDevice, left as the thread's last error
+    left.store(int(cudaPeekAtLastError()));
+    return FL_OK;
+  };
+  ASSERT_FL_OK(fl_submit_host(eng.stream(1, kCpu, FL_STREAM_HOST), &h, nullptr));
+  int* p = buf.p;
+  int v = 11, one = 1;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "innocent").arg(p).arg(v).arg(one)
+                   .submit(eng.stream(1, kGpu0, FL_STREAM_COMPUTE)));
+  EXPECT_FL_OK(fl_engine_synchronize(eng.e));
+  int result = 0;
+  ASSERT_EQ(cudaMemcpy(&result, buf.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(result, 11);
+  EXPECT_NE(left.load(), int(cudaSuccess)) << "the callback left no error: the test proved nothing";
+}
+
+// P spins on the GPU until a host probe (queued on the same lane after a later instruction L
+// of P's stream) releases it. L fails without running (skipped: its input is poisoned). The
+// probe sees both P and L pending: L must not complete before P, the earlier work of its
+// stream, and a synchronize must not return while P runs.
+TEST(Gpu, ASkippedInstructionCompletesAfterTheEarlierWorkOfItsStream) {
+  REQUIRE_GPU();
+  Engine eng;
+  MappedInt release_p;
+  DevBuf out(1), buf(1);
+  fl_object_t* bad = eng.object();
+  fl_host_instr_t fail = FL_HOST_INSTR_INIT;
+  fail.fn = [](fl_instr_ctx_t*, void*) -> fl_status_t { return FL_ERR_INSTRUCTION_FAILED; };
+  fl_operand_t w{bad, FL_WRITE, 0};
+  fail.operands = &w;
+  fail.num_operands = 1;
+  ASSERT_FL_OK(fl_submit_host(eng.stream(2, kCpu, FL_STREAM_HOST), &fail, nullptr));
+  (void)fl_engine_synchronize(eng.e);  // the failure is recorded (and returned here)
+  fl_stream_t* s = eng.stream(1, kGpu0, FL_STREAM_COMPUTE);
+  int* flag = release_p.d;
+  int* op = out.p;
+  int seven = 7;
+  unsigned long long timeout = 10'000'000'000ull;  // 10 s
+  fl_instr_id p_id = 0, l_id = 0;
+  ASSERT_FL_OK(Kernel(fltest::wait_flag_then_write_kernel(), "P").arg(flag).arg(op).arg(seven).arg(timeout)
+                   .submit(s, &p_id));
+  int* bp = buf.p;
+  int v = 1, one = 1;
+  ASSERT_FL_OK(Kernel(fltest::fill_kernel(), "L-skipped").arg(bp).arg(v).arg(one).op(bad, FL_READ).submit(s, &l_id));
+  struct Probe {
+    fl_stream_t* s;
+    fl_instr_id p, l;
+    MappedInt* flag;
+    uint32_t p_state = 99, l_state = 99;
+  } probe{s, p_id, l_id, &release_p};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    auto* pr = static_cast<Probe*>(u);
+    fl_instr_query(pr->s, pr->p, &pr->p_state);
+    fl_instr_query(pr->s, pr->l, &pr->l_state);
+    pr->flag->set(1);  // now let P finish
+    return FL_OK;
+  };
+  h.user_data = &probe;
+  ASSERT_FL_OK(fl_submit_host(eng.stream(1, kCpu, FL_STREAM_HOST), &h, nullptr));
+  (void)fl_stream_synchronize(s);  // returns the skipped instruction's failure
+  uint32_t st = 99;
+  ASSERT_FL_OK(fl_instr_query(s, p_id, &st));
+  EXPECT_EQ(st, uint32_t(FL_INSTR_DONE)) << "the synchronize returned while P still ran";
+  (void)fl_engine_synchronize(eng.e);
+  EXPECT_EQ(probe.p_state, uint32_t(FL_INSTR_PENDING)) << "P was reported completed while it spun";
+  EXPECT_EQ(probe.l_state, uint32_t(FL_INSTR_PENDING)) << "L completed before P, the earlier work of its stream";
+  ASSERT_FL_OK(fl_instr_query(s, l_id, &st));
+  EXPECT_EQ(st, uint32_t(FL_INSTR_SKIPPED));
+  int result = 0;
+  ASSERT_EQ(cudaMemcpy(&result, out.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(result, 7) << "-1: P timed out";
+  fl_object_release(bad);
+}
+
+// A device function that enqueued GPU work and then failed: its cleanup (and its readers'
+// skip) come only after that work completed.
+TEST(Gpu, ADeviceFunctionFailingAfterEnqueuingCompletesAfterItsWork) {
+  REQUIRE_GPU();
+  Engine eng;
+  struct Ctx {
+    MappedInt done;
+    std::atomic<int> cleanups{0};
+    int done_at_cleanup = -1;
+  } ctx;
+  fl_device_instr_t d = FL_DEVICE_INSTR_INIT;
+  d.fn = [](fl_instr_ctx_t*, void* stream, void* u) -> fl_status_t {
+    auto* c = static_cast<Ctx*>(u);
+    int* flag = c->done.d;
+    unsigned long long ns = 200'000'000ull;  // 200 ms of GPU time
+    void* args[2] = {&flag, &ns};
+    if (cudaLaunchKernel(fltest::sleep_then_set_kernel(), dim3(1), dim3(1), args, 0,
+                         static_cast<cudaStream_t>(stream)) != cudaSuccess)
+      return FL_ERR_CUDA;
+    return FL_ERR_INSTRUCTION_FAILED;  // ... and then fails
+  };
+  d.cleanup = [](void* u) {
+    auto* c = static_cast<Ctx*>(u);
+    c->done_at_cleanup = c->done.get();
+    c->cleanups.fetch_add(1);
+  };
+  d.user_data = &ctx;
+  d.name = "enqueues-then-fails";
+  fl_object_t* o = eng.object();
+  fl_operand_t w{o, FL_WRITE, 0};
+  d.operands = &w;
+  d.num_operands = 1;
+  ASSERT_FL_OK(fl_submit_device(eng.stream(1, kGpu0, FL_STREAM_COMPUTE), &d, nullptr));
+  EXPECT_FL_ERR(fl_engine_synchronize(eng.e), FL_ERR_INSTRUCTION_FAILED, "enqueues-then-fails");
+  EXPECT_EQ(ctx.cleanups.load(), 1);
+  EXPECT_EQ(ctx.done_at_cleanup, 1) << "cleanup ran while the enqueued kernel still ran";
+  fl_object_release(o);
 }
 
 }  // namespace

@@ -20,6 +20,21 @@ const void* sleep_then_set_kernel();
 // write_to(int* p): *p = 1 — given a bad pointer, an illegal address.
 const void* write_to_kernel();
 
+// echo_big(BigArg b): out[k] = b.v[k] for every k: one kernel argument of exactly 32764
+// bytes, CUDA's parameter limit (sm_70+, CUDA 12.1+). The output pointer travels as two
+// 32-bit halves: a pointer member would align the struct to 8 and pad it to 32768 bytes.
+struct BigArg {
+  unsigned out_lo, out_hi;
+  int v[8189];
+  void set_out(int* p) {
+    const unsigned long long a = reinterpret_cast<unsigned long long>(p);
+    out_lo = unsigned(a);
+    out_hi = unsigned(a >> 32);
+  }
+};
+static_assert(sizeof(BigArg) == 32764, "BigArg must be exactly the parameter limit");
+const void* echo_big_kernel();
+
 // Loads every kernel above now (cudaFuncGetAttributes), so that no launch of a test waits
 // for a lazy module load while another kernel spins (CUDA_MODULE_LOADING=LAZY is the
 // default since CUDA 12.2). Returns the number of kernels that failed to load.
