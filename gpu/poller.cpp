@@ -25,12 +25,16 @@ namespace {
 // append covered runs to `incoming` (launch order per stream, since a stream's
 // instructions launch one at a time on its lane); the poller moves them to their stream's
 // FIFO and queries the event covering the head of each stream, completing instructions in
-// stream order. With work in flight and no progress it spins briefly, then yields, then
-// sleeps in growing steps (bounded by kMaxSleep) until new work arrives. With nothing in
+// stream order. With work in flight and no progress it spins briefly (pacing its queries),
+// then yields, then sleeps in growing steps (bounded by kMaxSleep) until new work arrives. With nothing in
 // flight it watches `has_incoming` for kIdleSpin (a host that waits for a GPU result and
 // then launches the next step comes back within microseconds), then sleeps on `cv`; a
 // lane notifies only a sleeping poller, so a busy one costs launchers no system call.
 
+// Between two queries that found no progress, the spinning poller pauses kPollPaceNs
+// (FLOWLANE_POLL_PACE_NS; 0: a CPU pause only): every cudaEventQuery enters the CUDA driver,
+// which the lanes' launches enter too, and a query loop with no pause slows them down.
+constexpr int64_t kPollPaceNs = 1000;
 constexpr int kSpinPolls = 64;
 constexpr int kYieldPolls = 64;
 constexpr auto kMinSleep = std::chrono::microseconds(2);
@@ -68,8 +72,36 @@ struct Poller {
 
   void run();
   bool poll(std::vector<StreamState*>& active);
+  void pace();
   void spin_while_idle();
 };
+
+namespace {
+int64_t poll_pace_ns() {
+  static const int64_t ns = [] {
+    const char* v = std::getenv("FLOWLANE_POLL_PACE_NS");
+    if (v == nullptr || *v == 0) return kPollPaceNs;
+    char* end = nullptr;
+    long long x = std::strtoll(v, &end, 10);
+    if (end == v || *end != 0 || x < 0) return kPollPaceNs;
+    return int64_t(std::min<long long>(x, 1'000'000));
+  }();
+  return ns;
+}
+}  // namespace
+
+void Poller::pace() {
+  const int64_t ns = poll_pace_ns();
+  if (ns <= 0) {
+    cpu_relax();
+    return;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  do {
+    for (int k = 0; k < 8; ++k) cpu_relax();
+    if (has_incoming.load(std::memory_order_relaxed)) return;  // a hint only: run() decides (acquire there)
+  } while (std::chrono::steady_clock::now() < until);
+}
 
 void Poller::spin_while_idle() {
   auto until = std::chrono::steady_clock::now() + kIdleSpin;
@@ -195,7 +227,7 @@ void Poller::run() {
       idle = 0;
       sleep = kMinSleep;
     } else if (++idle <= kSpinPolls) {
-      cpu_relax();
+      pace();
     } else if (idle <= kSpinPolls + kYieldPolls) {
       std::this_thread::yield();
     }

@@ -12,14 +12,18 @@
 //                   each thread: kBatch launches then a wait for its stream)
 //   host consumer   BM_RawLaunchSync            vs BM_FlowlaneKernelThenObjectWait
 //                   and BM_FlowlaneKernelThenHostInstr (a host instruction reads the result)
+//   polling cost    BM_RawChainWithPollingThread/0 and /1000 vs BM_RawSingleStreamChain (what a
+//                   thread querying events, with no pause or 1 us between queries, costs launches)
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flowlane/flowlane.h"
@@ -163,6 +167,58 @@ void BM_RawSingleStreamChain(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 BENCHMARK(BM_RawSingleStreamChain)->UseRealTime();
+
+// The raw chain again, with an event recorded after every 8 kernels (as flowlane covers a
+// run) and a second thread querying the latest one in a loop, pausing `pace_ns` between
+// queries that find it not ready (Arg: 0 = no pause, as a poller that spins on the driver).
+// Against BM_RawSingleStreamChain it shows what a polling thread costs the launching one.
+void BM_RawChainWithPollingThread(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const auto pace = std::chrono::nanoseconds(state.range(0));
+  cudaStream_t s;
+  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<cudaEvent_t> ev(kBatch / 8 + 1);
+  for (auto& e : ev) FLB_CUDA(state, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  int* p;
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
+  std::atomic<cudaEvent_t> latest{nullptr};
+  std::atomic<bool> stop{false};
+  std::atomic<long> queries{0};
+  std::thread poller([&] {
+    long n = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      cudaEvent_t e = latest.load(std::memory_order_acquire);  // pairs with the release store below
+      if (e == nullptr || cudaEventQuery(e) == cudaSuccess) continue;
+      ++n;
+      (void)cudaGetLastError();
+      const auto until = std::chrono::steady_clock::now() + pace;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+    queries.store(n);
+  });
+  for (auto _ : state) {
+    for (int k = 0; k < kBatch; ++k) {
+      void* args[1] = {&p};
+      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s));
+      if (k % 8 == 7) {
+        FLB_CUDA(state, cudaEventRecord(ev[size_t(k / 8)], s));
+        latest.store(ev[size_t(k / 8)], std::memory_order_release);  // pairs with the poller's acquire
+      }
+    }
+    FLB_CUDA(state, cudaStreamSynchronize(s));
+    latest.store(nullptr, std::memory_order_release);
+  }
+  stop.store(true);
+  poller.join();
+  state.counters["not_ready_queries_per_kernel"] =
+      double(queries.load()) / double(std::max<int64_t>(1, state.iterations() * kBatch));
+  for (auto& e : ev) FLB_CUDA(state, cudaEventDestroy(e));
+  FLB_CUDA(state, cudaFree(p));
+  FLB_CUDA(state, cudaStreamDestroy(s));
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_RawChainWithPollingThread)->Arg(0)->Arg(1000)->UseRealTime();
 
 // Each iteration: kBatch kernels incrementing one counter, alternating between streams a
 // and b (a == b: one stream), then a wait for the last.

@@ -7,9 +7,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <thread>
 
+#include "base/cpu.hpp"
 #include "base/deadline.hpp"
 #include "sched/task.hpp"
 
@@ -128,13 +131,43 @@ class Pool {
   std::unique_ptr<Impl> impl_;
 };
 
+// How long a thread that is no pool's worker polls done() in wait() before it blocks:
+// FLOWLANE_WAIT_SPIN_NS (0: block at once), else kCallerSpinNs. What a program thread waits
+// for is often microseconds away (a GPU kernel's completion seen by the poller, a short
+// host instruction), and waking a blocked thread costs a futex wake-up and a reschedule,
+// several microseconds on a virtual machine. Bounded, and yielding: an idle engine still
+// leaves every core idle.
+constexpr int64_t kCallerSpinNs = 50'000;
+int64_t caller_spin_ns();
+
+// Polls done() for up to caller_spin_ns() (and not past the deadline): a CPU pause between
+// polls, a yield every kCallerYieldEvery (a preempted thread that would make done() true
+// gets the core). Returns done().
+template <class Done>
+bool caller_spin(Done& done, const Deadline& deadline) {
+  constexpr unsigned kCallerYieldEvery = 64;
+  const int64_t budget = caller_spin_ns();
+  if (budget <= 0) return false;
+  const auto start = std::chrono::steady_clock::now();
+  for (unsigned n = 1;; ++n) {
+    cpu_relax();
+    if (done()) return true;
+    if (n % kCallerYieldEvery == 0) {
+      if (std::chrono::steady_clock::now() - start >= std::chrono::nanoseconds(budget) || deadline.passed())
+        return false;
+      std::this_thread::yield();
+    }
+  }
+}
+
 // Waits until done() (or the deadline) on the calling thread, with the rules of
-// Pool::wait() for the pool whose worker the thread is (a plain block() on any other
-// thread). Returns done().
+// Pool::wait() for the pool whose worker the thread is; any other thread polls briefly
+// (caller_spin), then block()s. Returns done().
 template <class Done, class Block>
 bool wait(Done&& done, Block&& block, const Deadline& deadline = Deadline::forever()) {
   if (Pool* p = Pool::current()) return p->wait(done, block, deadline);
-  if (!done()) block(deadline);
+  if (done() || caller_spin(done, deadline)) return true;
+  block(deadline);
   return done();
 }
 
