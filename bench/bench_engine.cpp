@@ -115,6 +115,24 @@ void BM_CrossLaneHandoffFlowlane(benchmark::State& state) {
   finish(state, kBatch, "ns_per_handoff");
 }
 
+// A program thread's round trip: submit one host instruction, wait for it
+// (fl_instr_wait_for), repeat; ns per round trip. The worker hands the completion back to a
+// thread that is waiting for it: this row shows what that wake-up costs (compare runs with
+// FLOWLANE_WAIT_SPIN_NS=0, which blocks at once, and the default, which polls first).
+void BM_RoundTripFlowlane(benchmark::State& state) {
+  FlEngine f(int(state.range(0)));
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = [](fl_instr_ctx_t*, void*) -> fl_status_t { return FL_OK; };
+  const fl_engine_stats_t before = f.stats();
+  for (auto _ : state) {
+    fl_instr_id id = 0;
+    check(fl_submit_host(f.lanes[0], &in, &id), "fl_submit_host");
+    check(fl_instr_wait_for(f.lanes[0], id, FL_WAIT_FOREVER), "fl_instr_wait_for");
+  }
+  if (f.stats().completed - before.completed != uint64_t(state.iterations())) std::abort();
+  finish(state, 1, "ns_per_round_trip");
+}
+
 // Caller-side cost only: the time spent inside fl_submit_host (the window is large
 // enough never to block); the drain is outside the measured time.
 void BM_SubmitOnlyFlowlane(benchmark::State& state) {
@@ -297,6 +315,7 @@ BENCHMARK(BM_IndependentEightLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_ChainTwoLanesFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_FanOutInFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_CrossLaneHandoffFlowlane)->Apply(Workers)->UseManualTime();
+BENCHMARK(BM_RoundTripFlowlane)->Apply(Workers)->UseRealTime();
 BENCHMARK(BM_SubmitOnlyFlowlane)->Apply(Workers)->UseManualTime();
 BENCHMARK(BM_SubmitThreadsOwnLaneFlowlane)->ThreadRange(1, 4)->Setup(SetupShared)->Teardown(TeardownShared)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SubmitThreadsSharedObjectFlowlane)->ThreadRange(1, 4)->Setup(SetupShared)->Teardown(TeardownShared)->Unit(benchmark::kMicrosecond);

@@ -11,7 +11,8 @@ single run is reported as is). Then one ratio row per pair BM_<X>Flowlane<args> 
 BM_<X><Peer><args> (same <args>, Peer in --peers): flowlane's median real time divided by
 the peer's, so < 1 means flowlane is faster. The header records the date, the machine
 (lscpu), the commit and the commands used. The OpenMP section (between OPENMP_BEGIN and
-OPENMP_END, written by bench_openmp_report.py) of an existing --out file is kept as is.
+OPENMP_END, written by bench_openmp_report.py) and the GPU section (between GPU_BEGIN and
+GPU_END, written by gpu_report.py --section) of an existing --out file are kept as they are.
 """
 import argparse
 import datetime
@@ -23,31 +24,34 @@ import subprocess
 import sys
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-# The OpenMP section (scripts/bench-openmp.sh, bench_openmp_report.py) lives between these
-# markers; each report keeps the other's part of BENCHMARKS.md.
+# The OpenMP section (scripts/bench-openmp.sh, bench_openmp_report.py) and the GPU section
+# (scripts/gpu_report.py --section, from a GPU host run kept in bench/results/gpu) live
+# between these markers; each report keeps the others' parts of BENCHMARKS.md.
 OPENMP_BEGIN = "<!-- openmp-section: scripts/bench-openmp.sh writes from here to the end marker -->"
 OPENMP_END = "<!-- end of openmp-section -->"
+GPU_BEGIN = "<!-- gpu-section: scripts/gpu_report.py --section writes from here to the end marker -->"
+GPU_END = "<!-- end of gpu-section -->"
 
 
-def read_section(path):
-    """The OpenMP section of `path` (markers included), or "" if it has none."""
+def read_section(path, begin=OPENMP_BEGIN, end=OPENMP_END):
+    """The section of `path` between `begin` and `end` (markers included), or "" if it has none."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError:
         return ""
-    start, end = text.find(OPENMP_BEGIN), text.find(OPENMP_END)
-    return text[start:end + len(OPENMP_END)] if 0 <= start < end else ""
+    start, stop = text.find(begin), text.find(end)
+    return text[start:stop + len(end)] if 0 <= start < stop else ""
 
 
-def splice_section(path, block):
-    """Replaces the OpenMP section of `path` with `block`, or appends it."""
+def splice_section(path, block, begin=OPENMP_BEGIN, end=OPENMP_END):
+    """Replaces the section of `path` between `begin` and `end` with `block`, or appends it."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError:
         text = ""
-    old = read_section(path)
+    old = read_section(path, begin, end)
     text = text.replace(old, block) if old else text.rstrip() + ("\n\n" if text.strip() else "") + block
     with open(path, "w", encoding="utf-8") as f:
         f.write(text.rstrip() + "\n")
@@ -233,9 +237,10 @@ def main():
             out += table(path, peers)
         except (OSError, ValueError, KeyError) as e:
             out += [f"## {os.path.basename(path)}", "", f"Could not read this file: {e}", ""]
-    kept = read_section(args.out)
-    if kept:
-        out += ["", kept]
+    for begin, end in ((OPENMP_BEGIN, OPENMP_END), (GPU_BEGIN, GPU_END)):
+        kept = read_section(args.out, begin, end)
+        if kept:
+            out += ["", kept]
     with open(args.out, "w", encoding="utf-8") as f:
         f.write("\n".join(out).rstrip() + "\n")
     print(f"bench_report.py: wrote {args.out} from {len(files)} result file(s)")

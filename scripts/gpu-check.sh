@@ -62,6 +62,7 @@ t() {
 
 : > "$OUT/summary.txt"
 say "host: $(uname -n) $(date -u +%FT%TZ), budget ${BUDGET}s"
+say "settings: FLOWLANE_GPU_PREBUILT=${FLOWLANE_GPU_PREBUILT:-} FLOWLANE_GPU_BENCH_ARGS=${FLOWLANE_GPU_BENCH_ARGS:-} FLOWLANE_GPU_CPU_SUITE=${FLOWLANE_GPU_CPU_SUITE:-0} FLOWLANE_WAIT_SPIN_NS=${FLOWLANE_WAIT_SPIN_NS:-} FLOWLANE_POLL_PACE_NS=${FLOWLANE_POLL_PACE_NS:-}"
 
 # --- a device must be seen -----------------------------------------------------------------
 gpus=$(t 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)

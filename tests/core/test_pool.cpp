@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -313,6 +315,54 @@ TEST(Pool, IdlePoolParksEveryWorker) {
   }
   EXPECT_EQ(counter.load(), rounds);
   EXPECT_GE(pool.stats().parks, 1u) << "no worker ever slept in the kernel";
+}
+
+// A thread that is no worker polls done() for a short while (caller_spin_ns()) before it
+// blocks: what it waits for is often microseconds away. The poll is bounded: a wait for
+// something that takes long ends up asleep in the kernel, not spinning.
+TEST(Pool, AWaiterOffThePoolPollsBrieflyThenSleeps) {
+  Pool pool(1);
+  std::atomic<bool> flag{false};
+  std::atomic<int> polls{0};
+  std::atomic<int> polls_at_block{-1};
+  std::atomic<pid_t> tid{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread waiter([&] {
+    tid.store(pid_t(::syscall(SYS_gettid)));
+    auto done = [&] {
+      polls.fetch_add(1);
+      return flag.load();
+    };
+    EXPECT_TRUE(flowlane::sched::wait(done, [&](const flowlane::Deadline&) {
+      polls_at_block.store(polls.load());
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return flag.load(); });
+    }));
+  });
+  while (tid.load() == 0) std::this_thread::yield();
+  auto asleep = [&] {
+    std::ifstream f("/proc/self/task/" + std::to_string(tid.load()) + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const size_t p = line.rfind(')');
+    return p != std::string::npos && p + 2 < line.size() && line[p + 2] == 'S';
+  };
+  // Not a timing assertion: it only has to fall asleep at some point (60 s: a spin that
+  // never ended).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(polls_at_block.load() >= 0 && asleep()) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(polls_at_block.load(), 0) << "the waiter never blocked: its poll did not end";
+  EXPECT_TRUE(asleep()) << "the waiter is not asleep in the kernel";
+  if (flowlane::sched::caller_spin_ns() > 0)
+    EXPECT_GT(polls_at_block.load(), 1) << "done() was not polled before blocking";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    flag.store(true);
+  }
+  cv.notify_all();
+  waiter.join();
 }
 
 // ---- Latch ----------------------------------------------------------------------------
