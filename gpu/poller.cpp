@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "base/cpu.hpp"
+#include "base/env.hpp"
 #include "gpu/cuda.hpp"
 
 namespace flowlane::gpu {
@@ -80,14 +80,7 @@ struct Poller {
 
 namespace {
 int64_t poll_pace_ns() {
-  static const int64_t ns = [] {
-    const char* v = std::getenv("FLOWLANE_POLL_PACE_NS");
-    if (v == nullptr || *v == 0) return kPollPaceNs;
-    char* end = nullptr;
-    long long x = std::strtoll(v, &end, 10);
-    if (end == v || *end != 0 || x < 0) return kPollPaceNs;
-    return int64_t(std::min<long long>(x, 1'000'000));
-  }();
+  static const int64_t ns = env_count("FLOWLANE_POLL_PACE_NS", kPollPaceNs, 1'000'000);
   return ns;
 }
 }  // namespace
@@ -324,14 +317,10 @@ void event_put(Poller* p, int device, cudaEvent_t e) {
 
 int cuda_stream_budget() {
   static const int n = [] {
-    for (const char* var : {"FLOWLANE_CUDA_STREAMS", "CUDA_DEVICE_MAX_CONNECTIONS"}) {
-      const char* v = std::getenv(var);
-      if (v == nullptr || *v == 0) continue;
-      char* end = nullptr;
-      long x = std::strtol(v, &end, 10);
-      if (end != nullptr && *end == 0 && x > 0) return int(std::min<long>(x, 1024));
-    }
-    return 8;  // CUDA_DEVICE_MAX_CONNECTIONS' default
+    // CUDA_DEVICE_MAX_CONNECTIONS' default is 8; 0 or junk means unset.
+    int64_t x = env_count("FLOWLANE_CUDA_STREAMS", 0, 1024);
+    if (x == 0) x = env_count("CUDA_DEVICE_MAX_CONNECTIONS", 0, 1024);
+    return x > 0 ? int(x) : 8;
   }();
   return n;
 }

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -32,6 +31,7 @@
 #endif
 
 #include "base/cpu.hpp"
+#include "base/env.hpp"
 #include "base/error.hpp"  // FL_TLS
 #include "sched/notifier.hpp"
 #include "sched/topology.hpp"
@@ -370,14 +370,7 @@ unsigned Pool::size() const { return impl_->base; }
 bool Pool::on_worker() const { return tls_pool == impl_.get(); }
 
 int64_t caller_spin_ns() {
-  static const int64_t ns = [] {
-    const char* v = std::getenv("FLOWLANE_WAIT_SPIN_NS");
-    if (v == nullptr || *v == 0) return kCallerSpinNs;
-    char* end = nullptr;
-    long long x = std::strtoll(v, &end, 10);
-    if (end == v || *end != 0 || x < 0) return kCallerSpinNs;  // not a count of nanoseconds: the default
-    return int64_t(std::min<long long>(x, 10'000'000));      // at most 10 ms
-  }();
+  static const int64_t ns = env_count("FLOWLANE_WAIT_SPIN_NS", kCallerSpinNs, 10'000'000);  // at most 10 ms
   return ns;
 }
 
