@@ -373,10 +373,12 @@ fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
   WaitNote note(self, "fl_stream_synchronize", s, target, false);
-  const bool reached = wait_stream(s, target, deadline, note.cancel_flag());
+  (void)wait_stream(s, target, deadline, note.cancel_flag());
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
+  // How the wait ended is decided once the note has ended, target first: a wait given up by
+  // destroy whose stream got there in the meantime reached it (finish() says not given up).
   if (note.finish()) return wait_given_up("fl_stream_synchronize", self, s->describe());
-  if (!reached) return timed_out("fl_stream_synchronize_for", s, target);
+  if (!s->reached(target, false)) return timed_out("fl_stream_synchronize_for", s, target);
   // The stream's oldest listed member (its list is in completion = submission order).
   return take_failure([s, target]() -> Instr* {
     Instr* m = s->failed_head;
@@ -517,10 +519,11 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
   // The sleeper registers the id: the stream's completions before it do not wake it.
   sched::wait([s, id, cancelled] { return s->reached(id, true) || given_up(cancelled); },
               [s, id, cancelled](const Deadline& d) { s->wait_completed_id(id, d, cancelled); }, deadline);
-  const bool reached = s->reached(id, true);
   if (ob) ob->on_wait(false, "fl_instr_wait_for");
+  // Decided once the note has ended, as in synchronize(Stream*): a wait given up whose
+  // target completed in the meantime reached it.
   if (note.finish()) return wait_given_up("fl_instr_wait_for", self, "instruction #" + std::to_string(id) + " of " + s->describe());
-  if (!reached)
+  if (!s->reached(id, true))
     return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
                                       s->describe() + " has not completed (nothing was consumed: wait again)");
   fl_status_t st = FL_OK;

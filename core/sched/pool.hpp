@@ -147,7 +147,7 @@ template <class Done>
 bool caller_spin(Done& done, const Deadline& deadline) {
   constexpr unsigned kCallerYieldEvery = 64;
   const int64_t budget = caller_spin_ns();
-  if (budget <= 0) return false;
+  if (budget <= 0 || deadline.passed()) return false;  // a zero timeout asks once, as it did
   const auto start = std::chrono::steady_clock::now();
   for (unsigned n = 1;; ++n) {
     cpu_relax();
