@@ -18,10 +18,18 @@ settings=("0 0" "0 50000" "1000 0" "1000 50000" "4000 50000")
 tmpj=$(mktemp)
 trap 'rm -f "$tmpj"' EXIT
 echo "# round pace_ns spin_ns benchmark us_per_item" > "$out"
+# FLOWLANE_KNOB_DEADLINE (seconds since the epoch): no run starts or lasts past it.
+deadline=${FLOWLANE_KNOB_DEADLINE:-$(($(date +%s) + 3600))}
 for ((r = 1; r <= rounds; ++r)); do
   for setting in "${settings[@]}"; do
     read -r pace spin <<<"$setting"
-    FLOWLANE_POLL_PACE_NS=$pace FLOWLANE_WAIT_SPIN_NS=$spin timeout 120 "$bin" \
+    budget=$((deadline - $(date +%s)))
+    if ((budget < 10)); then
+      echo "# round $r pace $pace spin $spin: not run (deadline)" >> "$out"
+      continue
+    fi
+    : > "$tmpj"  # a run that writes nothing must not be credited with the last one's figures
+    FLOWLANE_POLL_PACE_NS=$pace FLOWLANE_WAIT_SPIN_NS=$spin timeout $((budget < 120 ? budget : 120)) "$bin" \
       --benchmark_filter='Flowlane|RawChainWithPolling|RawSingleStreamChain|RawLaunchSync' \
       --benchmark_out="$tmpj" --benchmark_out_format=json "$@" > /dev/null 2>&1 ||
       echo "# round $r pace $pace spin $spin: exit $?" >> "$out"

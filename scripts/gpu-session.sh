@@ -30,14 +30,18 @@ rc=$?
 cp "$work/check/summary.txt" "$OUT/summary.txt" 2>/dev/null
 cp "$work/check/gpu-report.md" "$OUT/gpu-report.md" 2>/dev/null
 B=$(sed -n 's/^== prebuilt tree \([^ ]*\) .*/\1/p' "$work/check/summary.txt" | head -1)
-B=${B:-$root/${FLOWLANE_GPU_BUILD:-build-gpu-host}}
+if [[ -z "$B" ]]; then
+  B=${FLOWLANE_GPU_BUILD:-build-gpu-host}
+  [[ "$B" == /* ]] || B=$root/$B
+fi
 export LD_LIBRARY_PATH=$B/carried-lib:/tmp/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CUDA_MODULE_LOADING=EAGER
 
 # 2. the knobs, with what is left but a minute for the profile.
 if (($(left) > 90)); then
-  FLOWLANE_KNOB_ROUNDS=2 timeout $(($(left) - 60)) bash scripts/gpu-knobs.sh "$B" "$OUT/knobs.txt" \
-    --benchmark_min_time=0.2 > "$work/knobs-console.log" 2>&1 || echo "# gpu-knobs: exit $?" >> "$OUT/knobs.txt"
+  # Its own deadline: it stops between runs (an outer timeout would leave a benchmark running).
+  FLOWLANE_KNOB_ROUNDS=2 FLOWLANE_KNOB_DEADLINE=$(($(date +%s) + $(left) - 60)) bash scripts/gpu-knobs.sh "$B" \
+    "$OUT/knobs.txt" --benchmark_min_time=0.2 > "$work/knobs-console.log" 2>&1 || echo "# gpu-knobs: exit $?" >> "$OUT/knobs.txt"
 else
   echo "# not run: $(left) s left of the session" > "$OUT/knobs.txt"
 fi

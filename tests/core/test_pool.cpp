@@ -29,14 +29,15 @@
 #define FL_UNDER_SANITIZER 0
 #endif
 
-// Every sched_yield of this process, counted (std::this_thread::yield calls it). This binary
+// Every sched_yield of a pool's worker, counted (std::this_thread::yield calls it; a
+// program thread's yields, such as those of a wait's poll, are not counted). This binary
 // links the pool statically, so the pool's calls bind to this definition. While
 // g_slow_yields is set, a yield sleeps 1 ms instead: what a yield costs on a machine where
 // another thread takes the CPU for the rest of its time slice.
 std::atomic<uint64_t> g_sched_yields{0};
 std::atomic<bool> g_slow_yields{false};
 extern "C" int sched_yield() noexcept {
-  g_sched_yields.fetch_add(1, std::memory_order_relaxed);
+  if (flowlane::sched::Pool::current() != nullptr) g_sched_yields.fetch_add(1, std::memory_order_relaxed);
   if (g_slow_yields.load(std::memory_order_relaxed)) {
     timespec ts{0, 1'000'000};
     nanosleep(&ts, nullptr);
@@ -321,7 +322,6 @@ TEST(Pool, IdlePoolParksEveryWorker) {
 // blocks: what it waits for is often microseconds away. The poll is bounded: a wait for
 // something that takes long ends up asleep in the kernel, not spinning.
 TEST(Pool, AWaiterOffThePoolPollsBrieflyThenSleeps) {
-  Pool pool(1);
   std::atomic<bool> flag{false};
   std::atomic<int> polls{0};
   std::atomic<int> polls_at_block{-1};
