@@ -153,6 +153,31 @@ def callgrind_lines(path, top):
             callgrind_submit.markdown(cg, top, top_runtimes={"Flowlane"})]
 
 
+def history_lines(hist_path, cg_path, commit):
+    """flowlane's figures at the commits of callgrind-history.json beside the current run's:
+    the same measurement (callgrind_submit.py, threads:2), so they compare across runs."""
+    with open(hist_path, encoding="utf-8") as f:
+        hist = json.load(f)
+    with open(cg_path, encoding="utf-8") as f:
+        now = {r["shape"]: r["ir_per_instr"] for r in json.load(f)["results"] if r["runtime"] == "Flowlane"}
+    entries = hist["entries"] + [{"commit": (commit or "now")[:12], "what": "this run", "ir_per_instr": now}]
+    lines = ["Each cell: all threads (submitting thread + worker). Earlier figures are copied from the "
+             "callgrind.json committed with each measurement (`callgrind-history.json`); the last column is the "
+             "run above.", ""]
+    lines += [f"- `{e['commit']}`: {e['what']}" for e in entries]
+    lines += ["", "| workload | " + " | ".join(f"`{e['commit'][:7]}`" for e in entries) + " | now / first | now / "
+              f"`{entries[-2]['commit'][:7]}` |", "| --- |" + " ---: |" * (len(entries) + 2)]
+    for shape in [name for name, _ in SHAPES if name in now]:
+        cells = []
+        for e in entries:
+            p = e["ir_per_instr"].get(shape)
+            cells.append(f"{p['total']:.0f} ({p['submitter']:.0f} + {p['others']:.0f})" if p else "-")
+        first, before = entries[0]["ir_per_instr"].get(shape), entries[-2]["ir_per_instr"].get(shape)
+        ratio = [f"{now[shape]['total'] / p['total']:.2f}" if p else "-" for p in (first, before)]
+        lines.append(f"| {shape} | " + " | ".join(cells) + f" | {ratio[0]} | {ratio[1]} |")
+    return lines
+
+
 def section(args, shapes, engine, contexts):
     present = [rt for rt, _ in RUNTIMES if any(rt in v for v in shapes.values())]
     libs = {}
@@ -215,6 +240,10 @@ def section(args, shapes, engine, contexts):
     if os.path.exists(cg):
         out += ["", "### Where the time goes: instructions executed (callgrind Ir) per instruction", ""]
         out += callgrind_lines(cg, args.top)
+        hist = os.path.join(args.results, "callgrind-history.json")
+        if os.path.exists(hist):
+            out += ["", "### flowlane's Ir per instruction, before and now", ""]
+            out += history_lines(hist, cg, args.commit)
     out += ["", bench_report.OPENMP_END]
     return "\n".join(out)
 

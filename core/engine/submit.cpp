@@ -58,7 +58,7 @@ inline void check_order(const Instr* pred, const Instr* succ) {
 // Returns false when the list was already sealed (pred completed or was issued
 // meanwhile): then succ does not wait. The edge lives in succ->edges, whose room the
 // prepare pass reserved (so no allocation here, and the edge's address is stable).
-bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
+[[gnu::always_inline]] inline bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
   Edge& e = succ->edges.emplace_back();
   e.succ = succ;
   // Count the edge before publishing it: the submitter's own unit keeps pending > 0
@@ -81,7 +81,7 @@ bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
   }
 }
 
-void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
+[[gnu::always_inline]] inline void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
   // The same predecessor met again through the next object needs no second entry; a
   // repeat further back costs one entry more, which is harmless.
   if (!succ->deps.empty() && succ->deps.back().pred == pred) {
@@ -97,7 +97,7 @@ void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
 // (kIssueWait), and succ waits for pred to be *issued* (an edge in pred's issue list)
 // unless lane order already issues pred first or pred has been issued. Never a host wait
 // for device completion.
-void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+[[gnu::noinline]] void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
   uint8_t flags = reads ? Instr::Dep::kReads : 0;
   // Acquire pairs with the seq_cst store of the terminal state in complete().
   if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
@@ -113,7 +113,7 @@ void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool 
 // Notes that `succ` depends on `pred` through `obj`: keeps a reference for the poison check
 // (reads) and diagnostics, and makes `succ` wait for `pred` unless lane order already
 // implies it or pred has already completed.
-void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
+[[gnu::always_inline]] inline void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
   check_order(pred, succ);
   if (is_device(pred) && is_device(succ)) {
     add_device_dep(engine, pred, succ, obj, reads);
