@@ -155,7 +155,7 @@ Snapshot take_snapshot(Engine& e) {
         } else if (lane.active_waits_on != nullptr) {
           lane.active_waits_on->ref();
           ls.waits_on = Ref(lane.active_waits_on, &e);
-          ls.waits_obj = lane.active_waits_obj ? lane.active_waits_obj->handle : 0;
+          ls.waits_obj = lane.active_waits_obj;  // a handle: the object may be gone
         } else if (lane.active_waits_call != nullptr) {
           ls.waits_call = lane.active_waits_call;
           ls.waits_stream = lane.active_waits_stream;

@@ -151,7 +151,10 @@ struct Lane {
   Instr* active = nullptr;
   bool active_blocked = false;
   Instr* active_waits_on = nullptr;  // referenced while set
-  Object* active_waits_obj = nullptr;
+  // The handle of the object waited on, not the object: the wait holds no reference on it,
+  // and the user waited for may free it as it completes (its last reference), before the
+  // waiting callback wakes up to clear this.
+  uint64_t active_waits_obj = 0;
   // A running callback of this lane waiting in fl_stream_synchronize (for the stream's
   // completion count to reach `active_waits_target`) or fl_instr_wait_for (for the
   // instruction whose id is `active_waits_target`, `active_waits_id`): the call, the stream

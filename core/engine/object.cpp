@@ -159,7 +159,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
         registered = true;
         w->ref();
         my_lane->active_waits_on = w;
-        my_lane->active_waits_obj = o;
+        my_lane->active_waits_obj = o->handle;  // o is alive here: the caller's handle is valid
         my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
       }
     }
@@ -170,7 +170,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
         {
           std::lock_guard<SpinLock> lock(my_lane->diag_lock);
           my_lane->active_waits_on = nullptr;
-          my_lane->active_waits_obj = nullptr;
+          my_lane->active_waits_obj = 0;
         }
         if (w->unref()) recycle(w);  // the diagnostics reference
       }
@@ -183,7 +183,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
       {
         std::lock_guard<SpinLock> lock(my_lane->diag_lock);
         my_lane->active_waits_on = nullptr;
-        my_lane->active_waits_obj = nullptr;
+        my_lane->active_waits_obj = 0;
         if (!is_terminal(w->load_state()) && my_lane->wait_cancelled.load(std::memory_order_relaxed)) cancelled = w;
       }
       if (cancelled != nullptr) {

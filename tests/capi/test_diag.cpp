@@ -276,3 +276,53 @@ TEST(Watchdog, ManyEnginesWithWatchdog) {
     ASSERT_FL_OK(fl_engine_destroy(e));
   }
 }
+
+// A callback waiting in fl_object_wait is shown in the dump with the object it waits on.
+// The object may be freed under that registration: its last user, the one waited for,
+// drops the last reference as it completes, before the waiting callback has woken up to
+// withdraw it. A dump taken in that instant must not read the freed object (it once read
+// its handle through the registration: a use-after-free that ASan and TSan report; found by
+// WaitCycles.ASecondTasksIdWaitBesideAnObjectWaitOnACycleDoesNotHideIt under TSan). Dumps
+// are taken without pause while the waits end; without a sanitizer this only checks that
+// they succeed.
+TEST(StateDump, AnObjectWaitWhoseObjectItsLastUserFreesIsDumpedWithoutReadingTheObject) {
+  EngineFixture f(2);
+  std::atomic<bool> stop{false};
+  std::atomic<long> dumps{0};
+  std::thread dumper([&] {
+    std::vector<char> buf(1 << 16);
+    while (!stop.load(std::memory_order_relaxed)) {
+      uint64_t needed = 0;
+      EXPECT_EQ(fl_engine_dump(f.engine, buf.data(), buf.size(), &needed), FL_OK) << fl_last_error_message();
+      dumps.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  std::atomic<int> failures{0};
+  for (int k = 0; k < fl_scaled(400, 150); ++k) {
+    fl_object_t* x = make_obj(f.engine);
+    std::atomic<bool> go{false};
+    submit(f.host(2), [&go] {
+      while (!go.load()) std::this_thread::yield();
+      return FL_OK;
+    }, {W(x)}, "last user");
+    submit(f.host(1), [x, &failures] {
+      if (fl_object_wait(x, FL_READ) != FL_OK) failures++;
+      return FL_OK;
+    }, {}, "waits for x");
+    // Released once the wait is registered (the dump shows it): the program's handle is
+    // valid throughout the call, and "last user" now holds the object's last reference.
+    std::vector<char> buf(1 << 16);
+    for (;;) {
+      uint64_t needed = 0;
+      ASSERT_FL_OK(fl_engine_dump(f.engine, buf.data(), buf.size(), &needed));
+      if (std::string(buf.data()).find("waits in fl_object_wait for object") != std::string::npos) break;
+      std::this_thread::yield();
+    }
+    ASSERT_FL_OK(fl_object_release(x));
+    go = true;
+    ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  }
+  stop = true;
+  dumper.join();
+  EXPECT_EQ(failures.load(), 0);
+}

@@ -422,7 +422,13 @@ TEST_F(FakeNccl, FakeReportsCrossOrderedCollectivesAsADeadlock) {
     EXPECT_EQ(ncclCommAbort(y[r]), ncclSuccess);
   }
   for (auto& st : s) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);  // joins: every kernel returned
-  EXPECT_EQ(fake_nccl_counter("aborted_kernels"), 4);
+  // Every kernel returned. X's two are always cut (x[0] never got its GPU, so x[1]'s peer
+  // never posts). Y's two may complete instead: an abort only flags the communicator, and
+  // once x[1] is cut and frees GPU 1, y[1] can start before its own abort and meet a y[0]
+  // whose kernel has not yet seen its flag (seen under TSan, 1 run in ~35).
+  const long cut = fake_nccl_counter("aborted_kernels");
+  EXPECT_GE(cut, 2);
+  EXPECT_EQ(cut + fake_nccl_counter("launches"), 4);
   fake_nccl_reset();
 }
 
