@@ -245,13 +245,13 @@ std::string Stream::describe() const {
 fl_engine_stats_t Engine::stats() const {
   fl_engine_stats_t st{};
   st.struct_size = sizeof(st);
-  // Each lane's counters are read in the reverse order of their increments (failed after
-  // completed in complete(), completed after submitted), so that a snapshot never counts
-  // more completed than submitted or more failed than completed: acquire loads of failed
-  // and completed pair with their release increments in complete(). (cancelled is counted
-  // when the lane reaches the instruction, before its completion counts it as failed.)
+  // Each lane's counters are read in the reverse order of their increments (cancelled
+  // after failed after completed in complete(), completed after submitted), so that a
+  // snapshot never counts more completed than submitted, more failed than completed or more
+  // cancelled than failed: acquire loads of cancelled, failed and completed pair with their
+  // release increments in complete().
   for (const auto& lane : lanes_) {
-    st.cancelled += lane->cancelled.load(std::memory_order_relaxed);
+    st.cancelled += lane->cancelled.load(std::memory_order_acquire);  // pairs with the release fetch_add in complete()
     st.failed += lane->failed.load(std::memory_order_acquire);  // pairs with the release fetch_add in complete()
     st.completed += lane->completed_count();
     st.submitted += lane->submitted.load(std::memory_order_relaxed);

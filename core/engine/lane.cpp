@@ -262,10 +262,7 @@ bool Engine::cancel_requested_slow(Instr* i) {
     ids.erase(ids.begin(), past);
     lane->cancel_requests.store(uint32_t(ids.size()), std::memory_order_relaxed);
   }
-  if (hit) {
-    lane->cancelled.fetch_add(1, std::memory_order_relaxed);
-    mark_cancelled(i);
-  }
+  if (hit) mark_cancelled(i);  // counted by complete(), after `failed`
   return hit;
 }
 
@@ -436,6 +433,13 @@ void Engine::complete(Instr* i) {
     lane->completed_async.fetch_add(1, std::memory_order_release);  // pairs with Lane::completed_count()
   // release pairs with the acquire load of `failed` in Engine::stats().
   if (final_state != InstrState::kDone) lane->failed.fetch_add(1, std::memory_order_release);
+  // A cancelled instruction is one of the failed (fl_instr_query answers FL_INSTR_CANCELLED
+  // for the same status), counted after them: a snapshot that counts it as cancelled counts
+  // it as failed. (Counted when the lane reached it, before its cleanup and this, a
+  // snapshot could show more cancelled than failed.)
+  // release pairs with the acquire load of `cancelled` in Engine::stats().
+  if (final_state == InstrState::kFailed && i->status == FL_ERR_CANCELLED)
+    lane->cancelled.fetch_add(1, std::memory_order_release);
 
   // Into the ledger before the result is published: a dependent skipped because of i (it
   // runs once i's state is terminal) always finds i's family listed.

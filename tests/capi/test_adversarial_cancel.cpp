@@ -1043,4 +1043,49 @@ TEST(AdvTimedWaits, HugeFiniteTimeoutsWaitForTheWork) {
   fl_object_release(o);
 }
 
+// fl_engine_stats counts a cancelled instruction among the failed too, so no snapshot
+// may show more cancelled than failed. A cancelled instruction's cleanup runs before its
+// completion; the cancel was counted when the lane reached it (before the cleanup), the
+// failure at completion, so a snapshot taken while the cleanup ran showed cancelled 1,
+// failed 0. Both are now counted at completion, cancelled after failed.
+struct HeldCleanup {
+  std::atomic<bool> running{false};
+  Gate release;
+  static void run(void* ud) {
+    auto* h = static_cast<HeldCleanup*>(ud);
+    h->running = true;
+    (void)h->release.wait();
+  }
+};
+
+TEST(AdvCancel, StatsNeverCountMoreCancelledThanFailedEvenWhileACancelledCleanupRuns) {
+  EngineFixture f(2);
+  fl_stream_t* s = f.host(1);
+  Gate hold;
+  submit(s, [&hold] { return hold.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "holds the lane");
+  HeldCleanup held;
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
+  in.cleanup = &HeldCleanup::run;
+  in.user_data = &held;
+  in.name = "cancelled";
+  fl_instr_id id = 0;
+  ASSERT_FL_OK(fl_submit_host(s, &in, &id));
+  ASSERT_FL_OK(fl_instr_cancel(s, id));
+  hold.open = true;
+  while (!held.running.load()) std::this_thread::yield();
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_LE(st.cancelled, st.failed) << "a snapshot while the cancelled instruction's cleanup runs";
+  EXPECT_EQ(st.failed, 0u) << "it has not completed yet";
+  held.release.open = true;
+  EXPECT_FL_ERR(fl_stream_synchronize(s), FL_ERR_CANCELLED, "cancelled before it started");
+  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.cancelled, 1u);
+  EXPECT_EQ(st.failed, 1u);
+  uint32_t state = 0;
+  ASSERT_FL_OK(fl_instr_query(s, id, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_CANCELLED));
+}
+
 }  // namespace

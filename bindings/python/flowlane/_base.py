@@ -97,7 +97,7 @@ CPU = Device()
 class EngineStats:
     """Counters of fl_engine_stats (a snapshot): instructions submitted, completed and
     failed, in flight now, submissions that waited for the window, work-stealing steals,
-    worker parks, instructions cancelled before they started (counted in failed too) and
+    worker parks, instructions whose outcome is cancelled (counted in failed too) and
     pool tasks run."""
 
     submitted: int

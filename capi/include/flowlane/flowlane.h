@@ -721,7 +721,7 @@ typedef struct fl_engine_stats {
   uint64_t window_stalls;
   uint64_t steals;
   uint64_t parks;
-  uint64_t cancelled;  /* instructions cancelled before they started (counted in failed too) */
+  uint64_t cancelled;  /* instructions whose outcome is FL_INSTR_CANCELLED (counted in failed too) */
   uint64_t tasks;      /* pool tasks run: lane batches, parallel_for chunks' helpers, task-graph
                           nodes, task-group tasks (the pool's own measure of its work) */
 } fl_engine_stats_t;

@@ -127,7 +127,7 @@ pub struct Stats {
     pub steals: u64,
     /// Times a worker went to sleep.
     pub parks: u64,
-    /// Instructions cancelled before they started (counted in `failed` too).
+    /// Instructions whose outcome is cancelled (`FL_INSTR_CANCELLED`; counted in `failed` too).
     pub cancelled: u64,
     /// Pool tasks run (lane batches, loop chunks' helpers, graph nodes, scope tasks).
     pub tasks: u64,
