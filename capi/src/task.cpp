@@ -126,6 +126,23 @@ void refuse_inside_own_task(const GroupBox* g, const char* fn) {
                                                     "itself (wait for a group of child tasks created in the task)");
 }
 
+fl_status_t wait_group(fl_task_group_t* group, const Deadline& deadline, const char* fn) {
+  GroupBox* g = group_from(group, fn);
+  refuse_inside_own_task(g, fn);
+  // A trace span around the wait; none for a group that outlived its engine.
+  core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);
+  core::SpanScope span(e != nullptr ? e->observer() : nullptr, fn, uint64_t(g->group.unfinished()));
+  std::string detail;
+  fl_status_t st = span.end(g->group.wait(&detail, deadline));
+  if (st == FL_OK) return FL_OK;
+  if (st == FL_ERR_TIMEOUT)
+    return report(st, std::string(fn) + ": " + std::to_string(g->group.unfinished()) +
+                          " task(s) of the group had not finished by the timeout; they go on running (wait again, "
+                          "or fl_task_group_destroy to wait for them)");
+  return report(st, std::string(fn) + ": a task of the group failed with " + fl_status_name(st) +
+                        (detail.empty() ? "" : ": " + detail) + "; tasks not yet started were skipped");
+}
+
 }  // namespace
 }  // namespace flowlane::capi
 
@@ -179,15 +196,11 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
 }
 
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group) {
-  return guard([&]() -> fl_status_t {
-    GroupBox* g = group_from(group, "fl_task_group_wait");
-    refuse_inside_own_task(g, "fl_task_group_wait");
-    std::string detail;
-    fl_status_t st = g->group.wait(&detail);
-    if (st == FL_OK) return FL_OK;
-    return report(st, std::string("fl_task_group_wait: a task of the group failed with ") + fl_status_name(st) +
-                          (detail.empty() ? "" : ": " + detail) + "; tasks not yet started were skipped");
-  });
+  return guard([&] { return wait_group(group, Deadline::forever(), "fl_task_group_wait"); });
+}
+
+FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeout_ns) {
+  return guard([&] { return wait_group(group, Deadline::after_ns(timeout_ns), "fl_task_group_wait_for"); });
 }
 
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {

@@ -20,18 +20,18 @@ void Latch::count_down(int64_t n) {
     futex_wake(reinterpret_cast<std::atomic<uint32_t>*>(&count_), INT_MAX);  // reads no memory
 }
 
-void Latch::wait() {
-  if (done()) return;
+bool Latch::wait(const Deadline& deadline) {
+  if (done()) return true;
   if (Pool::current() == nullptr) {
     for (int i = 0; i < 128; ++i) {  // short spin: fork–join children are often quick
-      if (done()) return;
+      if (done()) return true;
       cpu_relax();
     }
   }
-  sched::wait([this] { return done(); }, [this](const Deadline&) { block(); });
+  return sched::wait([this] { return done(); }, [this](const Deadline& d) { block(d); }, deadline);
 }
 
-void Latch::block() {
+void Latch::block(const Deadline& deadline) {
   auto* word = reinterpret_cast<std::atomic<uint32_t>*>(&count_);
   int64_t v = count_.load(std::memory_order_acquire);  // pairs with count_down()
   for (;;) {
@@ -45,7 +45,13 @@ void Latch::block() {
       v |= kSleeper;
     }
     // Sleeps only while the low 32 bits are unchanged; any count_down changes them.
-    futex_wait(word, uint32_t(uint64_t(v)));
+    if (deadline.infinite()) {
+      futex_wait(word, uint32_t(uint64_t(v)));
+    } else {
+      int64_t left = deadline.remaining_ns();
+      if (left == 0) return;
+      futex_wait_for(word, uint32_t(uint64_t(v)), left);
+    }
     v = count_.load(std::memory_order_acquire);  // pairs with count_down()
   }
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "base/deadline.hpp"
 #include "sched/pool.hpp"
 
 namespace flowlane::sched {
@@ -27,7 +28,13 @@ class Latch {
   void add(int64_t n) { count_.fetch_add(n, std::memory_order_relaxed); }
   void count_down();
   void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
-  void wait();
+  void wait() { (void)wait(Deadline::forever()); }
+  // As wait(), giving up once `deadline` passes; returns done(). A waiter that gave up may
+  // leave the sleeper bit set: the final count_down() then makes one wake-up call for
+  // nobody, and rearm() clears it.
+  bool wait(const Deadline& deadline);
+  // Counts not yet dropped (a snapshot, for messages).
+  int64_t pending() const { return count_.load(std::memory_order_relaxed) & kCountMask; }
   // For a latch reused after it reached zero (a task group): clears a sleeper bit left by
   // the last waiter, so the next count_down to zero makes no wake-up call for nobody.
   void rearm() {
@@ -43,7 +50,8 @@ class Latch {
  private:
   static constexpr int64_t kSleeper = int64_t(1) << 62;
   static constexpr int64_t kCountMask = kSleeper - 1;
-  [[gnu::cold]] void block();  // sleeps until the count is zero
+  // Sleeps until the count is zero or `deadline` passes.
+  [[gnu::cold]] void block(const Deadline& deadline);
   std::atomic<int64_t> count_;
 };
 

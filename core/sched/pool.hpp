@@ -84,6 +84,8 @@ class Pool {
     for (unsigned idle = 0; !done();) {
       if (run_one()) {
         idle = 0;
+        // A steady supply of tasks would otherwise keep a timed wait past its deadline.
+        if (!deadline.infinite() && deadline.passed()) return done();
       } else if (++idle < kWaitSpins) {
         relax(idle);
         if ((idle & 63) == 0 && deadline.passed()) return done();

@@ -97,8 +97,8 @@ void TaskGroup::run_item(Task* t) {
   g->latch_.count_down();  // the last access to the group: a waiter may free it now
 }
 
-fl_status_t TaskGroup::wait(std::string* message) {
-  latch_.wait();
+fl_status_t TaskGroup::wait(std::string* message, const Deadline& deadline) {
+  if (!latch_.wait(deadline)) return FL_ERR_TIMEOUT;
   latch_.rearm();
   // Fast path, no failure: a failure recorded concurrently (by a task spawned meanwhile from
   // another thread) is left to the next wait. The record itself is read under the lock.

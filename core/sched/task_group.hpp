@@ -38,11 +38,14 @@ class TaskGroup {
   void spawn(fl_task_fn fn, void* user_data, fl_release_fn cleanup);
 
   // Waits for every task; returns FL_OK or the first failure (its text in *message), and
-  // clears the failure so the group can be used again.
-  fl_status_t wait(std::string* message);
+  // clears the failure so the group can be used again. FL_ERR_TIMEOUT once `deadline`
+  // passes with tasks unfinished: they go on, and a failure stays for the next wait.
+  fl_status_t wait(std::string* message, const Deadline& deadline = Deadline::forever());
 
   // No task is spawned and unfinished.
   bool idle() const { return latch_.done(); }
+  // Tasks spawned and unfinished (a snapshot, for messages).
+  int64_t unfinished() const { return latch_.pending(); }
   // The context (sched/task.hpp) the group's tasks run under on a thread that has none of
   // its own (a worker that took one): set by the layer above while the group is idle, for a
   // group created inside one of its callbacks (core/engine/context.hpp); null otherwise.

@@ -309,3 +309,114 @@ TEST(TaskGroupErrors, HandlesWorkFromAThreadLocalDestructorAtThreadExit) {
   }).join();
   EXPECT_EQ(result.load(), int(FL_OK));
 }
+
+// fl_task_group_wait_for: the timed wait, from a program thread (futex with a timeout) and
+// from an instruction's callback on a worker (helping, then blocking with a spare).
+namespace {
+
+using namespace fltest;
+
+fl_status_t wait_on_gate(void* p) { return static_cast<Gate*>(p)->wait() ? FL_OK : FL_ERR_INTERNAL; }
+
+TEST(TaskGroupWaitFor, TimesOutWhileATaskRunsAndTheGroupStaysUsable) {
+  EngineFixture f(2);
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));
+  Gate gate;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &wait_on_gate, &gate, nullptr));
+  EXPECT_FL_ERR(fl_task_group_wait_for(g, 0), FL_ERR_TIMEOUT, "1 task(s) of the group had not finished");
+  EXPECT_FL_ERR(fl_task_group_wait_for(g, 2'000'000), FL_ERR_TIMEOUT, "fl_task_group_wait_for");
+  gate.open = true;
+  EXPECT_FL_OK(fl_task_group_wait_for(g, FL_WAIT_FOREVER));
+  EXPECT_FL_OK(fl_task_group_wait_for(g, 0));  // an idle group answers at once
+
+  // A failure that happens after a timed-out wait is returned by the next wait, once.
+  Gate second;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &wait_on_gate, &second, nullptr));
+  ASSERT_FL_OK(fl_task_group_spawn(g, [](void*) { return FL_ERR_OUT_OF_RANGE; }, nullptr, nullptr));
+  EXPECT_FL_ERR(fl_task_group_wait_for(g, 1'000'000), FL_ERR_TIMEOUT, "had not finished");
+  second.open = true;
+  EXPECT_FL_ERR(fl_task_group_wait_for(g, FL_WAIT_FOREVER), FL_ERR_OUT_OF_RANGE, "failed with FL_ERR_OUT_OF_RANGE");
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+}
+
+TEST(TaskGroupWaitFor, ChecksItsArgumentsAndRefusesTheGroupsOwnTask) {
+  EngineFixture f(2);
+  EXPECT_FL_ERR(fl_task_group_wait_for(nullptr, 0), FL_ERR_INVALID_HANDLE, "group is NULL");
+  EXPECT_FL_ERR(fl_task_group_wait_for(reinterpret_cast<fl_task_group_t*>(f.engine), 0), FL_ERR_INVALID_HANDLE,
+                "an engine handle");
+  struct Ctx {
+    fl_task_group_t* g = nullptr;
+    std::atomic<int> st{-1};
+  } c;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
+  ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void* p) {
+    auto* c = static_cast<Ctx*>(p);
+    c->st = fl_task_group_wait_for(c->g, 1'000'000);
+    return FL_OK;
+  }, &c, nullptr));
+  ASSERT_FL_OK(fl_task_group_wait(c.g));
+  EXPECT_EQ(c.st.load(), FL_ERR_INVALID_ARGUMENT);
+  ASSERT_FL_OK(fl_task_group_destroy(c.g));
+  EXPECT_FL_ERR(fl_task_group_wait_for(c.g, 0), FL_ERR_INVALID_HANDLE, "stale");
+}
+
+// A callback's timed wait for a group whose task another worker is running: the waiting
+// worker finds nothing of its own to run, blocks with a timeout, and returns
+// FL_ERR_TIMEOUT while the task still runs.
+TEST(TaskGroupWaitFor, ACallbacksTimedWaitReturnsWhileAnotherWorkerRunsTheTask) {
+  EngineFixture f(2);
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &g));  // outside any callback
+  Gate gate;
+  ASSERT_FL_OK(fl_task_group_spawn(g, &wait_on_gate, &gate, nullptr));
+  std::atomic<int> st{-1};
+  submit(f.host(1), [&] {
+    st = fl_task_group_wait_for(g, 5'000'000);
+    return FL_OK;
+  }, {}, "waits-for-the-group");
+  ASSERT_FL_OK(fl_stream_synchronize(f.host(1)));
+  EXPECT_EQ(st.load(), FL_ERR_TIMEOUT);
+  gate.open = true;
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+}
+
+// A callback's timed wait for a group whose tasks keep spawning successors: the waiting
+// worker always finds one of them to run, and still gives up after the timeout (it used to
+// check the time only when it found nothing to run, so it helped until the chain ended).
+struct Chain {
+  fl_task_group_t* g = nullptr;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> links{0};
+  Clock::time_point give_up;  // the chain ends by itself here, so the old code fails, not hangs
+  static fl_status_t run(void* p) {
+    auto* c = static_cast<Chain*>(p);
+    c->links.fetch_add(1, std::memory_order_relaxed);
+    if (c->stop.load() || Clock::now() > c->give_up) return FL_OK;
+    return fl_task_group_spawn(c->g, &Chain::run, c, nullptr);
+  }
+};
+
+TEST(TaskGroupWaitFor, ACallbacksTimedWaitGivesUpWhileTheGroupKeepsItBusy) {
+  EngineFixture f(1);
+  std::atomic<int> st{-1};
+  Chain chain;
+  chain.give_up = Clock::now() + std::chrono::seconds(20);
+  submit(f.host(1), [&]() -> fl_status_t {
+    fl_status_t s = fl_task_group_create(f.engine, &chain.g);  // the callback's own group
+    if (s != FL_OK) return s;
+    if ((s = fl_task_group_spawn(chain.g, &Chain::run, &chain, nullptr)) != FL_OK) return s;
+    st = fl_task_group_wait_for(chain.g, 10'000'000);
+    chain.stop = true;
+    s = fl_task_group_wait(chain.g);
+    fl_task_group_destroy(chain.g);
+    return s;
+  }, {}, "waits-while-helping");
+  ASSERT_FL_OK(fl_stream_synchronize(f.host(1)));
+  EXPECT_EQ(st.load(), FL_ERR_TIMEOUT) << "links run: " << chain.links.load();
+  EXPECT_GT(chain.links.load(), 0u);
+}
+
+}  // namespace

@@ -110,6 +110,15 @@ TEST(Trace, ParallelLoopsAndTaskGraphsAreSlicesAndFailuresCarryTheirText) {
   ASSERT_FL_OK(fl_taskgraph_add(g, task, nullptr, "t1", &n1));
   ASSERT_FL_OK(fl_taskgraph_precede(g, n0, n1));
   ASSERT_FL_OK(fl_taskgraph_run(g, -1));
+  fl_task_group_t* group = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &group));
+  Gate held;
+  ASSERT_FL_OK(fl_task_group_spawn(group, [](void* p) { return static_cast<Gate*>(p)->wait() ? FL_OK : FL_ERR_INTERNAL; },
+                                   &held, nullptr));
+  EXPECT_EQ(fl_task_group_wait_for(group, 0), FL_ERR_TIMEOUT);
+  held.open = true;
+  ASSERT_FL_OK(fl_task_group_wait(group));
+  ASSERT_FL_OK(fl_task_group_destroy(group));
   submit(host_of(f.engine, 1), [](fl_instr_ctx_t* c) {
     fl_instr_set_error(c, "disk \"full\" on /tmp");
     return FL_ERR_UNSUPPORTED;
@@ -125,6 +134,9 @@ TEST(Trace, ParallelLoopsAndTaskGraphsAreSlicesAndFailuresCarryTheirText) {
   EXPECT_TRUE(contains(json, "\"args\":{\"items\":5,\"status\":\"FL_ERR_UNSUPPORTED\"}")) << json;
   EXPECT_TRUE(contains(json, "\"cat\":\"parallel\",\"name\":\"fl_taskgraph_run\"")) << json;
   EXPECT_TRUE(contains(json, "\"args\":{\"items\":2,\"status\":\"FL_OK\"}")) << json;
+  EXPECT_TRUE(contains(json, "\"cat\":\"parallel\",\"name\":\"fl_task_group_wait_for\"")) << json;
+  EXPECT_TRUE(contains(json, "\"args\":{\"items\":1,\"status\":\"FL_ERR_TIMEOUT\"}")) << json;
+  EXPECT_TRUE(contains(json, "\"cat\":\"parallel\",\"name\":\"fl_task_group_wait\"")) << json;
   EXPECT_TRUE(contains(json, "\"args\":{\"name\":\"lane 2 host\"}")) << "the nested loop is on its lane's track";
   EXPECT_TRUE(contains(json, "disk \\\"full\\\" on /tmp")) << "the failed slice carries its escaped text: " << json;
   std::remove(path.c_str());

@@ -157,6 +157,21 @@ TEST(CppTaskGroup, AStatusFailureThrowsFlowlaneError) {
   }
 }
 
+TEST(CppTaskGroup, WaitForIsFalseWhileATaskRunsThenRethrowsItsException) {
+  flowlane::engine e(workers(2));
+  flowlane::task_group g = e.make_task_group();
+  std::atomic<bool> go{false};
+  g.spawn([&] {
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    throw std::out_of_range("late");
+  });
+  EXPECT_FALSE(g.wait_for(std::chrono::milliseconds(1)));
+  go = true;
+  EXPECT_THROW(g.wait_for(std::chrono::seconds(60)), std::out_of_range);
+  g.spawn([] {});
+  EXPECT_TRUE(g.wait_for(std::chrono::seconds(60)));
+}
+
 TEST(CppTaskGroup, EveryClosureIsDestroyedOnceWhetherItRanOrWasSkipped) {
   auto token = std::make_shared<int>(0);
   {

@@ -241,9 +241,10 @@ void step(State& s, Input& in) {
         break;
       }
       fl_task_group_t* g = pick_group(s, in);
-      switch (in.u8() % 3) {
+      switch (in.u8() % 4) {
         case 0: fl_task_group_spawn(g, in.u8() % 4 ? &task_ok : &task_fail, nullptr, nullptr); break;
         case 1: fl_task_group_wait(g); break;
+        case 3: fl_task_group_wait_for(g, in.u8() % 2 ? 0 : 100'000); break;
         case 2:
           if (fl_task_group_destroy(g) == FL_OK) {
             s.remember(g);

@@ -568,6 +568,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_task_group_create': (fl_status_t, [POINTER(fl_engine_t), POINTER(POINTER(fl_task_group_t))]),
     'fl_task_group_spawn': (fl_status_t, [POINTER(fl_task_group_t), fl_task_fn, c_void_p, fl_release_fn]),
     'fl_task_group_wait': (fl_status_t, [POINTER(fl_task_group_t)]),
+    'fl_task_group_wait_for': (fl_status_t, [POINTER(fl_task_group_t), c_uint64]),
     'fl_task_group_destroy': (fl_status_t, [POINTER(fl_task_group_t)]),
 }
 
@@ -634,6 +635,7 @@ PARAMS: Dict[str, Tuple[str, ...]] = {
     'fl_task_group_create': ('engine', 'out_group', ),
     'fl_task_group_spawn': ('group', 'fn', 'user_data', 'cleanup', ),
     'fl_task_group_wait': ('group', ),
+    'fl_task_group_wait_for': ('group', 'timeout_ns', ),
     'fl_task_group_destroy': ('group', ),
 }
 

@@ -61,6 +61,8 @@ def _check_timeout(timeout: Optional[float], where: str) -> Optional[float]:
         raise TypeError("%s: timeout must be a number of seconds or None, not %s" % (where, type(timeout).__name__))
     if timeout != timeout:
         raise ValueError("%s: timeout is NaN" % where)
+    if timeout == float("inf"):
+        return None  # forever (int(inf * 1e9) would overflow)
     return max(float(timeout), 0.0)
 
 

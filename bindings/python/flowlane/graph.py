@@ -12,7 +12,7 @@ from . import _capi, _ffi
 from ._base import _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, raise_failure
 from ._core import Engine
 from ._ffi import encode_name, lib
-from ._future import WAIT_SLICE_S, _check_timeout
+from ._future import WAIT_SLICE_S, _check_timeout, wait_sliced
 from ._managed import Managed, _tls, callback_depth
 from .errors import ClosedError, Timeout, check, error_for
 
@@ -388,14 +388,15 @@ class TaskGroup(Managed):
     def wait(self, timeout: Optional[float] = None) -> None:
         """Waits until every task spawned into the group (before or during the wait) has
         finished; raises the first task's exception (see the class). ``timeout`` (seconds,
-        None: forever; not inside a task) raises :class:`Timeout` with the tasks still
-        running. Outside tasks the wait can be interrupted with Ctrl-C; inside a task it
-        helps run the group's tasks."""
+        None: forever) raises :class:`Timeout` with the tasks still running (they go on;
+        an exception among them is raised by a later wait). Outside tasks the wait can be
+        interrupted with Ctrl-C; inside a task or instruction it helps run the group's
+        tasks (fl_task_group_wait_for), giving up at the first check after the timeout."""
         h = self._ptr()
+        timeout = _check_timeout(timeout, "TaskGroup.wait")
         if callback_depth() == 0:
             # Python counts the tasks, so the program's threads wait in slices (Ctrl-C);
             # the C wait below then returns at once with the group's outcome.
-            timeout = _check_timeout(timeout, "TaskGroup.wait")
             main = threading.current_thread() is threading.main_thread()
             deadline = None if timeout is None else time.monotonic() + timeout
             with self._cond:
@@ -408,7 +409,14 @@ class TaskGroup(Managed):
                         left = WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S)
                     self._cond.wait(left)
         elif timeout is not None:
-            raise ValueError("TaskGroup.wait: a timeout cannot be used inside a task (the wait helps run tasks)")
+            with self.engine._call("TaskGroup.wait"):
+                st = wait_sliced(lambda ns: lib.fl_task_group_wait_for(h, ns), timeout, "TaskGroup.wait")
+            if st == _capi.FL_ERR_TIMEOUT:
+                raise error_for(st, None, "TaskGroup.wait")
+            if st != _capi.FL_OK:
+                self._failure.raise_for(st, "TaskGroup.wait", "task raised ")
+            self._failure.exc = None
+            return
         with self.engine._call("TaskGroup.wait"):
             st = lib.fl_task_group_wait(h)
         if st != _capi.FL_OK:

@@ -164,6 +164,32 @@ class TaskGroups(unittest.TestCase):
                     g.wait(timeout=0.05)
                 gate.open()
 
+    def test_wait_times_out_inside_an_instruction_and_a_later_wait_raises(self):
+        with flowlane.Engine(workers=2) as e:
+            gate = Gate()
+            g = e.task_group()  # made outside: its task runs on the other worker
+
+            def held():
+                gate.wait()
+                raise KeyError("late")
+
+            g.spawn(held)
+
+            def instruction():
+                try:
+                    g.wait(timeout=0.02)  # helps, finds nothing of its own, gives up
+                except flowlane.Timeout as t:
+                    return str(t)
+                return "returned"
+
+            text = e.submit(instruction).result(timeout=60)
+            self.assertIn("1 task(s) of the group had not finished", text)
+            gate.open()
+            with raises_failure(KeyError):
+                g.wait(timeout=float("inf"))
+            g.wait(timeout=0)  # the failure was raised once; the group is idle
+            g.close()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -70,7 +70,7 @@
  *        lane order behind a caller run inline (FL_SUBMIT_INLINE);
  *      fl_engine_drain and fl_engine_destroy from any code the engine runs (including its
  *        worker threads and the watchdog callback);
- *      fl_task_group_wait / fl_task_group_destroy of a group from one of its own tasks.
+ *      fl_task_group_wait(_for) / fl_task_group_destroy of a group from one of its own tasks.
  *    A fl_parallel_for body or task-graph task that an instruction's callback runs counts
  *    as part of that callback on whichever worker runs it (the same refusals apply there).
  *    So does a task of a task group created inside an instruction's callback, until that
@@ -847,6 +847,14 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
    and usable again. FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT from one of the group's
    own tasks (it would wait for itself). */
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
+/* METHOD: fl_task_group_t
+   fl_task_group_wait with a timeout (0 polls; FL_WAIT_FOREVER waits as fl_task_group_wait).
+   Same results and rules, plus FL_ERR_TIMEOUT when tasks are still unfinished at the
+   timeout (the message says how many): they go on running, a failure among them is
+   returned by a later wait, and the group stays usable. On a worker the wait helps run its
+   own work meanwhile, as fl_task_group_wait does, and gives up at the first check after
+   the timeout (a task it runs meanwhile is not interrupted). */
+FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeout_ns);
 /* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
    wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of
    its own tasks is refused (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE (stale, or

@@ -600,12 +600,14 @@ class task_group {
 
   // Waits for every task; rethrows the first exception a task threw, or throws
   // flowlane::error for a failure status.
-  void wait() {
-    fl_status_t st = fl_task_group_wait(g_);
-    if (first_)
-      first_->rethrow_or_check(st);
-    else
-      check(st);
+  void wait() { finish(fl_task_group_wait(g_)); }
+  // With a timeout: false when tasks were still running at the timeout (they go on; a
+  // failure among them is thrown by a later wait).
+  bool wait_for(std::chrono::nanoseconds timeout) {
+    fl_status_t st = fl_task_group_wait_for(g_, to_ns(timeout));
+    if (st == FL_ERR_TIMEOUT) return false;
+    finish(st);
+    return true;
   }
 
   void reset() noexcept {
@@ -614,6 +616,13 @@ class task_group {
   }
 
  private:
+  void finish(fl_status_t st) {
+    if (first_)
+      first_->rethrow_or_check(st);
+    else
+      check(st);
+  }
+
   fl_task_group_t* g_ = nullptr;
   std::shared_ptr<detail::first_exception> first_;
 };

@@ -2512,5 +2512,8 @@ extern "C" {
     pub fn fl_task_group_wait(group: *mut fl_task_group_t) -> fl_status_t;
 }
 extern "C" {
+    pub fn fl_task_group_wait_for(group: *mut fl_task_group_t, timeout_ns: u64) -> fl_status_t;
+}
+extern "C" {
     pub fn fl_task_group_destroy(group: *mut fl_task_group_t) -> fl_status_t;
 }
