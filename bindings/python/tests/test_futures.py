@@ -352,6 +352,28 @@ class TimedWaits(unittest.TestCase):
                 e.synchronize(timeout=float("nan"))
             self.assertEqual(o.wait(timeout=-1), 1)  # negative: poll, as concurrent.futures does
 
+    def test_an_infinite_timeout_waits_forever(self):
+        # float("inf") is forever, as threading's waits take it (it used to overflow int()).
+        # Off the main thread, where the wait is one C call with the whole timeout.
+        with flowlane.Engine(workers=1) as e:
+            gate = Gate()
+            f = e.submit(lambda: (gate.wait(), 7)[1])
+            seen = []
+
+            def waiter():
+                try:
+                    seen.append(f.result(timeout=float("inf")))
+                    e.synchronize(timeout=float("inf"))
+                    seen.append(e.object(3).wait(timeout=float("inf")))
+                except BaseException as exc:  # noqa: B902 - reported below
+                    seen.append(exc)
+
+            t = threading.Thread(target=waiter)
+            t.start()
+            gate.open()
+            t.join(60)
+            self.assertEqual(seen, [7, 3])
+
     def test_waiting_inside_a_callback_for_a_later_instruction_of_its_lane_is_refused(self):
         with flowlane.Engine(workers=2) as e:
             box = {}
