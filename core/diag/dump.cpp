@@ -18,6 +18,7 @@ using core::is_terminal;
 using core::Lane;
 using core::LaneWait;
 using core::Stream;
+using core::WaitRecord;
 
 namespace {
 
@@ -65,6 +66,17 @@ struct DepSnap {
   uint64_t object = 0;  // the fl_object_t* value the user holds
 };
 
+// A registered wait of a running head (Lane::waits).
+struct WaitSnap {
+  const WaitRecord* rec = nullptr;  // identifies it to cancel_cycle_waits(); not read outside diag_lock
+  Ref on;                           // fl_object_wait: the user it waits for
+  uint64_t obj = 0;
+  std::string call;                 // or "fl_stream_synchronize (lane 2, host): ..."
+  Stream* stream = nullptr;         // the stream it waits for in `call`
+  uint64_t target = 0;              // that stream's completion count, or an instruction id
+  bool is_id = false;               // target is an id (fl_instr_wait_for)
+};
+
 struct LaneSnap {
   uint32_t id = 0;
   uint64_t submitted = 0, completed = 0;
@@ -73,12 +85,8 @@ struct LaneSnap {
   bool not_started = false;    // active, not blocked, still pending: skipped or cancelled (or about to start)
   bool completing = false;     // finished; a release callback its completion runs waits
   std::vector<DepSnap> waits;  // blocked: unfinished predecessors
-  Ref waits_on;                // running: the writer it waits for in fl_object_wait
-  uint64_t waits_obj = 0;
-  std::string waits_call;      // running: "fl_stream_synchronize (lane 2, host): ..."
-  Stream* waits_stream = nullptr;  // running: the stream it waits for in waits_call
-  uint64_t waits_target = 0;       // that stream's completion count, or an instruction id
-  bool waits_id = false;           // waits_target is an id (fl_instr_wait_for)
+  // running: its registered waits (its callback's, and its task groups' tasks'), oldest first
+  std::vector<WaitSnap> running_waits;
   std::vector<Ref> queued;     // the first instructions queued behind the head
   bool more_queued = false;
   const LaneWait* coll = nullptr;
@@ -87,12 +95,13 @@ struct LaneSnap {
 struct GraphEdge {
   uint32_t from, to;
   std::string why;
-  bool cancellable;  // from's running wait, which destroy can give up (below)
+  bool cancellable;  // one of from's running waits, which drain and destroy can give up (below)
   Instr* waiter;     // from's head (borrowed from the snapshot)
   Instr* waited;     // the instruction waited for in fl_object_wait (borrowed), or null
   Stream* stream = nullptr;  // or the stream waited for in fl_stream_synchronize / fl_instr_wait_for
-  uint64_t target = 0;       // and its target (waits_target)
+  uint64_t target = 0;       // and its target
   bool is_id = false;
+  const WaitRecord* rec = nullptr;  // the wait's record (cancellable edges)
 };
 
 struct Snapshot {
@@ -136,7 +145,7 @@ Snapshot take_snapshot(Engine& e) {
       // completion clears `active`, which needs this lock.
       const bool completing = lane.active != nullptr && is_terminal(lane.active->load_state());
       if (lane.active != nullptr &&
-          (!completing || lane.active_waits_on != nullptr || lane.active_waits_call != nullptr)) {
+          (!completing || lane.waits != nullptr)) {
         lane.active->ref();
         ls.head = Ref(lane.active, &e);
         ls.completing = completing;
@@ -152,25 +161,29 @@ Snapshot take_snapshot(Engine& e) {
             d.pred->ref();
             ls.waits.push_back(DepSnap{Ref(d.pred, &e), d.obj ? d.obj->handle : 0});
           }
-        } else if (lane.active_waits_on != nullptr) {
-          lane.active_waits_on->ref();
-          ls.waits_on = Ref(lane.active_waits_on, &e);
-          ls.waits_obj = lane.active_waits_obj;  // a handle: the object may be gone
-        } else if (lane.active_waits_call != nullptr) {
-          ls.waits_call = lane.active_waits_call;
-          ls.waits_stream = lane.active_waits_stream;
-          ls.waits_target = lane.active_waits_target;
-          ls.waits_id = lane.active_waits_id;
-          if (Stream* w = ls.waits_stream) {
-            // Acquire pairs with the release store of last_completed_id in complete() and
-            // the fetch_add of completed in Stream::advance_completed().
-            ls.waits_call +=
-                " (" + w->describe() + "): " +
-                (ls.waits_id ? "for its instruction #" + std::to_string(ls.waits_target) + ", " +
-                                   (w->reached(ls.waits_target, true) ? "completed" : "not completed yet")
-                             : "for " + std::to_string(ls.waits_target) + " of its instructions to complete, " +
-                                   std::to_string(w->completed.load(std::memory_order_acquire)) + " have");
+        } else {
+          for (const WaitRecord* r = lane.waits; r != nullptr; r = r->next) {
+            WaitSnap w;
+            w.rec = r;
+            if (r->on != nullptr) {
+              r->on->ref();  // the record holds a reference while linked
+              w.on = Ref(r->on, &e);
+              w.obj = r->obj;  // a handle: the object may be gone
+            } else {
+              w.stream = r->stream;
+              w.target = r->target;
+              w.is_id = r->is_id;
+              // Acquire pairs with the release store of last_completed_id in complete() and
+              // the fetch_add of completed in Stream::advance_completed().
+              w.call = std::string(r->call) + " (" + w.stream->describe() + "): " +
+                       (w.is_id ? "for its instruction #" + std::to_string(w.target) + ", " +
+                                      (w.stream->reached(w.target, true) ? "completed" : "not completed yet")
+                                : "for " + std::to_string(w.target) + " of its instructions to complete, " +
+                                      std::to_string(w.stream->completed.load(std::memory_order_acquire)) + " have");
+            }
+            ls.running_waits.push_back(std::move(w));
           }
+          std::reverse(ls.running_waits.begin(), ls.running_waits.end());  // oldest first
         }
         // What is queued behind the head. While we hold diag_lock none of it can start (the
         // runner marks each instruction active under this lock first), so none can complete
@@ -201,17 +214,19 @@ Snapshot take_snapshot(Engine& e) {
                          ls.head.i->describe() + " is blocked until " + d.pred.i->describe() + " (" +
                              state_name(d.pred.i->load_state()) + ") completes (object " + hex(d.object) + ")",
                          false, ls.head.i, nullptr});
-    if (ls.waits_on.i != nullptr && !is_terminal(ls.waits_on.i->load_state())) {
-      bool self = ls.waits_on.i->stream->lane->id == ls.id;
-      s.edges.push_back({ls.id, ls.waits_on.i->stream->lane->id,
-                         ls.head.i->describe() + " waits in fl_object_wait (object " + hex(ls.waits_obj) + ") for " +
-                             ls.waits_on.i->describe() + " (" + state_name(ls.waits_on.i->load_state()) + ")" +
-                             (self ? ", which is queued behind it on its own lane" : ""),
-                         true, ls.head.i, ls.waits_on.i});
+    for (const WaitSnap& w : ls.running_waits) {
+      if (w.on.i != nullptr && !is_terminal(w.on.i->load_state())) {
+        bool self = w.on.i->stream->lane->id == ls.id;
+        s.edges.push_back({ls.id, w.on.i->stream->lane->id,
+                           ls.head.i->describe() + " waits in fl_object_wait (object " + hex(w.obj) + ") for " +
+                               w.on.i->describe() + " (" + state_name(w.on.i->load_state()) + ")" +
+                               (self ? ", which is queued behind it on its own lane" : ""),
+                           true, ls.head.i, w.on.i, nullptr, 0, false, w.rec});
+      }
+      if (w.stream != nullptr && !w.stream->reached(w.target, w.is_id))
+        s.edges.push_back({ls.id, w.stream->lane->id, ls.head.i->describe() + " waits in " + w.call, true, ls.head.i,
+                           nullptr, w.stream, w.target, w.is_id, w.rec});
     }
-    if (ls.waits_stream != nullptr && !ls.waits_stream->reached(ls.waits_target, ls.waits_id))
-      s.edges.push_back({ls.id, ls.waits_stream->lane->id, ls.head.i->describe() + " waits in " + ls.waits_call, true,
-                         ls.head.i, nullptr, ls.waits_stream, ls.waits_target, ls.waits_id});
     if (ls.coll != nullptr)
       for (const LaneWait::Peer& p : ls.coll->peers)
         if (p.engine == &e)
@@ -344,19 +359,21 @@ std::string build_dump(Engine& e, const std::string& reason) {
              (ls.completing ? " COMPLETING: it finished, and a release callback its completion runs (an object's "
                               "last reference went with it) holds up the lane\n"
                             : " RUNNING its callback\n");
-      if (ls.waits_on.i != nullptr) {
-        const Instr* w = ls.waits_on.i;
-        bool self = w->stream->lane->id == ls.id;
-        out += "    waits in fl_object_wait for object " + hex(ls.waits_obj) + ", written by " + w->describe() + ", " +
-               state_name(w->load_state()) +
-               (self ? "; it is queued BEHIND this instruction on the same lane, so it can never run"
-                     : where_is(s, w)) +
-               "\n";
-      } else if (ls.coll != nullptr) {
+      for (const WaitSnap& ws : ls.running_waits) {
+        if (const Instr* w = ws.on.i) {
+          bool self = w->stream->lane->id == ls.id;
+          out += "    waits in fl_object_wait for object " + hex(ws.obj) + ", written by " + w->describe() + ", " +
+                 state_name(w->load_state()) +
+                 (self ? "; it is queued BEHIND this instruction on the same lane, so it can never run"
+                       : where_is(s, w)) +
+                 "\n";
+        } else {
+          out += "    waits in " + ws.call + "\n";
+        }
+      }
+      if (ls.coll != nullptr) {
         out += "    in a collective rendezvous: " + ls.coll->what + "\n";
-      } else if (!ls.waits_call.empty()) {
-        out += "    waits in " + ls.waits_call + "\n";
-      } else {
+      } else if (ls.running_waits.empty()) {
         out += "    (not waiting on anything flowlane tracks: computing, or blocked on something outside "
                "flowlane)\n";
       }
@@ -387,35 +404,52 @@ std::string build_dump(Engine& e, const std::string& reason) {
 
 int cancel_cycle_waits(Engine& e) {
   Snapshot s = take_snapshot(e);
-  int n = 0;
-  for (const auto& cyc : find_cycles(s)) {
-    for (size_t k : cyc) {
-      const GraphEdge& g = s.edges[k];
-      if (!g.cancellable) continue;
-      Lane& lane = e.lane(g.from);
-      bool stream_wait = false;
-      {
-        std::lock_guard<SpinLock> lock(lane.diag_lock);
-        // Still the same wait (the lane may have moved on since the snapshot).
-        const bool same = lane.active == g.waiter &&
-                          (g.waited != nullptr ? lane.active_waits_on == g.waited
-                                               : lane.active_waits_stream == g.stream &&
-                                                     lane.active_waits_target == g.target &&
-                                                     lane.active_waits_id == g.is_id);
-        if (!same) continue;
-        // Release pairs with the acquire loads in Engine::sleep_until_terminal() (fl_object_wait)
-        // and given_up() (sync.cpp: fl_stream_synchronize, fl_instr_wait_for).
-        lane.wait_cancelled.store(true, std::memory_order_release);
-        if (g.waited != nullptr)
-          futex_wake(&g.waited->state, INT_MAX);  // fl_object_wait sleeps on the state of what it waits for
-        else
-          stream_wait = true;
-        ++n;
-      }
-      // The others sleep on the stream's condition variable (the stream lives as long as the
-      // engine); woken outside diag_lock, which no holder of wait_mu ever takes.
-      if (stream_wait) g.stream->wake_waiters();
+  // A wait is on a cycle when the lane it waits for reaches the waiting lane back. Every such
+  // wait is given up, not one per cycle: two tasks of one instruction's task groups may wait
+  // on two cycles through the same lanes, or on one, and each would otherwise hang.
+  std::map<uint32_t, std::vector<uint32_t>> next;
+  for (const GraphEdge& g : s.edges) next[g.from].push_back(g.to);
+  auto reaches = [&next](uint32_t from, uint32_t to) {
+    std::set<uint32_t> seen{from};
+    std::vector<uint32_t> todo{from};
+    while (!todo.empty()) {
+      uint32_t u = todo.back();
+      todo.pop_back();
+      if (u == to) return true;
+      for (uint32_t v : next[u])
+        if (seen.insert(v).second) todo.push_back(v);
     }
+    return false;
+  };
+  int n = 0;
+  for (const GraphEdge& g : s.edges) {
+    if (!g.cancellable || !reaches(g.to, g.from)) continue;
+    Lane& lane = e.lane(g.from);
+    bool stream_wait = false;
+    {
+      std::lock_guard<SpinLock> lock(lane.diag_lock);
+      // Still the same wait (the lane may have moved on since the snapshot, and a record at
+      // the same address may be a later wait): linked, of the same head, for the same thing.
+      if (lane.active != g.waiter) continue;
+      WaitRecord* r = lane.waits;
+      while (r != nullptr && r != g.rec) r = r->next;
+      if (r == nullptr) continue;
+      const bool same = g.waited != nullptr
+                            ? r->on == g.waited
+                            : r->on == nullptr && r->stream == g.stream && r->target == g.target && r->is_id == g.is_id;
+      if (!same) continue;
+      // Release pairs with the acquire loads in Engine::sleep_until_terminal() (fl_object_wait)
+      // and given_up() (sync.cpp: fl_stream_synchronize, fl_instr_wait_for).
+      r->cancelled.store(true, std::memory_order_release);
+      if (g.waited != nullptr)
+        futex_wake(&g.waited->state, INT_MAX);  // fl_object_wait sleeps on the state of what it waits for
+      else
+        stream_wait = true;
+      ++n;
+    }
+    // The others sleep on the stream's condition variable (the stream lives as long as the
+    // engine); woken outside diag_lock, which no holder of wait_mu ever takes.
+    if (stream_wait) g.stream->wake_waiters();
   }
   return n;
 }

@@ -91,6 +91,30 @@ struct Stream {
   std::string describe() const;          // "lane 1, host"
 };
 
+// A wait of a lane's running instruction, from its callback or from a task of one of its
+// task groups (fl_object_wait, fl_stream_synchronize, fl_instr_wait_for): what the state
+// dump shows in its wait-for graph, and what engine drain and destroy give up when it lies
+// on a cycle of waits (cancel_cycle_waits(), diag/dump.cpp). Lives on the waiting thread's
+// stack, linked into Lane::waits under the lane's diag_lock for as long as the wait lasts.
+struct WaitRecord {
+  // fl_object_wait: the user waited for (referenced while linked) and the object's handle,
+  // not the object (the wait holds no reference on it, and the user waited for may free it
+  // as it completes, its last reference, before the waiter wakes up to unlink this).
+  Instr* on = nullptr;
+  uint64_t obj = 0;
+  // fl_stream_synchronize (the stream's completion count to reach `target`) or
+  // fl_instr_wait_for (its instruction with id `target`, `is_id`): the call, the stream
+  // (it lives as long as the engine) and the target.
+  const char* call = nullptr;
+  Stream* stream = nullptr;
+  uint64_t target = 0;
+  bool is_id = false;
+  // Set (release, under diag_lock) when drain or destroy gives the wait up: it is on a
+  // cycle and can never return. The wait sleeps on it besides its target.
+  std::atomic<bool> cancelled{false};
+  WaitRecord* next = nullptr;  // Lane::waits, under diag_lock
+};
+
 struct Lane {
   sched::Task task;  // run = Lane::run_task; submitted to the pool whenever the lane becomes runnable
   Engine* engine = nullptr;
@@ -150,28 +174,23 @@ struct Lane {
   SpinLock diag_lock;
   Instr* active = nullptr;
   bool active_blocked = false;
-  Instr* active_waits_on = nullptr;  // referenced while set
-  // The handle of the object waited on, not the object: the wait holds no reference on it,
-  // and the user waited for may free it as it completes (its last reference), before the
-  // waiting callback wakes up to clear this.
-  uint64_t active_waits_obj = 0;
-  // A running callback of this lane waiting in fl_stream_synchronize (for the stream's
-  // completion count to reach `active_waits_target`) or fl_instr_wait_for (for the
-  // instruction whose id is `active_waits_target`, `active_waits_id`): the call, the stream
-  // and the target. The stream lives as long as the engine.
-  const char* active_waits_call = nullptr;
-  Stream* active_waits_stream = nullptr;
-  uint64_t active_waits_target = 0;
-  bool active_waits_id = false;
-  // Set (under diag_lock) by engine destroy when the running callback's wait (fl_object_wait,
-  // fl_stream_synchronize, fl_instr_wait_for) is on a wait cycle and can never return: the
-  // wait gives up with FL_ERR_CANCELLED (diag/dump.hpp). Cleared when a wait registers.
-  std::atomic<bool> wait_cancelled{false};
-  // True when no wait of this lane's running instruction is registered above. One wait at
-  // a time is: tasks of the instruction's task groups running on other workers may wait
-  // at once, and a second registration would hide the first and reset its cancel flag.
-  // Under diag_lock.
-  bool wait_slot_free() const { return active_waits_on == nullptr && active_waits_call == nullptr; }
+  // The waits of the running instruction that diagnostics show and drain / destroy can
+  // give up (WaitRecord): its callback's, and those of tasks of its task groups running on
+  // other workers at the same time. A list under diag_lock, newest first.
+  WaitRecord* waits = nullptr;
+  // Links / unlinks a record (caller holds diag_lock).
+  void add_wait(WaitRecord* r) {
+    r->next = waits;
+    waits = r;
+  }
+  void remove_wait(WaitRecord* r) {
+    for (WaitRecord** p = &waits; *p != nullptr; p = &(*p)->next)
+      if (*p == r) {
+        *p = r->next;
+        r->next = nullptr;
+        return;
+      }
+  }
 
   void set_active(Instr* i, bool blocked);
   void clear_active(Instr* i);

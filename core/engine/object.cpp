@@ -149,53 +149,41 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   Lane* my_lane = self ? self->stream->lane : nullptr;
   Instr* cancelled = nullptr;  // engine destroy gave up this wait: it was on a wait cycle
   for (Instr* w : waits) {
-    // Tell diagnostics what the running instruction waits for, unless another wait of it (a
-    // task of its task group on another worker) holds the lane's registration: then this
-    // one is neither shown nor cancelled (Lane::wait_slot_free).
-    bool registered = false;
+    // Tell diagnostics what the running instruction waits for (Lane::waits): the dump shows
+    // it, and drain and destroy give it up when it is on a cycle of waits.
+    WaitRecord rec;
     if (my_lane != nullptr) {
+      w->ref();  // the record's reference
+      rec.on = w;
+      rec.obj = o->handle;  // o is alive here: the caller's handle is valid
       std::lock_guard<SpinLock> lock(my_lane->diag_lock);
-      if (my_lane->wait_slot_free()) {
-        registered = true;
-        w->ref();
-        my_lane->active_waits_on = w;
-        my_lane->active_waits_obj = o->handle;  // o is alive here: the caller's handle is valid
-        my_lane->wait_cancelled.store(false, std::memory_order_relaxed);
-      }
+      my_lane->add_wait(&rec);
     }
-    if (!sleep_until_terminal(w, registered ? &my_lane->wait_cancelled : nullptr, deadline)) {
+    const bool reached = sleep_until_terminal(w, my_lane != nullptr ? &rec.cancelled : nullptr, deadline);
+    if (my_lane != nullptr) {
+      {
+        std::lock_guard<SpinLock> lock(my_lane->diag_lock);
+        my_lane->remove_wait(&rec);
+        // Read under diag_lock, where it is set.
+        if (reached && !is_terminal(w->load_state()) && rec.cancelled.load(std::memory_order_relaxed)) cancelled = w;
+      }
+      if (w->unref()) recycle(w);  // the record's reference (the wait's own is in `waits`)
+    }
+    if (!reached) {
       std::string msg = "fl_object_wait_for: timed out; the object's pending user " + w->describe() +
                         " has not completed (nothing was consumed: wait again)";
-      if (registered) {
-        {
-          std::lock_guard<SpinLock> lock(my_lane->diag_lock);
-          my_lane->active_waits_on = nullptr;
-          my_lane->active_waits_obj = 0;
-        }
-        if (w->unref()) recycle(w);  // the diagnostics reference
-      }
       if (ob) ob->on_wait(false, "fl_object_wait");
       for (Instr* x : waits)
         if (x->unref()) recycle(x);
       return report(FL_ERR_TIMEOUT, msg);
     }
-    if (registered) {
-      {
-        std::lock_guard<SpinLock> lock(my_lane->diag_lock);
-        my_lane->active_waits_on = nullptr;
-        my_lane->active_waits_obj = 0;
-        if (!is_terminal(w->load_state()) && my_lane->wait_cancelled.load(std::memory_order_relaxed)) cancelled = w;
-      }
-      if (cancelled != nullptr) {
-        std::string msg = "fl_object_wait in " + self->describe() + " was cancelled: the engine is being drained or destroyed " +
-                          "and this wait for " + w->describe() + " was on a cycle of waits (a deadlock)";
-        if (w->unref()) recycle(w);
-        if (ob) ob->on_wait(false, "fl_object_wait");
-        for (Instr* x : waits)
-          if (x->unref()) recycle(x);
-        return report(FL_ERR_CANCELLED, msg);
-      }
-      if (w->unref()) recycle(w);
+    if (cancelled != nullptr) {
+      std::string msg = "fl_object_wait in " + self->describe() + " was cancelled: the engine is being drained or destroyed " +
+                        "and this wait for " + w->describe() + " was on a cycle of waits (a deadlock)";
+      if (ob) ob->on_wait(false, "fl_object_wait");
+      for (Instr* x : waits)
+        if (x->unref()) recycle(x);
+      return report(FL_ERR_CANCELLED, msg);
     }
   }
   // A user's state turns terminal before its completion has finished: the release callbacks

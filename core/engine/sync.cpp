@@ -254,56 +254,45 @@ namespace {
 
 namespace {
 
-// Tells diagnostics that the running callback of `self`'s lane waits in `call` for stream
-// `s` to reach `target` (a completion count, or an instruction id: `is_id`), so that the
-// state dump shows the wait in its wait-for graph and engine destroy can give it up when it
-// lies on a cycle (cancel_cycle_waits(), diag/dump.cpp). A no-op when the caller is not
-// inside a callback of an instruction of this engine (`self` null).
+// Tells diagnostics that the running instruction `self` (its callback, or a task of one of
+// its task groups) waits in `call` for stream `s` to reach `target` (a completion count, or
+// an instruction id: `is_id`), so that the state dump shows the wait in its wait-for graph
+// and drain and destroy can give it up when it lies on a cycle (cancel_cycle_waits(),
+// diag/dump.cpp). A no-op when the caller is not inside a callback of an instruction of
+// this engine (`self` null).
 class WaitNote {
  public:
   WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id)
-      : lane_(self ? self->stream->lane : nullptr), stream_(s), target_(target), is_id_(is_id) {
+      : lane_(self ? self->stream->lane : nullptr) {
     if (lane_ == nullptr) return;
+    rec_.call = call;
+    rec_.stream = s;
+    rec_.target = target;
+    rec_.is_id = is_id;
     std::lock_guard<SpinLock> lock(lane_->diag_lock);
-    if (!lane_->wait_slot_free()) {
-      // Another task of the same instruction (a task group's, on another worker) holds the
-      // lane's one registration: this wait is neither shown nor cancelled (it ends at its
-      // target or timeout). Taking the slot over would hide that wait and reset its cancel
-      // flag, so that a cancellation already meant for it could be lost.
-      lane_ = nullptr;
-      return;
-    }
-    lane_->active_waits_call = call;
-    lane_->active_waits_stream = s;
-    lane_->active_waits_target = target;
-    lane_->active_waits_id = is_id;
-    lane_->wait_cancelled.store(false, std::memory_order_relaxed);  // under diag_lock, as its setter
+    lane_->add_wait(&rec_);
   }
   ~WaitNote() { finish(); }
   WaitNote(const WaitNote&) = delete;
   WaitNote& operator=(const WaitNote&) = delete;
 
-  // What the wait sleeps on besides its target: set when engine destroy gives it up.
-  const std::atomic<bool>* cancel_flag() const { return lane_ ? &lane_->wait_cancelled : nullptr; }
+  // What the wait sleeps on besides its target: set when drain or destroy gives it up.
+  const std::atomic<bool>* cancel_flag() const { return lane_ ? &rec_.cancelled : nullptr; }
 
-  // Ends the note; true when engine destroy gave the wait up (it was on a wait cycle) and
-  // its target has not been reached. The flag is read under diag_lock, where it is set.
+  // Ends the note; true when drain or destroy gave the wait up (it was on a wait cycle)
+  // and its target has not been reached. The flag is read under diag_lock, where it is set.
   bool finish() {
     if (lane_ == nullptr) return false;
     std::lock_guard<SpinLock> lock(lane_->diag_lock);
-    lane_->active_waits_call = nullptr;
-    lane_->active_waits_stream = nullptr;
-    const bool cancelled =
-        lane_->wait_cancelled.load(std::memory_order_relaxed) && !stream_->reached(target_, is_id_);
+    lane_->remove_wait(&rec_);
+    const bool cancelled = rec_.cancelled.load(std::memory_order_relaxed) && !rec_.stream->reached(rec_.target, rec_.is_id);
     lane_ = nullptr;
     return cancelled;
   }
 
  private:
   Lane* lane_;
-  Stream* stream_;
-  uint64_t target_;
-  bool is_id_;
+  WaitRecord rec_;
 };
 
 [[gnu::cold]] fl_status_t wait_given_up(const char* call, const Instr* self, const std::string& what) {

@@ -330,12 +330,24 @@ TEST(TaskGroupWaitFor, TimesOutWhileATaskRunsAndTheGroupStaysUsable) {
   EXPECT_FL_OK(fl_task_group_wait_for(g, FL_WAIT_FOREVER));
   EXPECT_FL_OK(fl_task_group_wait_for(g, 0));  // an idle group answers at once
 
-  // A failure that happens after a timed-out wait is returned by the next wait, once.
-  Gate second;
-  ASSERT_FL_OK(fl_task_group_spawn(g, &wait_on_gate, &second, nullptr));
+  // A failure that happens after a timed-out wait is returned by the next wait, once. The
+  // held task starts before the failing one is spawned (a task not started once another
+  // has failed is skipped).
+  struct Held {
+    Gate gate;
+    std::atomic<bool> started{false};
+  } second;
+  ASSERT_FL_OK(fl_task_group_spawn(g, [](void* p) {
+    auto* h = static_cast<Held*>(p);
+    h->started = true;
+    return h->gate.wait() ? FL_OK : FL_ERR_INTERNAL;
+  }, &second, nullptr));
+  for (auto until = Clock::now() + std::chrono::seconds(60); !second.started && Clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  ASSERT_TRUE(second.started.load());
   ASSERT_FL_OK(fl_task_group_spawn(g, [](void*) { return FL_ERR_OUT_OF_RANGE; }, nullptr, nullptr));
   EXPECT_FL_ERR(fl_task_group_wait_for(g, 1'000'000), FL_ERR_TIMEOUT, "had not finished");
-  second.open = true;
+  second.gate.open = true;
   EXPECT_FL_ERR(fl_task_group_wait_for(g, FL_WAIT_FOREVER), FL_ERR_OUT_OF_RANGE, "failed with FL_ERR_OUT_OF_RANGE");
   EXPECT_FL_OK(fl_task_group_wait(g));
   ASSERT_FL_OK(fl_task_group_destroy(g));

@@ -306,6 +306,160 @@ TEST(WaitCycles, ASecondTasksIdWaitBesideAnObjectWaitOnACycleDoesNotHideIt) {
   run_two_waiting_tasks(true, false);
 }
 
+// Two tasks of one instruction's task group wait at once, each on its own cycle: x's task A
+// waits for y, which waits for x; its task B waits for z's object, and z waits for x's.
+// Both waits are in the wait-for graph, and destroy breaks both cycles. (With one wait
+// registered per lane, B's was not: once A's cycle was broken, z -> x remained with no edge
+// out of x, and destroy hung.)
+TEST(WaitCycles, TwoTasksOfOneInstructionOnTwoCyclesAreBothInTheGraphAndBothBroken) {
+  HangGuard guard("two task-group tasks of one instruction, each waiting on its own cycle");
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 6;  // x's fn, tasks A and B, y and z all block
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  struct Shared {
+    fl_engine_t* e;
+    fl_stream_t *s1, *s2, *s3;
+    fl_object_t *x_obj, *z_obj;  // written by 'x' and 'z'
+    std::atomic<fl_instr_id> x_id{0}, y_id{0}, z_id{0};
+    std::atomic<int> a{-1}, b{-1}, y{-1}, z{-1}, group{-1};
+    Gate b_go;
+    std::string a_msg, b_msg;
+  } sh;
+  sh.e = e;
+  sh.s1 = host_of(e, 1);
+  sh.s2 = host_of(e, 2);
+  sh.s3 = host_of(e, 3);
+  sh.x_obj = make_obj(e);
+  sh.z_obj = make_obj(e);
+  sh.x_id = submit(sh.s1, [&](fl_instr_ctx_t*) {
+    fl_task_group_t* g = nullptr;
+    fl_status_t st = fl_task_group_create(sh.e, &g);
+    if (st != FL_OK) return st;
+    st = fl_task_group_spawn(g, [](void* p) {  // A: x -> y -> x
+      auto* x = static_cast<Shared*>(p);
+      x->a = fl_instr_wait_for(x->s2, await_id(x->y_id), FL_WAIT_FOREVER);
+      x->a_msg = fl_last_error_message();
+      return FL_OK;
+    }, &sh, nullptr);
+    if (st == FL_OK)
+      st = fl_task_group_spawn(g, [](void* p) {  // B: x -> z -> x, once A waits
+        auto* x = static_cast<Shared*>(p);
+        if (!x->b_go.wait()) return FL_ERR_TIMEOUT;
+        await_id(x->z_id);
+        x->b = fl_object_wait_for(x->z_obj, FL_READ, FL_WAIT_FOREVER);
+        x->b_msg = fl_last_error_message();
+        return FL_OK;
+      }, &sh, nullptr);
+    fl_status_t ws = fl_task_group_wait(g);
+    sh.group = ws;
+    fl_task_group_destroy(g);
+    return st != FL_OK ? st : ws;
+  }, {W(sh.x_obj)}, "x");
+  sh.y_id = submit(sh.s2, [&](fl_instr_ctx_t*) {
+    sh.y = fl_instr_wait_for(sh.s1, sh.x_id, FL_WAIT_FOREVER);
+    return FL_OK;
+  }, {}, "y");
+  sh.z_id = submit(sh.s3, [&](fl_instr_ctx_t*) {
+    sh.z = fl_object_wait(sh.x_obj, FL_READ);
+    return FL_OK;
+  }, {W(sh.z_obj)}, "z");
+  const std::string x_is = "'x' (#" + std::to_string(sh.x_id.load()) + ", lane 1, host)";
+  const std::string a_waits = x_is + " waits in fl_instr_wait_for (lane 2, host): for its instruction #" +
+                              std::to_string(sh.y_id.load());
+  std::string dump = fltest::wait_for_dump(e, {a_waits});
+  ASSERT_TRUE(contains(dump, a_waits)) << dump;
+  sh.b_go.open = true;
+  const std::string b_waits = x_is + " waits in fl_object_wait (object ";
+  const std::string b_for = "for 'z' (#" + std::to_string(sh.z_id.load()) + ", lane 3, host)";
+  dump = fltest::wait_for_dump(e, {a_waits, b_waits, b_for, "written by 'z' (#"});
+  EXPECT_TRUE(contains(dump, a_waits) && contains(dump, b_for)) << "both of x's waits are in the graph:\n" << dump;
+  fl_object_release(sh.x_obj);
+  fl_object_release(sh.z_obj);
+  ASSERT_FL_OK(fl_engine_destroy(e));
+  EXPECT_TRUE(sh.a.load() == FL_ERR_CANCELLED || sh.y.load() == FL_ERR_CANCELLED)
+      << "A: " << sh.a.load() << " " << sh.a_msg << "; y: " << sh.y.load();
+  EXPECT_TRUE(sh.b.load() == FL_ERR_CANCELLED || sh.z.load() == FL_ERR_CANCELLED)
+      << "B: " << sh.b.load() << " " << sh.b_msg << "; z: " << sh.z.load();
+  for (int st : {sh.a.load(), sh.b.load(), sh.y.load(), sh.z.load()})
+    EXPECT_TRUE(st == FL_OK || st == FL_ERR_CANCELLED) << st;
+  if (sh.b.load() == FL_ERR_CANCELLED) EXPECT_TRUE(contains(sh.b_msg, "in " + x_is + " was cancelled")) << sh.b_msg;
+  EXPECT_EQ(sh.group.load(), FL_OK);
+}
+
+// Two tasks of one instruction wait for two instructions of one lane, whose head is blocked
+// on the instruction's own output: two waits on cycles through the same two lanes. Each is
+// given up (a cycle is a set of lanes, and cancelling the waits of one cycle per set would
+// leave the other task waiting: the lane's head waits on a dependency, which nothing
+// cancels).
+TEST(WaitCycles, TwoTasksWaitingThroughTheSameLanesAreBothCancelled) {
+  HangGuard guard("two task-group tasks of one instruction on cycles through the same lanes");
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 4;
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  struct Shared {
+    fl_engine_t* e;
+    fl_stream_t *s1, *s2;
+    std::atomic<fl_instr_id> y_id{0}, y2_id{0};
+    std::atomic<int> a{-1}, b{-1}, group{-1};
+    std::atomic<bool> a_in{false}, b_in{false};
+    std::string a_msg, b_msg;
+  } sh;
+  sh.e = e;
+  sh.s1 = host_of(e, 1);
+  sh.s2 = host_of(e, 2);
+  fl_object_t* x_obj = make_obj(e);
+  const fl_instr_id x_id = submit(sh.s1, [&](fl_instr_ctx_t*) {
+    fl_task_group_t* g = nullptr;
+    fl_status_t st = fl_task_group_create(sh.e, &g);
+    if (st != FL_OK) return st;
+    st = fl_task_group_spawn(g, [](void* p) {
+      auto* x = static_cast<Shared*>(p);
+      const fl_instr_id y = await_id(x->y_id);
+      x->a_in = true;
+      x->a = fl_instr_wait_for(x->s2, y, FL_WAIT_FOREVER);
+      x->a_msg = fl_last_error_message();
+      return FL_OK;
+    }, &sh, nullptr);
+    if (st == FL_OK)
+      st = fl_task_group_spawn(g, [](void* p) {
+        auto* x = static_cast<Shared*>(p);
+        const fl_instr_id y2 = await_id(x->y2_id);
+        x->b_in = true;
+        x->b = fl_instr_wait_for(x->s2, y2, FL_WAIT_FOREVER);
+        x->b_msg = fl_last_error_message();
+        return FL_OK;
+      }, &sh, nullptr);
+    // Both tasks start on other workers, as tasks of the group: x's own worker, helping in
+    // fl_task_group_wait, would run them as part of x's function, whose waits for what
+    // waits for x are refused.
+    for (auto until = fltest::Clock::now() + std::chrono::seconds(60);
+         !(sh.a_in && sh.b_in) && fltest::Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    fl_status_t ws = fl_task_group_wait(g);
+    sh.group = ws;
+    fl_task_group_destroy(g);
+    return st != FL_OK ? st : ws;
+  }, {W(x_obj)}, "x");
+  sh.y_id = submit(sh.s2, [] { return FL_OK; }, {R(x_obj)}, "y");  // blocked until x completes
+  sh.y2_id = submit(sh.s2, [] { return FL_OK; }, {}, "y2");         // behind y
+  const std::string x_is = "'x' (#" + std::to_string(x_id) + ", lane 1, host)";
+  // x's section of the dump lists both waits (the cycle, a set of lanes, is named once).
+  const std::string a_waits = x_is + " RUNNING its callback\n    waits in fl_instr_wait_for (lane 2, host): for its";
+  const std::string b_waits = "    waits in fl_instr_wait_for (lane 2, host): for its instruction #" +
+                              std::to_string(sh.y2_id.load()) + ", not completed yet\n";
+  std::string dump = fltest::wait_for_dump(e, {a_waits, b_waits, "DEADLOCK"});
+  ASSERT_TRUE(contains(dump, a_waits) && contains(dump, b_waits))
+      << dump << "A: " << sh.a.load() << " " << sh.a_msg << "; B: " << sh.b.load() << " " << sh.b_msg;
+  fl_object_release(x_obj);
+  ASSERT_FL_OK(fl_engine_destroy(e));
+  EXPECT_EQ(sh.a.load(), FL_ERR_CANCELLED) << sh.a_msg;
+  EXPECT_EQ(sh.b.load(), FL_ERR_CANCELLED) << sh.b_msg;
+  EXPECT_TRUE(contains(sh.b_msg, "in " + x_is + " was cancelled")) << sh.b_msg;
+  EXPECT_EQ(sh.group.load(), FL_OK);
+}
+
 // A bounded wait on a cycle ends at its timeout as before (destroy is not involved), and
 // the engine goes on: the cycle dissolves once one side stops waiting.
 TEST(WaitCycles, ABoundedWaitOnACycleTimesOutAndTheEngineGoesOn) {
