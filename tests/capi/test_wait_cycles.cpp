@@ -203,14 +203,25 @@ TEST(WaitCycles, AWaitThatIsNotOnACycleIsNotGivenUpByDestroy) {
 // showed only B's wait, A's cancel flag was reset, and once B's wait ended nothing
 // registered A's any more: destroy hung on the cycle for good. Each task waits by id
 // (fl_instr_wait_for) or for an object the instruction it waits for writes (fl_object_wait).
+// The engine and host streams of lanes 1 to 3 that the task-group cycle tests below share
+// with their callbacks.
+struct ThreeLanes {
+  fl_engine_t* e = nullptr;
+  fl_stream_t *s1 = nullptr, *s2 = nullptr, *s3 = nullptr;
+  void open(fl_engine_t* engine) {
+    e = engine;
+    s1 = host_of(e, 1);
+    s2 = host_of(e, 2);
+    s3 = host_of(e, 3);
+  }
+};
+
 void run_two_waiting_tasks(bool a_waits_object, bool b_waits_object) {
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
   d.num_workers = 6;  // x's fn, tasks A and B, y's fn and the slow lane's gate all block
   ASSERT_FL_OK(fl_engine_create(&d, &e));
-  struct Shared {
-    fl_engine_t* e;
-    fl_stream_t *s1, *s2, *s3;
+  struct Shared : ThreeLanes {
     fl_object_t *y_obj, *slow_obj;  // written by 'y' and 'slow'
     bool a_object, b_object;
     std::atomic<fl_instr_id> x_id{0}, y_id{0}, slow_id{0};
@@ -219,10 +230,7 @@ void run_two_waiting_tasks(bool a_waits_object, bool b_waits_object) {
     Gate b_go, slow_gate;
     std::string a_msg, b_msg;
   } sh;
-  sh.e = e;
-  sh.s1 = host_of(e, 1);
-  sh.s2 = host_of(e, 2);
-  sh.s3 = host_of(e, 3);
+  sh.open(e);
   sh.y_obj = make_obj(e);
   sh.slow_obj = make_obj(e);
   sh.a_object = a_waits_object;
@@ -317,19 +325,14 @@ TEST(WaitCycles, TwoTasksOfOneInstructionOnTwoCyclesAreBothInTheGraphAndBothBrok
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
   d.num_workers = 6;  // x's fn, tasks A and B, y and z all block
   ASSERT_FL_OK(fl_engine_create(&d, &e));
-  struct Shared {
-    fl_engine_t* e;
-    fl_stream_t *s1, *s2, *s3;
+  struct Shared : ThreeLanes {
     fl_object_t *x_obj, *z_obj;  // written by 'x' and 'z'
     std::atomic<fl_instr_id> x_id{0}, y_id{0}, z_id{0};
     std::atomic<int> a{-1}, b{-1}, y{-1}, z{-1}, group{-1};
     Gate b_go;
     std::string a_msg, b_msg;
   } sh;
-  sh.e = e;
-  sh.s1 = host_of(e, 1);
-  sh.s2 = host_of(e, 2);
-  sh.s3 = host_of(e, 3);
+  sh.open(e);
   sh.x_obj = make_obj(e);
   sh.z_obj = make_obj(e);
   sh.x_id = submit(sh.s1, [&](fl_instr_ctx_t*) {
@@ -392,72 +395,68 @@ TEST(WaitCycles, TwoTasksOfOneInstructionOnTwoCyclesAreBothInTheGraphAndBothBrok
 // given up (a cycle is a set of lanes, and cancelling the waits of one cycle per set would
 // leave the other task waiting: the lane's head waits on a dependency, which nothing
 // cancels).
+// A task of the test below: waits for instruction `*id` of lane 2's stream.
+struct LaneTwoWaiter {
+  fl_stream_t* s2 = nullptr;
+  std::atomic<fl_instr_id> id{0};
+  std::atomic<bool> in{false};
+  std::atomic<int> status{-1};
+  std::string msg;
+  static fl_status_t run(void* p) {
+    auto* w = static_cast<LaneTwoWaiter*>(p);
+    const fl_instr_id target = await_id(w->id);
+    w->in = true;
+    w->status = fl_instr_wait_for(w->s2, target, FL_WAIT_FOREVER);
+    w->msg = fl_last_error_message();
+    return FL_OK;
+  }
+};
+
 TEST(WaitCycles, TwoTasksWaitingThroughTheSameLanesAreBothCancelled) {
   HangGuard guard("two task-group tasks of one instruction on cycles through the same lanes");
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
   d.num_workers = 4;
   ASSERT_FL_OK(fl_engine_create(&d, &e));
-  struct Shared {
-    fl_engine_t* e;
-    fl_stream_t *s1, *s2;
-    std::atomic<fl_instr_id> y_id{0}, y2_id{0};
-    std::atomic<int> a{-1}, b{-1}, group{-1};
-    std::atomic<bool> a_in{false}, b_in{false};
-    std::string a_msg, b_msg;
-  } sh;
-  sh.e = e;
-  sh.s1 = host_of(e, 1);
-  sh.s2 = host_of(e, 2);
+  ThreeLanes lanes;
+  lanes.open(e);
+  LaneTwoWaiter waiter[2];  // for 'y' and 'y2'
+  for (LaneTwoWaiter& w : waiter) w.s2 = lanes.s2;
+  std::atomic<int> group{-1};
   fl_object_t* x_obj = make_obj(e);
-  const fl_instr_id x_id = submit(sh.s1, [&](fl_instr_ctx_t*) {
+  const fl_instr_id x_id = submit(lanes.s1, [&](fl_instr_ctx_t*) {
     fl_task_group_t* g = nullptr;
-    fl_status_t st = fl_task_group_create(sh.e, &g);
+    fl_status_t st = fl_task_group_create(e, &g);
     if (st != FL_OK) return st;
-    st = fl_task_group_spawn(g, [](void* p) {
-      auto* x = static_cast<Shared*>(p);
-      const fl_instr_id y = await_id(x->y_id);
-      x->a_in = true;
-      x->a = fl_instr_wait_for(x->s2, y, FL_WAIT_FOREVER);
-      x->a_msg = fl_last_error_message();
-      return FL_OK;
-    }, &sh, nullptr);
-    if (st == FL_OK)
-      st = fl_task_group_spawn(g, [](void* p) {
-        auto* x = static_cast<Shared*>(p);
-        const fl_instr_id y2 = await_id(x->y2_id);
-        x->b_in = true;
-        x->b = fl_instr_wait_for(x->s2, y2, FL_WAIT_FOREVER);
-        x->b_msg = fl_last_error_message();
-        return FL_OK;
-      }, &sh, nullptr);
+    for (LaneTwoWaiter& w : waiter)
+      if (st == FL_OK) st = fl_task_group_spawn(g, &LaneTwoWaiter::run, &w, nullptr);
     // Both tasks start on other workers, as tasks of the group: x's own worker, helping in
     // fl_task_group_wait, would run them as part of x's function, whose waits for what
     // waits for x are refused.
     for (auto until = fltest::Clock::now() + std::chrono::seconds(60);
-         !(sh.a_in && sh.b_in) && fltest::Clock::now() < until;)
+         !(waiter[0].in && waiter[1].in) && fltest::Clock::now() < until;)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     fl_status_t ws = fl_task_group_wait(g);
-    sh.group = ws;
+    group = ws;
     fl_task_group_destroy(g);
     return st != FL_OK ? st : ws;
   }, {W(x_obj)}, "x");
-  sh.y_id = submit(sh.s2, [] { return FL_OK; }, {R(x_obj)}, "y");  // blocked until x completes
-  sh.y2_id = submit(sh.s2, [] { return FL_OK; }, {}, "y2");         // behind y
-  const std::string x_is = "'x' (#" + std::to_string(x_id) + ", lane 1, host)";
+  waiter[0].id = submit(lanes.s2, [] { return FL_OK; }, {R(x_obj)}, "y");  // blocked until x completes
+  waiter[1].id = submit(lanes.s2, [] { return FL_OK; }, {}, "y2");         // behind y
   // x's section of the dump lists both waits (the cycle, a set of lanes, is named once).
-  const std::string a_waits = x_is + " RUNNING its callback\n    waits in fl_instr_wait_for (lane 2, host): for its";
-  const std::string b_waits = "    waits in fl_instr_wait_for (lane 2, host): for its instruction #" +
-                              std::to_string(sh.y2_id.load()) + ", not completed yet\n";
-  std::string dump = fltest::wait_for_dump(e, {a_waits, b_waits, "DEADLOCK"});
-  ASSERT_TRUE(contains(dump, a_waits) && contains(dump, b_waits))
-      << dump << "A: " << sh.a.load() << " " << sh.a_msg << "; B: " << sh.b.load() << " " << sh.b_msg;
+  const std::string x_is = "'x' (#" + std::to_string(x_id) + ", lane 1, host)";
+  const std::string first = x_is + " RUNNING its callback\n    waits in fl_instr_wait_for (lane 2, host): for its";
+  const std::string second = "    waits in fl_instr_wait_for (lane 2, host): for its instruction #" +
+                             std::to_string(waiter[1].id.load()) + ", not completed yet\n";
+  std::string dump = fltest::wait_for_dump(e, {first, second, "DEADLOCK"});
+  ASSERT_TRUE(contains(dump, first) && contains(dump, second)) << dump;
   fl_object_release(x_obj);
   ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_EQ(sh.a.load(), FL_ERR_CANCELLED) << sh.a_msg;
-  EXPECT_EQ(sh.b.load(), FL_ERR_CANCELLED) << sh.b_msg;
-  EXPECT_TRUE(contains(sh.b_msg, "in " + x_is + " was cancelled")) << sh.b_msg;
-  EXPECT_EQ(sh.group.load(), FL_OK);
+  for (LaneTwoWaiter& w : waiter) {
+    EXPECT_EQ(w.status.load(), FL_ERR_CANCELLED) << w.msg;
+    EXPECT_TRUE(contains(w.msg, "in " + x_is + " was cancelled")) << w.msg;
+  }
+  EXPECT_EQ(group.load(), FL_OK);
 }
 
 // A bounded wait on a cycle ends at its timeout as before (destroy is not involved), and
