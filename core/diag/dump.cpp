@@ -144,8 +144,9 @@ Snapshot take_snapshot(Engine& e) {
       // waits (its lane cannot move on meanwhile); it stays referenceable until its
       // completion clears `active`, which needs this lock.
       const bool completing = lane.active != nullptr && is_terminal(lane.active->load_state());
-      if (lane.active != nullptr &&
-          (!completing || lane.waits != nullptr)) {
+      bool head_waits = false;  // a wait of the head's (not of a task that outlived an earlier head)
+      for (const WaitRecord* r = lane.waits; r != nullptr && !head_waits; r = r->next) head_waits = r->by == lane.active;
+      if (lane.active != nullptr && (!completing || head_waits)) {
         lane.active->ref();
         ls.head = Ref(lane.active, &e);
         ls.completing = completing;
@@ -163,6 +164,7 @@ Snapshot take_snapshot(Engine& e) {
           }
         } else {
           for (const WaitRecord* r = lane.waits; r != nullptr; r = r->next) {
+            if (r->by != lane.active) continue;
             WaitSnap w;
             w.rec = r;
             if (r->on != nullptr) {
@@ -434,9 +436,11 @@ int cancel_cycle_waits(Engine& e) {
       WaitRecord* r = lane.waits;
       while (r != nullptr && r != g.rec) r = r->next;
       if (r == nullptr) continue;
-      const bool same = g.waited != nullptr
-                            ? r->on == g.waited
-                            : r->on == nullptr && r->stream == g.stream && r->target == g.target && r->is_id == g.is_id;
+      const bool same =
+          r->by == g.waiter &&
+          (g.waited != nullptr
+               ? r->on == g.waited
+               : r->on == nullptr && r->stream == g.stream && r->target == g.target && r->is_id == g.is_id);
       if (!same) continue;
       // Release pairs with the acquire loads in Engine::sleep_until_terminal() (fl_object_wait)
       // and given_up() (sync.cpp: fl_stream_synchronize, fl_instr_wait_for).

@@ -97,6 +97,10 @@ struct Stream {
 // on a cycle of waits (cancel_cycle_waits(), diag/dump.cpp). Lives on the waiting thread's
 // stack, linked into Lane::waits under the lane's diag_lock for as long as the wait lasts.
 struct WaitRecord {
+  // The instruction whose wait this is (the lane's head when it registered). A task of its
+  // task group may outlive it and go on waiting after the lane moved on: such a record is
+  // not shown as, or cancelled for, the new head's.
+  const Instr* by = nullptr;
   // fl_object_wait: the user waited for (referenced while linked) and the object's handle,
   // not the object (the wait holds no reference on it, and the user waited for may free it
   // as it completes, its last reference, before the waiter wakes up to unlink this).

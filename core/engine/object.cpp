@@ -154,6 +154,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
     WaitRecord rec;
     if (my_lane != nullptr) {
       w->ref();  // the record's reference
+      rec.by = self;
       rec.on = w;
       rec.obj = o->handle;  // o is alive here: the caller's handle is valid
       std::lock_guard<SpinLock> lock(my_lane->diag_lock);

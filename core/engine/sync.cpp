@@ -265,6 +265,7 @@ class WaitNote {
   WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id)
       : lane_(self ? self->stream->lane : nullptr) {
     if (lane_ == nullptr) return;
+    rec_.by = self;
     rec_.call = call;
     rec_.stream = s;
     rec_.target = target;

@@ -459,6 +459,69 @@ TEST(WaitCycles, TwoTasksWaitingThroughTheSameLanesAreBothCancelled) {
   EXPECT_EQ(group.load(), FL_OK);
 }
 
+// A task of instruction x's group that goes on waiting after x has completed (the group
+// outlives x) is not shown as the wait of the lane's next instruction y, nor does it hide
+// y's own wait, and destroy does not take it for y's.
+TEST(WaitCycles, AWaitOfATaskThatOutlivedItsInstructionIsNotTheNextHeadsWait) {
+  HangGuard guard("a task-group task waiting after its instruction completed");
+  fl_engine_t* e = nullptr;
+  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
+  d.num_workers = 4;
+  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  ThreeLanes lanes;
+  lanes.open(e);
+  struct Task {
+    fl_object_t* z_obj = nullptr;
+    std::atomic<bool> in{false};
+    std::atomic<int> status{-1};
+  } task;
+  Gate z_gate;
+  fl_object_t* z_obj = make_obj(e);
+  task.z_obj = z_obj;
+  const fl_instr_id z_id = submit(lanes.s3, [&] { return z_gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(z_obj)}, "z");
+  fl_task_group_t* group = nullptr;
+  submit(lanes.s1, [&]() -> fl_status_t {
+    fl_status_t st = fl_task_group_create(e, &group);  // made here, waited for by the test
+    if (st != FL_OK) return st;
+    st = fl_task_group_spawn(group, [](void* p) {
+      auto* t = static_cast<Task*>(p);
+      t->in = true;
+      t->status = fl_object_wait(t->z_obj, FL_READ);  // registered while x is pending
+      return FL_OK;
+    }, &task, nullptr);
+    for (auto until = fltest::Clock::now() + std::chrono::seconds(60); !task.in && fltest::Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the task is in its wait
+    return st;
+  }, {}, "x");
+  Gate y_gate;
+  fl_object_t* y_obj = make_obj(e);
+  const fl_instr_id w_id = submit(lanes.s2, [&] { return y_gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(y_obj)}, "w");
+  std::atomic<int> y_status{-1};
+  const fl_instr_id y_id = submit(lanes.s1, [&] {
+    y_status = fl_object_wait(y_obj, FL_READ);  // y's own wait, for 'w'
+    return FL_OK;
+  }, {}, "y");
+  const std::string y_is = "'y' (#" + std::to_string(y_id) + ", lane 1, host)";
+  const std::string w_is = "'w' (#" + std::to_string(w_id) + ", lane 2, host)";
+  const std::string z_is = "'z' (#" + std::to_string(z_id) + ", lane 3, host)";
+  std::string dump = fltest::wait_for_dump(e, {y_is + " RUNNING its callback\n    waits in fl_object_wait for object",
+                                              "written by " + w_is});
+  EXPECT_TRUE(contains(dump, "written by " + w_is)) << "y's own wait is shown:\n" << dump;
+  EXPECT_FALSE(contains(dump, "written by " + z_is)) << "the task's wait is not y's:\n" << dump;
+  EXPECT_FALSE(contains(dump, "DEADLOCK")) << dump;
+  y_gate.open = true;
+  z_gate.open = true;
+  ASSERT_FL_OK(fl_task_group_wait(group));
+  ASSERT_FL_OK(fl_task_group_destroy(group));
+  ASSERT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(task.status.load(), FL_OK);
+  EXPECT_EQ(y_status.load(), FL_OK);
+  fl_object_release(y_obj);
+  fl_object_release(z_obj);
+  ASSERT_FL_OK(fl_engine_destroy(e));
+}
+
 // A bounded wait on a cycle ends at its timeout as before (destroy is not involved), and
 // the engine goes on: the cycle dissolves once one side stops waiting.
 TEST(WaitCycles, ABoundedWaitOnACycleTimesOutAndTheEngineGoesOn) {

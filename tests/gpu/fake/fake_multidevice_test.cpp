@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "fake_kernel.hpp"
@@ -18,6 +20,15 @@ int run_add(const void* const* a) {
   return 0;
 }
 const fake::Kernel kAdd{2, {sizeof(void*), sizeof(int)}, &run_add};
+
+// kAdd once the flag it is given is set (bounded: 60 s), so that the test can let go of an
+// object before the kernel using it completes.
+std::atomic<bool> g_go{false};
+int run_add_when_let_go(const void* const* a) {
+  for (int i = 0; i < 600'000 && !g_go.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  return run_add(a);
+}
+const fake::Kernel kAddWhenLetGo{2, {sizeof(void*), sizeof(int)}, &run_add_when_let_go};
 
 struct Seen {
   std::atomic<int> release_device{-1};
@@ -60,6 +71,8 @@ TEST(FakeMultiDevice, CallbacksOfDeviceWorkRunWithItsDeviceCurrent) {
   fl_operand_t w{o, FL_WRITE, 0};
   k.operands = &w;
   k.num_operands = 1;
+  k.func = &kAddWhenLetGo;  // completes only after the release below, so the poller runs it
+  g_go = false;
   ASSERT_EQ(fl_submit_kernel(s1, &k, nullptr), FL_OK) << fl_last_error_message();
   fl_device_instr_t di = FL_DEVICE_INSTR_INIT;
   di.fn = [](fl_instr_ctx_t*, void*, void*) -> fl_status_t { return FL_OK; };
@@ -70,7 +83,10 @@ TEST(FakeMultiDevice, CallbacksOfDeviceWorkRunWithItsDeviceCurrent) {
   };
   di.user_data = &seen;
   ASSERT_EQ(fl_submit_device(s1, &di, nullptr), FL_OK);
-  fl_object_release(o);  // its release callback runs once the device-1 kernel completed
+  // Its release callback runs once the device-1 kernel completed, on the poller. (Had the
+  // kernel completed first, this call, the last reference, would run it on this thread.)
+  fl_object_release(o);
+  g_go = true;
   ASSERT_EQ(fl_engine_synchronize(e), FL_OK) << fl_last_error_message();
   EXPECT_EQ(x.load(), 2);
   EXPECT_EQ(seen.release_device.load(), 1) << "a release callback of device-1 work saw another device current";
