@@ -32,14 +32,17 @@ fl_instr_id await_id(const std::atomic<fl_instr_id>& id) {
   return id.load();
 }
 
-// Two workers: both callbacks of a cycle run at once.
-fl_engine_t* two_worker_engine() {
+// An engine of `workers` workers (null, with a failure recorded, if it cannot be made).
+fl_engine_t* engine_with_workers(uint64_t workers) {
   fl_engine_t* e = nullptr;
   fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 2;
+  d.num_workers = workers;
   EXPECT_FL_OK(fl_engine_create(&d, &e));
   return e;
 }
+
+// Two workers: both callbacks of a cycle run at once.
+fl_engine_t* two_worker_engine() { return engine_with_workers(2); }
 
 enum class How { kInstrWait, kStreamSync, kObjectWait };
 
@@ -414,10 +417,8 @@ struct LaneTwoWaiter {
 
 TEST(WaitCycles, TwoTasksWaitingThroughTheSameLanesAreBothCancelled) {
   HangGuard guard("two task-group tasks of one instruction on cycles through the same lanes");
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 4;
-  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  fl_engine_t* e = engine_with_workers(4);
+  ASSERT_NE(e, nullptr);
   ThreeLanes lanes;
   lanes.open(e);
   LaneTwoWaiter waiter[2];  // for 'y' and 'y2'
@@ -464,10 +465,8 @@ TEST(WaitCycles, TwoTasksWaitingThroughTheSameLanesAreBothCancelled) {
 // y's own wait, and destroy does not take it for y's.
 TEST(WaitCycles, AWaitOfATaskThatOutlivedItsInstructionIsNotTheNextHeadsWait) {
   HangGuard guard("a task-group task waiting after its instruction completed");
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 4;
-  ASSERT_FL_OK(fl_engine_create(&d, &e));
+  fl_engine_t* e = engine_with_workers(4);
+  ASSERT_NE(e, nullptr);
   ThreeLanes lanes;
   lanes.open(e);
   struct Task {
