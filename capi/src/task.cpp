@@ -129,9 +129,13 @@ void refuse_inside_own_task(const GroupBox* g, const char* fn) {
 fl_status_t wait_group(fl_task_group_t* group, const Deadline& deadline, const char* fn) {
   GroupBox* g = group_from(group, fn);
   refuse_inside_own_task(g, fn);
-  // A trace span around the wait; none for a group that outlived its engine.
-  core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);
-  core::SpanScope span(e != nullptr ? e->observer() : nullptr, fn, uint64_t(g->group.unfinished()));
+  // A trace span around the wait (none for a group that outlived its engine). The engine is
+  // looked up only once some engine was ever traced: a fork-join program waits millions of
+  // times.
+  core::Observer* ob = nullptr;
+  if (core::Engine::observed_anywhere())
+    if (core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle)) ob = e->observer();
+  core::SpanScope span(ob, fn, ob != nullptr ? uint64_t(g->group.unfinished()) : 0);
   std::string detail;
   fl_status_t st = span.end(g->group.wait(&detail, deadline));
   if (st == FL_OK) return FL_OK;

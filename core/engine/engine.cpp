@@ -113,7 +113,10 @@ void Engine::drain_and_stop() {
 // ---------------------------------------------------------------------------------------
 // Observers and extensions
 
+std::atomic<bool> Engine::any_observer_{false};
+
 void Engine::set_observer(std::unique_ptr<Observer> o) {
+  any_observer_.store(true, std::memory_order_relaxed);  // see observed_anywhere()
   std::lock_guard<std::mutex> lock(observers_mu_);
   observer_.store(o.get(), std::memory_order_release);  // pairs with acquire in observer()
   observers_.push_back(std::move(o));

@@ -216,6 +216,11 @@ class Engine {
   // stopped in a loop) keeps one, not one per installation.
   // Pairs with the release stores in set_observer(), clear_observer() and reinstate_observer().
   Observer* observer() const { return observer_.load(std::memory_order_acquire); }
+  // Whether any engine of the process ever had an observer: a hook point that must find its
+  // engine first (a task group's wait looks its engine up by handle) skips that while none
+  // did. Relaxed: a stale false only loses the span of a call racing with the first
+  // installation, as a stale null from observer() would.
+  static bool observed_anywhere() { return any_observer_.load(std::memory_order_relaxed); }
   void set_observer(std::unique_ptr<Observer> o);
   void clear_observer();
   void reinstate_observer(Observer* o);  // o: installed earlier by set_observer()
@@ -305,6 +310,7 @@ class Engine {
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 
   std::atomic<Observer*> observer_{nullptr};
+  static std::atomic<bool> any_observer_;  // observed_anywhere()
   mutable std::mutex observers_mu_;
   std::vector<std::unique_ptr<Observer>> observers_;  // every observer installed, kept to the end
 
