@@ -93,7 +93,9 @@ def section(results, md):
     if memcheck:
         hits = re.findall(r'^========= Program hit (\w+) .* on CUDA API call to (\w+)', memcheck, re.M)
         errors = re.search(r"ERROR SUMMARY: (\d+) error", memcheck)
-        if errors:
+        if errors and int(errors.group(1)) == 0:
+            out += ["compute-sanitizer memcheck: 0 errors.", ""]
+        elif errors:
             total = int(errors.group(1))
             out.append(f"compute-sanitizer memcheck: {total} error(s) reported: {total - len(hits)} device memory "
                        f"error(s) and {len(hits)} CUDA API call(s) that returned an error (these count only when "
@@ -117,6 +119,16 @@ def section(results, md):
             first, last = rows[0], rows[-1]
             out += [f"The speed-up column divides medians. From the fastest runs (min ms) instead: "
                     f"{float(first[2]) / float(last[2]):.2f}x at {last[0]} threads.", ""]
+    knobs = read(os.path.join(results, "knobs.txt")) if os.path.exists(os.path.join(results, "knobs.txt")) else ""
+    medians = [ln[2:] for ln in knobs.splitlines() if ln.startswith("# ") and not ln.startswith("# round")]
+    if len(medians) > 2:
+        out += ["### Latency knobs (scripts/gpu-knobs.sh, same session)", "",
+                "Medians over alternating rounds, us per item, for each setting of the poller's query pacing "
+                "(`FLOWLANE_POLL_PACE_NS`) and the caller's poll before blocking (`FLOWLANE_WAIT_SPIN_NS`; "
+                "50000 is the default):", "", "```"] + medians + ["```", ""]
+    earlier = sorted(d for d in os.listdir(results) if os.path.isdir(os.path.join(results, d)))
+    if earlier:
+        out += ["Earlier runs, kept beside it: " + ", ".join(f"`{rel}/{d}/`" for d in earlier) + ".", ""]
     out.append(bench_report.GPU_END)
     bench_report.splice_section(md, "\n".join(out), bench_report.GPU_BEGIN, bench_report.GPU_END)
     print(f"gpu_report.py: wrote the GPU section of {md} from {results}")
