@@ -206,6 +206,16 @@ TEST(WaitCycles, AWaitThatIsNotOnACycleIsNotGivenUpByDestroy) {
 // showed only B's wait, A's cancel flag was reset, and once B's wait ended nothing
 // registered A's any more: destroy hung on the cycle for good. Each task waits by id
 // (fl_instr_wait_for) or for an object the instruction it waits for writes (fl_object_wait).
+// The end of the instruction 'x' in the task-group cycle tests below: waits for its group,
+// records the wait's status in *group, destroys the group; returns the spawns' status `st`
+// if it failed, else the wait's.
+fl_status_t finish_group(fl_task_group_t* g, fl_status_t st, std::atomic<int>* group) {
+  fl_status_t ws = fl_task_group_wait(g);
+  *group = ws;
+  fl_task_group_destroy(g);
+  return st != FL_OK ? st : ws;
+}
+
 // The engine and host streams of lanes 1 to 3 that the task-group cycle tests below share
 // with their callbacks.
 struct ThreeLanes {
@@ -262,10 +272,7 @@ void run_two_waiting_tasks(bool a_waits_object, bool b_waits_object) {
         x->b_msg = fl_last_error_message();
         return FL_OK;
       }, &sh, nullptr);
-    fl_status_t ws = fl_task_group_wait(g);
-    sh.group = ws;
-    fl_task_group_destroy(g);
-    return st != FL_OK ? st : ws;
+    return finish_group(g, st, &sh.group);
   }, {}, "x");
   sh.y_id = submit(sh.s2, [&](fl_instr_ctx_t*) {
     sh.y = fl_instr_wait_for(sh.s1, sh.x_id, FL_WAIT_FOREVER);
@@ -357,10 +364,7 @@ TEST(WaitCycles, TwoTasksOfOneInstructionOnTwoCyclesAreBothInTheGraphAndBothBrok
         x->b_msg = fl_last_error_message();
         return FL_OK;
       }, &sh, nullptr);
-    fl_status_t ws = fl_task_group_wait(g);
-    sh.group = ws;
-    fl_task_group_destroy(g);
-    return st != FL_OK ? st : ws;
+    return finish_group(g, st, &sh.group);
   }, {W(sh.x_obj)}, "x");
   sh.y_id = submit(sh.s2, [&](fl_instr_ctx_t*) {
     sh.y = fl_instr_wait_for(sh.s1, sh.x_id, FL_WAIT_FOREVER);
@@ -437,10 +441,7 @@ TEST(WaitCycles, TwoTasksWaitingThroughTheSameLanesAreBothCancelled) {
     for (auto until = fltest::Clock::now() + std::chrono::seconds(60);
          !(waiter[0].in && waiter[1].in) && fltest::Clock::now() < until;)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    fl_status_t ws = fl_task_group_wait(g);
-    group = ws;
-    fl_task_group_destroy(g);
-    return st != FL_OK ? st : ws;
+    return finish_group(g, st, &group);
   }, {W(x_obj)}, "x");
   waiter[0].id = submit(lanes.s2, [] { return FL_OK; }, {R(x_obj)}, "y");  // blocked until x completes
   waiter[1].id = submit(lanes.s2, [] { return FL_OK; }, {}, "y2");         // behind y
