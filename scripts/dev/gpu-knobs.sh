@@ -3,8 +3,8 @@
 # their defaults are chosen from one run on one machine (gpu/README.md, "Tuning"):
 #   FLOWLANE_POLL_PACE_NS  the poller's pause between event queries that found no progress
 #   FLOWLANE_WAIT_SPIN_NS  how long a program thread polls before it blocks in a wait
-#   scripts/gpu-knobs.sh BUILD_DIR OUT_FILE [extra Google Benchmark arguments]
-# BUILD_DIR holds bench/gpu_bench_gpu (scripts/gpu-check.sh leaves one). Settings alternate
+#   scripts/dev/gpu-knobs.sh BUILD_DIR OUT_FILE [extra Google Benchmark arguments]
+# BUILD_DIR holds bench/gpu_bench_gpu (scripts/dev/gpu-check.sh leaves one). Settings alternate
 # within each round, so drift of the machine spreads over all of them; each line of OUT_FILE
 # is one benchmark under one setting in one round (microseconds per item).
 set -uo pipefail
