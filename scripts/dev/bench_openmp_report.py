@@ -26,6 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_report  # noqa: E402  (machine(), run(), the section markers)
 import callgrind_submit  # noqa: E402  (the callgrind tables)
+import gbench  # noqa: E402  (reading Google Benchmark JSON)
 
 RUNTIMES = list(callgrind_submit.NAMES.items())
 SHAPES = [("Independent", "independent instructions (no operands; flowlane: 8 lanes round robin)"),
@@ -37,17 +38,13 @@ FILE = re.compile(r"^round(\d+)_(\w+?)(?:_t(\d+))?\.json$")
 
 
 def medians(path):
-    """{run_name: ns per instruction} from the median aggregates (1e9 / items_per_second)."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    out = {}
-    for b in data.get("benchmarks", []):
-        if b.get("error_occurred"):
-            raise ValueError(f"{path}: {b.get('run_name')}: {b.get('error_message')}")
-        single = b.get("run_type") != "aggregate"
-        if (single or b.get("aggregate_name") == "median") and b.get("items_per_second"):
-            out[b.get("run_name", b["name"])] = 1e9 / b["items_per_second"]
-    return out, data.get("context", {})
+    """{run_name: ns per instruction} (1e9 / items_per_second, median over repetitions); a
+    benchmark that ended with an error fails the report."""
+    benchmarks, context = gbench.load(path)
+    bad = gbench.failed(benchmarks)
+    if bad:
+        raise ValueError(f"{path}: {bad[0].get('run_name')}: {bad[0].get('error_message')}")
+    return gbench.per_item(benchmarks, 1e9), context
 
 
 def load(results):

@@ -17,13 +17,14 @@ GPU_END, written by gpu_report.py --section) of an existing --out file are kept 
 import argparse
 import datetime
 import glob
-import json
 import os
 import re
 import subprocess
 import sys
 
-UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gbench  # noqa: E402  (reading Google Benchmark JSON)
+
 # The OpenMP section (scripts/bench-openmp.sh, bench_openmp_report.py) and the GPU section
 # (scripts/dev/gpu_report.py --section, from a GPU host run kept in bench/results/gpu) live
 # between these markers; each report keeps the others' parts of BENCHMARKS.md.
@@ -102,33 +103,29 @@ def fmt_time(ns):
     return f"{ns:.3g} ns"
 
 
-def collect(data):
+def collect(benchmarks):
     """{run_name: {"real": ns, "cpu": ns, "cv": float|None, "reps": int}} in file order."""
     rows = {}
     singles = {}
-    for b in data.get("benchmarks", []):
-        if b.get("error_occurred"):
-            rows.setdefault(b.get("run_name", b["name"]), {})["error"] = b.get("error_message", "error")
-            continue
-        name = b.get("run_name", b["name"])
-        scale = UNIT_NS.get(b.get("time_unit", "ns"), 1.0)
+    for b in benchmarks:
+        name = gbench.name(b)
         row = rows.setdefault(name, {})
-        if b.get("run_type") == "aggregate":
-            agg = b.get("aggregate_name")
-            if agg == "median":
-                row["real"] = b["real_time"] * scale
-                row["cpu"] = b["cpu_time"] * scale
-                row["reps"] = b.get("repetitions")
-            elif agg == "cv":
-                row["cv"] = b["real_time"]  # cv aggregates are reported as fractions
-        else:
-            singles.setdefault(name, []).append((b["real_time"] * scale, b["cpu_time"] * scale))
+        if b.get("error_occurred"):
+            row["error"] = b.get("error_message", "error")
+            continue
+        agg = gbench.aggregate(b)
+        if agg == "median":
+            row["real"] = gbench.ns(b, "real_time")
+            row["cpu"] = gbench.ns(b, "cpu_time")
+            row["reps"] = b.get("repetitions")
+        elif agg == "cv":
+            row["cv"] = b["real_time"]  # cv aggregates are reported as fractions
+        elif not gbench.is_aggregate(b):
+            singles.setdefault(name, []).append((gbench.ns(b, "real_time"), gbench.ns(b, "cpu_time")))
     for name, runs in singles.items():
         row = rows[name]
         if "real" not in row:  # no aggregates (one repetition): median of what we have
-            runs.sort()
-            mid = runs[len(runs) // 2]
-            row["real"], row["cpu"] = mid
+            row["real"], row["cpu"] = gbench.middle(runs)
             row["reps"] = len(runs)
     return rows
 
@@ -149,10 +146,8 @@ def ratio_rows(rows, peers):
 
 
 def table(path, peers):
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    ctx = data.get("context", {})
-    rows = collect(data)
+    benchmarks, ctx = gbench.load(path)
+    rows = collect(benchmarks)
     lines = [f"## {os.path.splitext(os.path.basename(path))[0]}", ""]
     notes = []
     if ctx.get("library_build_type") == "debug":
@@ -204,8 +199,7 @@ def main():
     dates = []
     for path in files:
         try:
-            with open(path, encoding="utf-8") as f:
-                dates.append(json.load(f).get("context", {}).get("date", ""))
+            dates.append(gbench.load(path)[1].get("date", ""))
         except (OSError, ValueError):
             pass
     dates = sorted(d for d in dates if d)

@@ -179,21 +179,7 @@ for b in "$B"/bench/gpu_bench_*; do
     fail "$name" "exit status"
   fi
   # A benchmark that skipped with an error (no device, a failed call) still exits 0.
-  errs=$(python3 - "$json" <<'EOF' 2>&1
-import json, sys
-try:
-    data = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"unreadable JSON: {e}")
-    sys.exit(0)
-bs = data.get("benchmarks", [])
-if not bs:
-    print("no benchmark results")
-for b in bs:
-    if b.get("error_occurred"):
-        print(f"{b.get('name')}: {b.get('error_message', 'error')}")
-EOF
-)
+  errs=$(python3 scripts/dev/gbench.py --errors "$json" 2>&1)
   if [[ -n "$errs" ]]; then
     echo "$errs" >> "$blog"
     fail "$name" "$(echo "$errs" | head -3 | tr '\n' ' ')"

@@ -20,31 +20,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_report  # noqa: E402  (the section markers and splicing)
+import gbench  # noqa: E402  (reading Google Benchmark JSON)
 
 
 def load_medians(path):
     """name -> microseconds per item (median over repetitions)."""
-    with open(path) as fh:
-        data = json.load(fh)
-    out = {}
-    plain = {}
-    for b in data.get("benchmarks", []):
-        if b.get("error_occurred"):
-            continue
-        name = b.get("run_name", b["name"])
-        ips = b.get("items_per_second")
-        if not ips:
-            continue
-        us = 1e6 / ips
-        if b.get("aggregate_name") == "median":
-            out[name] = us
-        elif b.get("run_type") == "iteration":
-            plain.setdefault(name, []).append(us)
-    for name, xs in plain.items():  # no aggregates in the file: take the median ourselves
-        if name not in out:
-            xs = sorted(xs)
-            out[name] = xs[len(xs) // 2]
-    return out, data.get("context", {})
+    benchmarks, context = gbench.load(path)
+    return gbench.per_item(benchmarks, 1e6), context
 
 
 def find(meds, prefix):
