@@ -30,7 +30,7 @@
 //   --threads=1,2,16          the N to run (default 1,2)
 //   --once=SHAPE:COUNT[:N]    no benchmark: submit COUNT instructions of SHAPE once (N
 //                             threads, default 2) with the first runtime of this binary,
-//                             wait, check, exit. For scripts/callgrind-submit.sh: every
+//                             wait, check, exit. For scripts/dev/callgrind-submit.sh: every
 //                             thread but the submitter is held (blocked) in a gate while
 //                             it submits, so that submission runs alone and its cost is
 //                             the same from run to run; then the gate opens and the
@@ -106,7 +106,7 @@ int warm_then_measure(Round round) {
 
 int flowlane_workers(int threads) { return threads > 1 ? threads - 1 : 1; }
 
-// Not inlined: scripts/callgrind-submit.sh finds the submitting thread and its submission
+// Not inlined: scripts/dev/callgrind-submit.sh finds the submitting thread and its submission
 // cost by this frame (and openmp_shape's).
 [[gnu::noinline]] int flowlane_shape(flbench::FlEngine& f, Shape s, int n) {
   switch (s) {

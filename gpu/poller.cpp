@@ -34,7 +34,7 @@ namespace {
 // Between two queries that found no progress, the spinning poller pauses kPollPaceNs
 // (FLOWLANE_POLL_PACE_NS; 0: a CPU pause only). Every cudaEventQuery enters the CUDA driver,
 // which the lanes' launches enter too; whether a query loop without pauses slows launches
-// down, and which pause pays, is what BM_RawChainWithPollingThread and scripts/gpu-knobs.sh
+// down, and which pause pays, is what BM_RawChainWithPollingThread and scripts/dev/gpu-knobs.sh
 // measure on a GPU host. Until they have, the default keeps the measured behaviour (no pause).
 constexpr int64_t kPollPaceNs = 0;
 constexpr int kSpinPolls = 64;

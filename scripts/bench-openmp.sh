@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # flowlane host instructions vs OpenMP tasks with depend clauses (libgomp, and LLVM's
 # libomp where clang and libomp-dev are installed), in alternating rounds, and the OpenMP
-# section of BENCHMARKS.md (scripts/bench_openmp_report.py).
+# section of BENCHMARKS.md (scripts/dev/bench_openmp_report.py).
 #
 #   scripts/bench-openmp.sh [ROUNDS]      # default 5 rounds
 #
@@ -12,7 +12,7 @@
 # also runs bench_engine's hand-off and submit-only benchmarks. Every run writes Google
 # Benchmark JSON (median of BENCH_REPETITIONS repetitions = the round's median); the report
 # takes the median over rounds of each runtime, and of the per-round ratio
-# flowlane / better OpenMP. Then scripts/callgrind-submit.sh (if valgrind is installed).
+# flowlane / better OpenMP. Then scripts/dev/callgrind-submit.sh (if valgrind is installed).
 #   BENCH_OMP_THREADS    thread counts N (default 1,2; e.g. 1,2,8,16 on a bigger host)
 #   BENCH_REPETITIONS    repetitions per benchmark and round (default 3)
 #   BENCH_MIN_TIME       --benchmark_min_time (default: Google Benchmark's)
@@ -106,7 +106,7 @@ if [[ "${BENCH_OMP_CALLGRIND:-1}" != 0 ]]; then
   if command -v valgrind >/dev/null 2>&1 && command -v callgrind_annotate >/dev/null 2>&1; then
     say "callgrind"
     cg_runtimes=$(IFS=,; echo "${runtimes[*]}")
-    cg=(python3 scripts/callgrind_submit.py --bin-dir "$rel_bin" --runtimes "$cg_runtimes"
+    cg=(python3 scripts/dev/callgrind_submit.py --bin-dir "$rel_bin" --runtimes "$cg_runtimes"
         --out-dir "${BUILD_DIR#"$FLOWLANE_ROOT"/}/callgrind" --json "$results/callgrind.json")
     "${cg[@]}"
     commands+=("${cg[*]}")
@@ -118,6 +118,6 @@ fi
 say "BENCHMARKS.md (OpenMP section)"
 cmd_args=()
 for c in "${commands[@]}"; do cmd_args+=(--command "$c"); done
-python3 scripts/bench_openmp_report.py --results "$results" --out BENCHMARKS.md --rounds "$rounds" \
+python3 scripts/dev/bench_openmp_report.py --results "$results" --out BENCHMARKS.md --rounds "$rounds" \
   --repetitions "$reps" --commit "$commit" --load "$load_before" --load "$load_after" \
   --note "${BENCH_NOTE:-}" "${cmd_args[@]}"

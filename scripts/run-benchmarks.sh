@@ -75,6 +75,6 @@ done
 say "BENCHMARKS.md"
 cmd_args=()
 for c in "${commands[@]}"; do cmd_args+=(--command "$c"); done
-python3 scripts/bench_report.py --results "$results" --out BENCHMARKS.md --repetitions "$reps" \
+python3 scripts/dev/bench_report.py --results "$results" --out BENCHMARKS.md --repetitions "$reps" \
   --commit "$commit" --note "${BENCH_NOTE:-}" "${cmd_args[@]}"
 exit $status

@@ -13,7 +13,7 @@ required=(cmake g++ make pkg-config binutils libgtest-dev libgmock-dev libbenchm
           libconcurrentqueue-dev python3)
 # Benchmark peers and binding toolchains: installed when the distribution has them;
 # the build and the tests work without them (their parts are skipped). The binding
-# generator's check (scripts/gen-bindings.sh --check: python3-pycparser, bindgen,
+# generator's check (scripts/dev/gen-bindings.sh --check: python3-pycparser, bindgen,
 # rustfmt), mypy and rust-clippy are what CI's bindings-check stage needs; python3-venv,
 # -build, -wheel, -setuptools the wheel test; python3-numpy the NumPy example and tests.
 optional=(libtbb-dev libstarpu-dev python3-pytest cargo
@@ -21,7 +21,7 @@ optional=(libtbb-dev libstarpu-dev python3-pytest cargo
           python3-venv python3-build python3-wheel python3-setuptools python3-numpy)
 for group in "$@"; do
   case "$group" in
-    # bench_openmp_libomp (clang++ -fopenmp=libomp) and scripts/callgrind-submit.sh;
+    # bench_openmp_libomp (clang++ -fopenmp=libomp) and scripts/dev/callgrind-submit.sh;
     # libgomp comes with g++.
     openmp) optional+=(clang libomp-dev valgrind) ;;
     *) echo "setup.sh: unknown package group '$group' (known: openmp)" >&2; exit 2 ;;

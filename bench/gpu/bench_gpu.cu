@@ -1,6 +1,6 @@
 // GPU backend benchmarks: every flowlane number beside its raw-CUDA floor in the same
 // binary, so a ratio comes from one run on one machine (gpu/README.md, "Benchmarks").
-// scripts/gpu_report.py turns the JSON into the ratios against those floors.
+// scripts/dev/gpu_report.py turns the JSON into the ratios against those floors.
 //
 //   submit cost     BM_RawLaunch                vs BM_FlowlaneSubmitKernel (caller-side time
 //                   of a batch of kBatch submissions, the launches happen on workers)
@@ -36,7 +36,7 @@ __global__ void add_one(int* p) { *p += 1; }
 constexpr int kBatch = 1000;  // kernels per timed batch for the chain benchmarks
 
 // Every call of a raw-CUDA floor and of flowlane is checked: a benchmark whose calls fail
-// measures nothing, so it ends with an error (which scripts/gpu-check.sh treats as a failure).
+// measures nothing, so it ends with an error (which scripts/dev/gpu-check.sh treats as a failure).
 void fail_with(benchmark::State& state, const std::string& what) {
   static thread_local std::string message;  // SkipWithError keeps the pointer
   message = what;

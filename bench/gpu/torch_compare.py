@@ -9,7 +9,7 @@ Measures, on the same machine and run as bench/gpu's binary:
 
 Each figure is the median of --reps repetitions of --ops operations, in microseconds per
 operation (per step). Writes JSON to --out (and prints it). Without torch or a GPU it
-exits 2 with a message, so scripts/gpu-check.sh can record the skip.
+exits 2 with a message, so scripts/dev/gpu-check.sh can record the skip.
 """
 import argparse
 import json

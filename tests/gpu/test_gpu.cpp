@@ -25,7 +25,7 @@ int visible_devices() {
   return n;
 }
 
-// FLOWLANE_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the skip into a failure: a run on
+// FLOWLANE_REQUIRE_GPU=1 (scripts/dev/gpu-check.sh) turns the skip into a failure: a run on
 // the GPU host must not pass by seeing no device. With a device, the test kernels are
 // loaded first (lazy module loading would make a first launch wait while another kernel
 // spins, and blame the engine).

@@ -1,6 +1,6 @@
 """ctypes declarations of the flowlane C API, generated from capi/include/flowlane/flowlane.h
-by scripts/gen_bindings.py (scripts/gen-bindings.sh). Do not edit: change the header and
-regenerate; `scripts/gen-bindings.sh --check` fails when this file is out of date.
+by scripts/dev/gen_bindings.py (scripts/dev/gen-bindings.sh). Do not edit: change the header
+and regenerate; `scripts/dev/gen-bindings.sh --check` fails when this file is out of date.
 
 Everything mirrors C one to one: integer constants (macros and enumerators), the status
 table of FL_STATUS_MAP, opaque handle types, structures with their fields in order,

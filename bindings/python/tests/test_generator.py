@@ -1,4 +1,4 @@
-"""The generated declarations (flowlane/_capi.py, scripts/gen_bindings.py): layouts equal
+"""The generated declarations (flowlane/_capi.py, scripts/dev/gen_bindings.py): layouts equal
 the C compiler's, the status table equals the library's, the checked-in module equals what
 the header generates, --check catches a stale file, and the generator copes with C99
 declarations the header does not use yet."""
@@ -18,7 +18,7 @@ from flowlane import _capi, _ffi, errors
 
 REPO = os.path.dirname(os.path.dirname(_support._PKG_ROOT))
 HEADER = os.path.join(REPO, "capi", "include", "flowlane", "flowlane.h")
-GEN = os.path.join(REPO, "scripts", "gen_bindings.py")
+GEN = os.path.join(REPO, "scripts", "dev", "gen_bindings.py")
 CC = shutil.which("cc") or shutil.which("gcc")
 
 
@@ -108,18 +108,18 @@ class GeneratedModule(unittest.TestCase):
                     generated = fh.read()
                 with open(_capi.__file__) as fh:
                     self.assertEqual(fh.read(), generated,
-                                     "flowlane/_capi.py is stale: run scripts/gen-bindings.sh")
+                                     "flowlane/_capi.py is stale: run scripts/dev/gen-bindings.sh")
 
     @unittest.skipUnless(PYCPARSER and CC and shutil.which("bindgen") and shutil.which("rustfmt"),
                          "needs python3-pycparser, bindgen and rustfmt (scripts/setup.sh installs them)")
     def test_check_mode_passes_and_catches_a_stale_file(self):
         with tempfile.TemporaryDirectory() as d:
-            for rel in ("scripts/gen-bindings.sh", "scripts/gen_bindings.py", "capi/include/flowlane/flowlane.h",
+            for rel in ("scripts/dev/gen-bindings.sh", "scripts/dev/gen_bindings.py", "capi/include/flowlane/flowlane.h",
                         "bindings/python/flowlane/_capi.py", "bindings/rust/flowlane-sys/src/bindgen.rs",
                         "bindings/rust/flowlane-sys/src/header.rs"):
                 os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
                 shutil.copy2(os.path.join(REPO, rel), os.path.join(d, rel))
-            script = os.path.join(d, "scripts", "gen-bindings.sh")
+            script = os.path.join(d, "scripts", "dev", "gen-bindings.sh")
             ok = subprocess.run([script, "--check"], capture_output=True, text=True)
             self.assertEqual(ok.returncode, 0, ok.stdout + ok.stderr)
             with open(os.path.join(d, "capi/include/flowlane/flowlane.h"), "a") as fh:
@@ -127,7 +127,7 @@ class GeneratedModule(unittest.TestCase):
             stale = subprocess.run([script, "--check"], capture_output=True, text=True)
             self.assertEqual(stale.returncode, 1, stale.stdout + stale.stderr)
             self.assertIn("+FL_ADDED_LATER = 42", stale.stdout)
-            self.assertIn("run scripts/gen-bindings.sh", stale.stderr)
+            self.assertIn("run scripts/dev/gen-bindings.sh", stale.stderr)
 
 
 SYNTHETIC = r"""

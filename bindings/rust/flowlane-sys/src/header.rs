@@ -1,8 +1,8 @@
 //! What bindgen does not give, generated from capi/include/flowlane/flowlane.h by
-//! scripts/gen_bindings.py (scripts/gen-bindings.sh): the FL_STATUS_MAP table, `init()`
-//! for the size-prefixed descriptors (the header's FL_*_INIT), and integer macros that
-//! bindgen cannot evaluate. Do not edit; `scripts/gen-bindings.sh --check` fails when
-//! this file is out of date.
+//! scripts/dev/gen_bindings.py (scripts/dev/gen-bindings.sh): the FL_STATUS_MAP table,
+//! `init()` for the size-prefixed descriptors (the header's FL_*_INIT), and integer macros
+//! that bindgen cannot evaluate. Do not edit; `scripts/dev/gen-bindings.sh --check` fails
+//! when this file is out of date.
 
 use super::*;
 

@@ -7,7 +7,7 @@ use flowlane_sys as sys;
 
 // ErrorKind has one variant per failure status of the header's FL_STATUS_MAP, built from
 // the generated table (`sys::fl_error_statuses!`): a status appended to the header appears
-// here after `scripts/gen-bindings.sh`, with the header's description as its doc.
+// here after `scripts/dev/gen-bindings.sh`, with the header's description as its doc.
 macro_rules! error_kinds {
     ($(($status:ident, $kind:ident, $text:literal)),* $(,)?) => {
         /// What kind of failure: one variant per failure status of the C header's

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds what scripts/gpu-check.sh runs (the library, the GPU test suite, the GPU benchmarks,
+# Builds what scripts/dev/gpu-check.sh runs (the library, the GPU test suite, the GPU benchmarks,
 # parallel_compile) on a build machine that has the CUDA toolkit but no GPU, and packs it
 # into .gpuprebuilt/flgpu-build.tar.gz, so that the GPU host's scarce time goes to running
 # tests rather than compiling them. gpu-check.sh unpacks it when FLOWLANE_GPU_PREBUILT names
 # it, checks that the binaries start there, and builds from source if they do not.
-#   scripts/gpu-prebuild.sh            (then carry .gpuprebuilt and .deps to the GPU host)
+#   scripts/dev/gpu-prebuild.sh        (then carry .gpuprebuilt and .deps to the GPU host)
 # The build lives at an absolute path (FLOWLANE_GPU_PREBUILD_DIR, default /tmp/flgpu-build)
 # that the tarball recreates on the GPU host, so the binaries' run paths stay valid. Shared
 # libraries the GPU host may lack (Debian's Google Benchmark) travel in its carried-lib/.
 # gpu-check.sh refuses a tarball built from other sources than the checkout it runs in: the
-# tarball records a hash of the sources (`scripts/gpu-prebuild.sh --source-hash` prints the
+# tarball records a hash of the sources (`scripts/dev/gpu-prebuild.sh --source-hash` prints the
 # checkout's; it needs no git, which the GPU host's copy may lack).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 source_hash() {
   find CMakeLists.txt core capi gpu comm tests bench examples -type f \

@@ -2,7 +2,7 @@
 # GPU checks, meant for the GPU test host (what they prove: gpu/README.md).
 # From the project root of a checkout that carries .deps/ (Debian packages the GPU host
 # cannot download, staged there beforehand):
-#   OUT=/some/dir scripts/gpu-check.sh
+#   OUT=/some/dir scripts/dev/gpu-check.sh
 # It cannot pass without having exercised a GPU:
 #   * no device seen (nvidia-smi, cudaGetDeviceCount) fails the run; the GPU suite runs with
 #     FLOWLANE_REQUIRE_GPU=1, so its no-device skips are failures;
@@ -26,13 +26,13 @@
 #   bench-and-cpu.log  gpu_bench_gpu.json  gpu-report.md
 # Variables: FLOWLANE_GPU_BUILD (build directory, default build-gpu-host), FLOWLANE_GPU_JOBS
 # (default 16), FLOWLANE_GPU_BENCH_ARGS (extra Google Benchmark arguments),
-# FLOWLANE_GPU_PREBUILT (a tarball made by scripts/gpu-prebuild.sh on a build machine: used
+# FLOWLANE_GPU_PREBUILT (a tarball made by scripts/dev/gpu-prebuild.sh on a build machine: used
 # instead of building here when its binaries start; else the build runs as usual),
 # FLOWLANE_GPU_CPU_SUITE=1 (also run the CPU and fake-runtime suites, which CI runs anyway).
 # Order: the GPU suite, the negative control, the benchmarks and their ratios, PyTorch,
 # scaling, then compute-sanitizer (the slowest) with what is left of the budget.
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/out-gpu}
 mkdir -p "$OUT"
@@ -79,14 +79,14 @@ else
 fi
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
-# --- build (or a prebuilt tree from scripts/gpu-prebuild.sh) ----------------------------------
+# --- build (or a prebuilt tree from scripts/dev/gpu-prebuild.sh) ----------------------------------
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d "$d" ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
 prebuilt=0
 if [[ -n "${FLOWLANE_GPU_PREBUILT:-}" && -f "$FLOWLANE_GPU_PREBUILT" ]]; then
   pb_dir=$(tar -tzf "$FLOWLANE_GPU_PREBUILT" | sed -n 's,/prebuilt-commit$,,p')
-  here=$(bash scripts/gpu-prebuild.sh --source-hash)
+  here=$(bash scripts/dev/gpu-prebuild.sh --source-hash)
   if tar -C / -xzf "$FLOWLANE_GPU_PREBUILT" && [[ -x "/$pb_dir/tests/flowlane_gpu_tests" ]] &&
      ! grep -qx "source $here" "/$pb_dir/prebuilt-commit"; then
     say "prebuilt tree was built from other sources than this checkout's (source $here): building from source"
@@ -179,21 +179,7 @@ for b in "$B"/bench/gpu_bench_*; do
     fail "$name" "exit status"
   fi
   # A benchmark that skipped with an error (no device, a failed call) still exits 0.
-  errs=$(python3 - "$json" <<'EOF' 2>&1
-import json, sys
-try:
-    data = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"unreadable JSON: {e}")
-    sys.exit(0)
-bs = data.get("benchmarks", [])
-if not bs:
-    print("no benchmark results")
-for b in bs:
-    if b.get("error_occurred"):
-        print(f"{b.get('name')}: {b.get('error_message', 'error')}")
-EOF
-)
+  errs=$(python3 scripts/dev/gbench.py --errors "$json" 2>&1)
   if [[ -n "$errs" ]]; then
     echo "$errs" >> "$blog"
     fail "$name" "$(echo "$errs" | head -3 | tr '\n' ' ')"
@@ -211,7 +197,7 @@ fi
 say "ratios (gpu-report.md)"
 if [[ -f "$OUT/gpu_bench_gpu.json" ]]; then
   cp "$OUT/gpu_bench_gpu.json" "$tmp/" 2>/dev/null
-  if t 60 python3 scripts/gpu_report.py "$tmp" > "$tmp/report.txt" 2>&1; then
+  if t 60 python3 scripts/dev/gpu_report.py "$tmp" > "$tmp/report.txt" 2>&1; then
     cp "$tmp/gpu-report.md" "$OUT/gpu-report.md" 2>/dev/null
     head -30 "$tmp/report.txt" | tee -a "$OUT/summary.txt"
   else

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Instructions (callgrind Ir) per submitted instruction, per workload shape, for flowlane
 # and the OpenMP peers: builds bench_openmp (and bench_openmp_libomp where clang and libomp
-# are present), then runs scripts/callgrind_submit.py, which runs
+# are present), then runs scripts/dev/callgrind_submit.py, which runs
 # `bench_openmp --once=SHAPE:COUNT:THREADS` under valgrind --tool=callgrind at two counts
 # and prints Ir per instruction (total, submitting thread, submit call, other threads) and
 # the top functions by inclusive cost per instruction. Options go to callgrind_submit.py:
-#   scripts/callgrind-submit.sh                          # all shapes, runtimes, 2000 and 12000
-#   scripts/callgrind-submit.sh --runtimes Flowlane --shapes Chain --counts 4000,24000
-#   scripts/callgrind-submit.sh --json bench/results/callgrind/summary.json
+#   scripts/dev/callgrind-submit.sh                      # all shapes, runtimes, 2000 and 12000
+#   scripts/dev/callgrind-submit.sh --runtimes Flowlane --shapes Chain --counts 4000,24000
+#   scripts/dev/callgrind-submit.sh --json bench/results/callgrind/summary.json
 # Needs valgrind (scripts/setup.sh openmp installs it with clang and libomp-dev).
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 cd "$FLOWLANE_ROOT"
 
 run_setup openmp
@@ -23,4 +23,4 @@ configure_release -DFLOWLANE_BUILD_BENCH=ON >/dev/null
 say "build bench_openmp"
 build_openmp_benches
 say "callgrind"
-python3 scripts/callgrind_submit.py --bin-dir "$BUILD_DIR/bench" --out-dir "$BUILD_DIR/callgrind" "$@"
+python3 scripts/dev/callgrind_submit.py --bin-dir "$BUILD_DIR/bench" --out-dir "$BUILD_DIR/callgrind" "$@"

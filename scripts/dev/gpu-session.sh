@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Everything one short lease of the GPU test host should run, in order of value, within
 # FLOWLANE_GPU_SESSION_S seconds (default 480):
-#   1. scripts/gpu-check.sh (tests, negative control, benchmarks, ratios, scaling, memcheck);
-#   2. scripts/gpu-knobs.sh (the GPU benchmarks under each setting of the latency knobs);
+#   1. scripts/dev/gpu-check.sh (tests, negative control, benchmarks, ratios, scaling, memcheck);
+#   2. scripts/dev/gpu-knobs.sh (the GPU benchmarks under each setting of the latency knobs);
 #   3. a profile of the same-stream chain, raw CUDA and flowlane, with nsys (CUDA API time
 #      per call on each thread), when the host has nsys.
-# From the project root, with .deps and .gpuprebuilt (scripts/gpu-prebuild.sh) carried:
-#   OUT=/some/dir scripts/gpu-session.sh
+# From the project root, with .deps and .gpuprebuilt (scripts/dev/gpu-prebuild.sh) carried:
+#   OUT=/some/dir scripts/dev/gpu-session.sh
 # $OUT receives summary.txt, gpu-report.md, knobs.txt, profile.txt (each readable alone)
 # and session.tar.gz with every file of every step (the device tool returns 8 files at most).
 # The exit status is gpu-check's.
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/out-gpu}
 mkdir -p "$OUT"
@@ -25,7 +25,7 @@ mkdir -p "$work/check"
 # 1. the check, with half the session.
 export FLOWLANE_GPU_PREBUILT=${FLOWLANE_GPU_PREBUILT:-$root/.gpuprebuilt/flgpu-build.tar.gz}
 export FLOWLANE_GPU_BENCH_ARGS=${FLOWLANE_GPU_BENCH_ARGS:---benchmark_min_time=0.2}
-OUT="$work/check" FLOWLANE_GPU_BUDGET_S=$((SESSION / 2)) bash scripts/gpu-check.sh > "$work/check/console.log" 2>&1
+OUT="$work/check" FLOWLANE_GPU_BUDGET_S=$((SESSION / 2)) bash scripts/dev/gpu-check.sh > "$work/check/console.log" 2>&1
 rc=$?
 cp "$work/check/summary.txt" "$OUT/summary.txt" 2>/dev/null
 cp "$work/check/gpu-report.md" "$OUT/gpu-report.md" 2>/dev/null
@@ -40,7 +40,7 @@ export CUDA_MODULE_LOADING=EAGER
 # 2. the knobs, with what is left but a minute for the profile.
 if (($(left) > 90)); then
   # Its own deadline: it stops between runs (an outer timeout would leave a benchmark running).
-  FLOWLANE_KNOB_ROUNDS=2 FLOWLANE_KNOB_DEADLINE=$(($(date +%s) + $(left) - 60)) bash scripts/gpu-knobs.sh "$B" \
+  FLOWLANE_KNOB_ROUNDS=2 FLOWLANE_KNOB_DEADLINE=$(($(date +%s) + $(left) - 60)) bash scripts/dev/gpu-knobs.sh "$B" \
     "$OUT/knobs.txt" --benchmark_min_time=0.2 > "$work/knobs-console.log" 2>&1 || echo "# gpu-knobs: exit $?" >> "$OUT/knobs.txt"
 else
   echo "# not run: $(left) s left of the session" > "$OUT/knobs.txt"

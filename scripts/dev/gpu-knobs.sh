@@ -3,11 +3,12 @@
 # their defaults are chosen from one run on one machine (gpu/README.md, "Tuning"):
 #   FLOWLANE_POLL_PACE_NS  the poller's pause between event queries that found no progress
 #   FLOWLANE_WAIT_SPIN_NS  how long a program thread polls before it blocks in a wait
-#   scripts/gpu-knobs.sh BUILD_DIR OUT_FILE [extra Google Benchmark arguments]
-# BUILD_DIR holds bench/gpu_bench_gpu (scripts/gpu-check.sh leaves one). Settings alternate
+#   scripts/dev/gpu-knobs.sh BUILD_DIR OUT_FILE [extra Google Benchmark arguments]
+# BUILD_DIR holds bench/gpu_bench_gpu (scripts/dev/gpu-check.sh leaves one). Settings alternate
 # within each round, so drift of the machine spreads over all of them; each line of OUT_FILE
 # is one benchmark under one setting in one round (microseconds per item).
 set -uo pipefail
+here=$(dirname "${BASH_SOURCE[0]}")  # gbench.py, the JSON reader
 B=$1
 out=$2
 shift 2
@@ -33,15 +34,17 @@ for ((r = 1; r <= rounds; ++r)); do
       --benchmark_filter='Flowlane|RawChainWithPolling|RawSingleStreamChain|RawLaunchSync' \
       --benchmark_out="$tmpj" --benchmark_out_format=json "$@" > /dev/null 2>&1 ||
       echo "# round $r pace $pace spin $spin: exit $?" >> "$out"
-    python3 - "$tmpj" "$r" "$pace" "$spin" >> "$out" <<'EOF'
-import json, sys
-path, r, pace, spin = sys.argv[1:]
+    python3 - "$here" "$tmpj" "$r" "$pace" "$spin" >> "$out" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+import gbench
+path, r, pace, spin = sys.argv[2:]
 try:
-    data = json.load(open(path))
+    benchmarks, _ = gbench.load(path)
 except Exception as e:
     print(f"# round {r} pace {pace} spin {spin}: unreadable JSON ({e})")
     sys.exit(0)
-for b in data.get("benchmarks", []):
+for b in benchmarks:
     if b.get("error_occurred"):
         print(f"# {b['name']}: {b.get('error_message')}")
         continue

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Regenerates the binding declarations from capi/include/flowlane/flowlane.h:
-#   bindings/python/flowlane/_capi.py            (scripts/gen_bindings.py, pycparser)
+#   bindings/python/flowlane/_capi.py            (scripts/dev/gen_bindings.py, pycparser)
 #   bindings/rust/flowlane-sys/src/bindgen.rs    (bindgen + rustfmt, layout tests included)
 #   bindings/rust/flowlane-sys/src/header.rs     (status table, init(), macros bindgen skips)
 #
-#   scripts/gen-bindings.sh           rewrite the checked-in files
-#   scripts/gen-bindings.sh --check   regenerate into a temporary directory and fail (exit 1,
-#                                     with a diff) if the checked-in files differ
+#   scripts/dev/gen-bindings.sh           rewrite the checked-in files
+#   scripts/dev/gen-bindings.sh --check   regenerate into a temporary directory and fail (exit 1,
+#                                         with a diff) if the checked-in files differ
 # Needs: cc, python3 with pycparser, bindgen, rustfmt (Debian: python3-pycparser bindgen
 # rustfmt; scripts/setup.sh installs them). Exit status 2 when one is missing.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 files=(bindings/python/flowlane/_capi.py bindings/rust/flowlane-sys/src/bindgen.rs
        bindings/rust/flowlane-sys/src/header.rs)
 
@@ -34,13 +34,13 @@ done
 
 case "${1:-}" in
   "")
-    "$py" "$root/scripts/gen_bindings.py" --out-root "$root"
+    "$py" "$root/scripts/dev/gen_bindings.py" --out-root "$root"
     echo "gen-bindings.sh: regenerated ${files[*]}"
     ;;
   --check)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    "$py" "$root/scripts/gen_bindings.py" --out-root "$tmp"
+    "$py" "$root/scripts/dev/gen_bindings.py" --out-root "$tmp"
     stale=0
     for f in "${files[@]}"; do
       if ! diff -u "$root/$f" "$tmp/$f" --label "$f (checked in)" --label "$f (from the header)"; then
@@ -49,13 +49,13 @@ case "${1:-}" in
     done
     if [[ $stale -ne 0 ]]; then
       echo "gen-bindings.sh --check: the checked-in declarations differ from the header;" \
-           "run scripts/gen-bindings.sh and commit the result" >&2
+           "run scripts/dev/gen-bindings.sh and commit the result" >&2
       exit 1
     fi
     echo "gen-bindings.sh --check: the binding declarations match the header"
     ;;
   *)
-    echo "usage: scripts/gen-bindings.sh [--check]" >&2
+    echo "usage: scripts/dev/gen-bindings.sh [--check]" >&2
     exit 2
     ;;
 esac
