@@ -82,20 +82,15 @@ FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** 
       fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: num_workers " + std::to_string(d.num_workers) + " exceeds 1024");
     if (d.inflight_limit > (uint64_t(1) << 40))
       fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: inflight_limit " + std::to_string(d.inflight_limit) + " is too large");
+    if (d.watchdog_ms > diag::kMaxWatchdogMs)
+      fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: watchdog_ms " + std::to_string(d.watchdog_ms) +
+                                    " exceeds one day (" + std::to_string(diag::kMaxWatchdogMs) + ")");
+    // The layers' extensions (diagnostics, the watchdog) attach during construction
+    // (EngineServices::extend).
     auto e = std::make_unique<core::Engine>(d, engine_services());
-    diag::attach(*e);  // watchdog and traces (FLOWLANE_TRACE)
     uint64_t h = engine_table().insert(e.get());
     if (h == 0) fail(FL_ERR_NO_MEMORY, "fl_engine_create: the process-wide engine table is full");
     e->set_handle(h);
-    if (d.watchdog_ms != 0) {
-      fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
-      w.timeout_ms = d.watchdog_ms;
-      fl_status_t st = fl_engine_set_watchdog(handle_cast<fl_engine_t>(h), &w);
-      if (st != FL_OK && st != FL_ERR_UNSUPPORTED) {
-        engine_table().erase(h);
-        fail(st, last_error());
-      }
-    }
     *out_engine = handle_cast<fl_engine_t>(h);
     e.release();
     return FL_OK;

@@ -28,6 +28,14 @@ Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services) : s
   size_t nstreams = size_t(lanes) * device_slots_ * kStreamKinds;
   streams_ = std::make_unique<std::atomic<Stream*>[]>(nstreams);
   for (size_t k = 0; k < nstreams; ++k) streams_[k].store(nullptr, std::memory_order_relaxed);
+  if (services_.extend != nullptr) {
+    try {
+      services_.extend(*this, desc);
+    } catch (...) {
+      shutdown();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+  }
 }
 
 Engine::~Engine() {

@@ -46,6 +46,11 @@ struct EngineServices {
   // Makes a C handle stale: called for an object's or a stream's handle just before the
   // engine frees it (objects the caller still holds at destroy, every stream at the end).
   void (*forget_handle)(uint64_t handle) = nullptr;
+  // Attaches the upper layers' extensions to a new engine, last in its construction, from
+  // the creation descriptor and the environment (diagnostics: a trace from FLOWLANE_TRACE,
+  // the watchdog from desc.watchdog_ms or FLOWLANE_WATCHDOG_MS). May throw: the engine is
+  // then shut down and its construction fails with that exception.
+  void (*extend)(Engine& e, const fl_engine_desc_t& desc) = nullptr;
 };
 
 // What an fl_submit_* call asks of the engine besides the operands, which the caller has
