@@ -109,13 +109,7 @@ void Engine::drain_and_stop() {
     extra_pools_.clear();
   }
   pool_.reset();
-  std::lock_guard<std::mutex> lock(ledger_mu_);
-  while (ledger_head_ != nullptr) unlink_family(ledger_head_);  // failures never returned: dropped
-  for (Stream* s : all_streams()) {  // the outcome history
-    for (Instr* x : s->outcomes)
-      if (x->unref()) recycle(x);
-    s->outcomes.clear();
-  }
+  ledger_.clear(all_streams());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -240,14 +234,6 @@ std::vector<Stream*> Engine::all_streams() const {
   for (size_t k = 0; k < nstreams; ++k)
     if (Stream* s = streams_[k].load(std::memory_order_acquire)) out.push_back(s);  // pairs with stream()
   return out;
-}
-
-std::string Stream::describe() const {
-  static const char* kKinds[] = {"host", "compute", "h2d", "d2h", "collective"};
-  std::string s = "lane " + std::to_string(lane ? lane->id : 0) + ", ";
-  if (device.type == FL_DEVICE_CUDA) s += "cuda:" + std::to_string(device.index) + " ";
-  s += kKinds[kind];
-  return s;
 }
 
 // ---------------------------------------------------------------------------------------

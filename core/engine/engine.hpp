@@ -29,8 +29,10 @@
 #include "engine/extension.hpp"
 #include "engine/instr.hpp"
 #include "engine/lane.hpp"
+#include "engine/ledger.hpp"
 #include "engine/object.hpp"
 #include "engine/observer.hpp"
+#include "engine/stream.hpp"
 #include "flowlane/flowlane.h"
 #include "sched/pool.hpp"
 
@@ -161,10 +163,6 @@ class Engine {
   // deadline passes first (no failure is returned then).
   fl_status_t synchronize(const Deadline& deadline = Deadline::forever());
   fl_status_t synchronize(Stream* s, const Deadline& deadline = Deadline::forever());
-  // complete(), for a failed or skipped instruction: links it into the ledger.
-  void record_failure(Instr* i);
-  // fl_object_wait observed the poison of root's family: it counts as returned.
-  void family_returned(Instr* root);
   // Among the instructions that wait for the instruction of `frame` to complete (its
   // successors and, on a lane that runs them in order, what is queued behind each,
   // transitively), the first one with an id up to `upto` that `match` accepts; null if
@@ -175,7 +173,7 @@ class Engine {
   static Instr* find_waiter(const CallbackFrame* frame, fl_instr_id upto,
                             const std::function<bool(const Instr*)>& match, std::string* chain = nullptr);
   // Failures (families) not returned yet, and the oldest one's message (for dumps).
-  size_t unreturned_failures(std::string* oldest) const;
+  size_t unreturned_failures(std::string* oldest) const { return ledger_.unreturned(oldest); }
 
   // --- instruction queries, cancel and drain (sync.cpp) ---
   // fl_instr_query: throws FL_ERR_INVALID_ARGUMENT for an id this stream never returned.
@@ -255,12 +253,6 @@ class Engine {
   // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
   fl_status_t wait_submitted(const Deadline& deadline, const char* call);
   void destroy_object(Object* o, Instr* completing);
-  // Under ledger_mu_: unlinks the family of `root` and drops the ledger's references.
-  void unlink_family(Instr* root);
-  // The first unreturned family that `pick` accepts, returned (marked, unlinked) with its
-  // status and message; FL_OK when there is none.
-  template <class Pick>
-  fl_status_t take_failure(Pick&& pick);
   void drain_and_stop();
 
   EngineServices services_;
@@ -302,11 +294,7 @@ class Engine {
   std::atomic<uint32_t> window_armed_{0};
   std::atomic<uint64_t> window_stalls_{0};
 
-  // The failure ledger: families not yet returned, oldest first (Instr::ledger_prev/next).
-  mutable std::mutex ledger_mu_;
-  Instr* ledger_head_ = nullptr;
-  Instr* ledger_tail_ = nullptr;
-  size_t ledger_size_ = 0;
+  FailureLedger ledger_{*this};
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> draining_{false};  // fl_engine_drain: refuse submissions from outside

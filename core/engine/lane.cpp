@@ -443,7 +443,7 @@ void Engine::complete(Instr* i) {
 
   // Into the ledger before the result is published: a dependent skipped because of i (it
   // runs once i's state is terminal) always finds i's family listed.
-  if (final_state != InstrState::kDone) record_failure(i);
+  if (final_state != InstrState::kDone) ledger_.record(i);
 
   // Publish the result: release pairs with the acquire loads of waiters and of dependents'
   // poison checks. seq_cst, with the load of `sleepers`: a store–load pair with

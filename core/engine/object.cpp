@@ -213,7 +213,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
     if (ws == InstrState::kFailed || ws == InstrState::kSkipped) {
       st = writer->status;
       msg = writer->error;
-      family_returned(writer->root);  // observed: a synchronize will not return it again
+      ledger_.family_returned(writer->root);  // observed: a synchronize will not return it again
     }
   }
   for (Instr* w : waits)

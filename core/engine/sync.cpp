@@ -11,232 +11,6 @@
 
 namespace flowlane::core {
 
-// ---------------------------------------------------------------------------------------
-// Stream completion counters
-
-void Stream::advance_completed() {
-  // seq_cst: everything the instruction did (cleanup, release callbacks, failure record)
-  // happens-before a waiter that sees the count; and with the waiters' seq_cst stores of
-  // wake_at / wake_at_id and loads of completed (wait_completed, wait_completed_id) a
-  // store–load pattern: either the waiter sees this count (and the id stored before it)
-  // or we see its target.
-  uint64_t now = completed.fetch_add(1, std::memory_order_seq_cst) + 1;
-  // The loads of that pattern: pair with the seq_cst stores in wait_completed() and
-  // wait_completed_id(). (Our own last_completed_id store, or a later one: relaxed.)
-  if (now < wake_at.load(std::memory_order_seq_cst) &&
-      last_completed_id.load(std::memory_order_relaxed) < wake_at_id.load(std::memory_order_seq_cst))
-    return;
-  std::lock_guard<std::mutex> lock(wait_mu);
-  // Waiters already satisfied stay registered until they run; the next targets are the
-  // smallest ones not reached yet.
-  auto it = targets.upper_bound(now);
-  auto jt = id_targets.upper_bound(last_completed_id.load(std::memory_order_relaxed));
-  // seq_cst: part of the store-load pattern above (a later completion's loads).
-  wake_at.store(it == targets.end() ? UINT64_MAX : *it, std::memory_order_seq_cst);
-  wake_at_id.store(jt == id_targets.end() ? UINT64_MAX : *jt, std::memory_order_seq_cst);
-  wait_cv.notify_all();
-}
-
-namespace {
-// Sleeps on `s`'s condition variable (lock held) until reached() or the deadline passes;
-// returns whether it was reached.
-template <class Reached>
-bool sleep_until(Stream* s, std::unique_lock<std::mutex>& lock, const Deadline& deadline, Reached reached) {
-  while (!reached()) {
-    if (deadline.infinite()) {
-      s->wait_cv.wait(lock);
-    } else if (s->wait_cv.wait_until(lock, deadline.at()) == std::cv_status::timeout && !reached()) {
-      return false;
-    }
-  }
-  return true;
-}
-}  // namespace
-
-namespace {
-// Whether a drain or destroy gave up the wait that `cancelled` belongs to. Its wake-up
-// (wake_waiters()) takes wait_mu after the store, so a sleeper checking under wait_mu
-// cannot miss both.
-bool given_up(const std::atomic<bool>* cancelled) {
-  // Acquire pairs with the release store in cancel_cycle_waits() (diag/dump.cpp).
-  return cancelled != nullptr && cancelled->load(std::memory_order_acquire);
-}
-}  // namespace
-
-bool Stream::wait_completed(uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
-  // Acquire pairs with the fetch_add of completed in advance_completed().
-  if (completed.load(std::memory_order_acquire) >= target) return true;
-  std::unique_lock<std::mutex> lock(wait_mu);
-  auto it = targets.insert(target);
-  // Store-load pair with advance_completed(): we store wake_at, then load completed; it
-  // increments completed, then loads wake_at.
-  if (target < wake_at.load(std::memory_order_relaxed)) wake_at.store(target, std::memory_order_seq_cst);
-  // The load side of that store-load pair (and acquire: pairs with advance_completed()).
-  sleep_until(this, lock, deadline, [this, target, cancelled] {
-    return completed.load(std::memory_order_seq_cst) >= target || given_up(cancelled);  // pairs as above
-  });
-  targets.erase(it);
-  return completed.load(std::memory_order_acquire) >= target;  // pairs with advance_completed()
-}
-
-bool Stream::wait_completed_id(fl_instr_id id, const Deadline& deadline, const std::atomic<bool>* cancelled) {
-  // Acquire pairs with the release store (or CAS) of last_completed_id in complete().
-  if (last_completed_id.load(std::memory_order_acquire) >= id) return true;
-  std::unique_lock<std::mutex> lock(wait_mu);
-  auto it = id_targets.insert(id);
-  // Store-load pair with advance_completed(): we store wake_at_id, then load completed; it
-  // stores last_completed_id, increments completed, then loads wake_at_id. Either our
-  // load of completed sees its increment (and then, acquire, the id it stored before), or
-  // its load of wake_at_id sees our target and it wakes us. (Store-load pair, as above.)
-  if (id < wake_at_id.load(std::memory_order_relaxed)) wake_at_id.store(id, std::memory_order_seq_cst);
-  sleep_until(this, lock, deadline, [this, id, cancelled] {
-    (void)completed.load(std::memory_order_seq_cst);  // the load of the pair above
-    // Acquire pairs with the release store (or CAS) of last_completed_id in complete().
-    return last_completed_id.load(std::memory_order_acquire) >= id || given_up(cancelled);
-  });
-  id_targets.erase(it);
-  return last_completed_id.load(std::memory_order_acquire) >= id;  // pairs with complete(), as above
-}
-
-bool Stream::reached(uint64_t target, bool is_id) const {
-  // Acquire: pair with the release store (or CAS) of last_completed_id in complete() and
-  // the fetch_add of completed in advance_completed().
-  return is_id ? last_completed_id.load(std::memory_order_acquire) >= target
-               : completed.load(std::memory_order_acquire) >= target;
-}
-
-void Stream::wake_waiters() {
-  // Taking wait_mu orders this wake-up after any sleeper's check of its predicate (made
-  // under wait_mu): a sleeper that has not seen the flag is in wait() and gets the notify.
-  { std::lock_guard<std::mutex> lock(wait_mu); }
-  wait_cv.notify_all();
-}
-
-// ---------------------------------------------------------------------------------------
-// The failure ledger (core/engine/README.md, "Errors").
-//
-// A failed instruction is the root of a family; every instruction skipped because an
-// input it reads was poisoned by that failure (directly or through other skipped ones)
-// joins the root's family. A family is returned once, by the first wait that covers one of
-// its members (or observes its poison through fl_object_wait), with the root's message and
-// the number of instructions skipped because of it. Families not yet returned are listed
-// oldest first, engine-wide (roots) and per stream (every member), so a synchronize finds
-// the one to return at the head of a list: O(1) per call, whatever the number of failures
-// or dependents. Returning a family unlinks its members (each was linked once), and a
-// returned family holds no ledger memory: a loop of failures that are each observed keeps
-// the ledger empty.
-
-namespace {
-
-void stream_link(Stream* s, Instr* i) {
-  i->stream_prev = s->failed_tail;
-  i->stream_next = nullptr;
-  (s->failed_tail ? s->failed_tail->stream_next : s->failed_head) = i;
-  s->failed_tail = i;
-}
-
-void stream_unlink(Stream* s, Instr* i) {
-  (i->stream_prev ? i->stream_prev->stream_next : s->failed_head) = i->stream_next;
-  (i->stream_next ? i->stream_next->stream_prev : s->failed_tail) = i->stream_prev;
-  i->stream_prev = i->stream_next = nullptr;
-}
-
-// " (3 instructions that depended on it were skipped)"
-std::string skipped_note(uint64_t n) {
-  if (n == 0) return "";
-  return " (" + std::to_string(n) + (n == 1 ? " instruction that depended on it was" : " instructions that depended on it were") +
-         " skipped)";
-}
-
-}  // namespace
-
-void Engine::record_failure(Instr* i) {
-  std::lock_guard<std::mutex> lock(ledger_mu_);
-  // The outcome history (fl_instr_query): bounded, oldest dropped.
-  Stream* s = i->stream;
-  i->ref();
-  s->outcomes.push_back(i);
-  if (s->outcomes.size() > FL_INSTR_OUTCOME_HISTORY) {
-    Instr* old = s->outcomes.front();
-    s->outcomes.pop_front();
-    s->forgotten_upto = std::max(s->forgotten_upto, old->id);
-    if (old->unref()) recycle(old);
-  }
-  Instr* root = i->root;
-  if (root->returned) {  // its family was returned already (its poison was observed)
-    if (root != i) ++root->skipped;
-    return;
-  }
-  i->ref();  // pinned while listed
-  i->listed = true;
-  stream_link(i->stream, i);
-  if (root == i) {
-    i->ledger_prev = ledger_tail_;
-    i->ledger_next = nullptr;
-    (ledger_tail_ ? ledger_tail_->ledger_next : ledger_head_) = i;
-    ledger_tail_ = i;
-    ++ledger_size_;
-  } else {
-    ++root->skipped;
-    i->next_member = root->next_member;
-    root->next_member = i;
-  }
-}
-
-void Engine::unlink_family(Instr* root) {
-  root->returned = true;
-  std::vector<Instr*> unpin;  // recycled after the lists are consistent again
-  if (root->listed) {
-    (root->ledger_prev ? root->ledger_prev->ledger_next : ledger_head_) = root->ledger_next;
-    (root->ledger_next ? root->ledger_next->ledger_prev : ledger_tail_) = root->ledger_prev;
-    root->ledger_prev = root->ledger_next = nullptr;
-    --ledger_size_;
-  }
-  for (Instr* m = root->next_member; m != nullptr;) {
-    Instr* next = m->next_member;
-    stream_unlink(m->stream, m);
-    m->listed = false;
-    m->next_member = nullptr;
-    if (m->unref()) recycle(m);  // a member holds a reference on root: root outlives this loop
-    m = next;
-  }
-  root->next_member = nullptr;
-  if (root->listed) {
-    stream_unlink(root->stream, root);
-    root->listed = false;
-    if (root->unref()) recycle(root);
-  }
-}
-
-size_t Engine::unreturned_failures(std::string* oldest) const {
-  std::lock_guard<std::mutex> lock(ledger_mu_);
-  if (oldest != nullptr && ledger_head_ != nullptr) *oldest = ledger_head_->error + skipped_note(ledger_head_->skipped);
-  return ledger_size_;
-}
-
-void Engine::family_returned(Instr* root) {
-  std::lock_guard<std::mutex> lock(ledger_mu_);
-  if (!root->returned) unlink_family(root);
-}
-
-template <class Pick>
-fl_status_t Engine::take_failure(Pick&& pick) {
-  fl_status_t st = FL_OK;
-  std::string msg;
-  {
-    std::lock_guard<std::mutex> lock(ledger_mu_);
-    Instr* member = pick();
-    if (member == nullptr) return FL_OK;
-    Instr* root = member->root;
-    // The message and status are copied under the lock: the family's records may be
-    // recycled the moment it is unlinked.
-    st = member->status;
-    msg = member->error + skipped_note(root->skipped);
-    unlink_family(root);
-  }
-  return report(st, msg);
-}
-
 bool Engine::wait_stream(Stream* s, uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
   sched::wait([s, target, cancelled] { return s->reached(target, false) || given_up(cancelled); },
               [s, target, cancelled](const Deadline& d) { s->wait_completed(target, d, cancelled); }, deadline);
@@ -311,14 +85,10 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
                                       ": it would wait for that instruction itself");
   // Failures of instructions recorded before the call (ids are taken in recording order).
   // next_id_ pairs with no release (ids are taken relaxed in submit()); the ledger it is
-  // compared with is read under ledger_mu_.
+  // compared with is read under the ledger's mutex.
   const fl_instr_id before = next_id_.load(std::memory_order_acquire);
   if (fl_status_t st = wait_submitted(deadline, "fl_engine_synchronize_for"); st != FL_OK) return st;
-  return take_failure([this, before]() -> Instr* {
-    for (Instr* r = ledger_head_; r != nullptr; r = r->ledger_next)  // oldest first; usually the head
-      if (r->id < before) return r;
-    return nullptr;
-  });
+  return ledger_.take_oldest_before(before);
 }
 
 fl_status_t Engine::wait_submitted(const Deadline& deadline, const char* call) {
@@ -369,11 +139,7 @@ fl_status_t Engine::synchronize(Stream* s, const Deadline& deadline) {
   // destroy whose stream got there in the meantime reached it (finish() says not given up).
   if (note.finish()) return wait_given_up("fl_stream_synchronize", self, s->describe());
   if (!s->reached(target, false)) return timed_out("fl_stream_synchronize_for", s, target);
-  // The stream's oldest listed member (its list is in completion = submission order).
-  return take_failure([s, target]() -> Instr* {
-    Instr* m = s->failed_head;
-    return m != nullptr && m->seq <= target ? m : nullptr;
-  });
+  return ledger_.take_of_stream(s, target);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -462,27 +228,13 @@ void check_id(const Stream* s, fl_instr_id id, const char* fn) {
                                       (id == 0 ? "" : " yet"));
 }
 
-// Under the ledger mutex: the remembered failed, skipped or cancelled instruction `id`.
-Instr* find_outcome(const Stream* s, fl_instr_id id) {
-  auto it = std::lower_bound(s->outcomes.begin(), s->outcomes.end(), id,
-                             [](const Instr* x, fl_instr_id v) { return x->id < v; });
-  return it != s->outcomes.end() && (*it)->id == id ? *it : nullptr;
-}
-
-fl_instr_state_t state_of(const Instr* x) {
-  if (x->outcome == InstrState::kSkipped) return FL_INSTR_SKIPPED;
-  return x->status == FL_ERR_CANCELLED ? FL_INSTR_CANCELLED : FL_INSTR_FAILED;
-}
-
 }  // namespace
 
 fl_instr_state_t Engine::query(Stream* s, fl_instr_id id) {
   check_id(s, id, "fl_instr_query");
   // acquire pairs with the release in complete(): the history entry was written before.
   if (id > s->last_completed_id.load(std::memory_order_acquire)) return FL_INSTR_PENDING;
-  std::lock_guard<std::mutex> lock(ledger_mu_);
-  if (Instr* x = find_outcome(s, id)) return state_of(x);
-  return id <= s->forgotten_upto ? FL_INSTR_COMPLETED : FL_INSTR_DONE;
+  return ledger_.completed_state(s, id);
 }
 
 fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline) {
@@ -516,18 +268,7 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
   if (!s->reached(id, true))
     return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
                                       s->describe() + " has not completed (nothing was consumed: wait again)");
-  fl_status_t st = FL_OK;
-  std::string msg;
-  {
-    std::lock_guard<std::mutex> lock(ledger_mu_);
-    if (Instr* x = find_outcome(s, id)) {
-      st = x->status;
-      msg = x->error + (x->root == x ? skipped_note(x->skipped) : std::string());
-      if (!x->root->returned) unlink_family(x->root);  // observed: synchronize will not return it again
-    }
-  }
-  if (st != FL_OK) return report(st, msg);
-  return FL_OK;
+  return ledger_.take_outcome(s, id);
 }
 
 void Engine::cancel(Stream* s, fl_instr_id id) {
@@ -606,7 +347,7 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   }
   // Everything submitted has completed: the oldest family not returned yet, as a
   // synchronize called now would return it.
-  return take_failure([this]() -> Instr* { return ledger_head_; });
+  return ledger_.take_oldest();
 }
 
 bool Engine::begin_outside_spawn() {
