@@ -9,10 +9,10 @@
 
 namespace flowlane::core {
 
-Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services) : services_(services) {
+Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services)
+    : services_(services), window_(*this, desc.inflight_limit) {
   unsigned workers = desc.num_workers ? unsigned(desc.num_workers) : sched::logical_core_count();
   uint32_t lanes = desc.max_lanes ? uint32_t(desc.max_lanes) : 8;
-  inflight_limit_ = desc.inflight_limit ? desc.inflight_limit : 4096;
   pool_ = std::make_unique<sched::Pool>(workers, this);
   lanes_.reserve(lanes);
   for (uint32_t l = 0; l < lanes; ++l) {
@@ -253,9 +253,9 @@ fl_engine_stats_t Engine::stats() const {
     st.completed += lane->completed_count();
     st.submitted += lane->submitted.load(std::memory_order_relaxed);
   }
-  int64_t inflight = this->inflight();
+  int64_t inflight = window_.inflight();
   st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;
-  st.window_stalls = window_stalls_.load(std::memory_order_relaxed);
+  st.window_stalls = window_.stalls();
   sched::PoolStats ps = pool_->stats();
   st.steals = ps.steals;
   st.parks = ps.parks;

@@ -33,6 +33,7 @@
 #include "engine/object.hpp"
 #include "engine/observer.hpp"
 #include "engine/stream.hpp"
+#include "engine/window.hpp"
 #include "flowlane/flowlane.h"
 #include "sched/pool.hpp"
 
@@ -99,7 +100,7 @@ class Engine {
 
   uint32_t lane_count() const { return uint32_t(lanes_.size()); }
   uint32_t worker_count() const { return pool_->size(); }
-  uint64_t inflight_limit() const { return inflight_limit_; }
+  uint64_t inflight_limit() const { return window_.limit(); }
   DeviceBackend* device() const { return services_.device; }
   // Devices of the device backend seen when the engine was created (0 without one).
   uint32_t device_count() const { return device_slots_ - 1; }
@@ -137,12 +138,8 @@ class Engine {
   // records the dependencies and queues `i` on s's lane. Takes `i` in every case: on an
   // error (thrown) it is discarded, nothing is queued, and neither fn nor cleanup runs.
   fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a);
-  // In-flight window: takes a slot, blocking while full (FL_ERR_WOULD_BLOCK when
-  // nonblocking). Never blocks on a worker thread of this engine (an instruction or task
-  // submitting more work): such submissions are admitted over the limit.
-  void admit(bool nonblocking, bool engine_run);  // engine_run: in_any_engine_context()
-  void retire_window_slot();
-  int64_t low_water() const;  // parked submitters resume once in-flight drops to this
+  // The in-flight window (window.hpp).
+  Window& window() { return window_; }
 
   // --- the instruction lifecycle on the lane runner (lane.cpp) ---
   void execute_host(Instr* i);
@@ -199,17 +196,9 @@ class Engine {
   [[gnu::cold, gnu::noinline]] static bool cancel_requested_slow(Instr* i);
 
   fl_engine_stats_t stats() const;
-  // Instructions admitted through the window and not yet retired (completed, or their
-  // submission failed). retired_ is read first: it never exceeds admitted_, so the
-  // difference is never below the true count at the time of the first load.
-  // Acquire pairs with the seq_cst increment in retire_window_slot(): an instruction seen
-  // retired has completed, and what it submitted was admitted before (drain relies on it).
-  int64_t inflight() const {
-    // Pairs with the seq_cst fetch_add in retire_window_slot().
-    const uint64_t r = retired_.load(std::memory_order_acquire);
-    return int64_t(admitted_.load(std::memory_order_relaxed) - r);
-  }
-  uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
+  // Instructions admitted through the window and not yet retired; submitters parked on it.
+  int64_t inflight() const { return window_.inflight(); }
+  uint32_t window_waiters() const { return window_.waiters(); }
 
   // --- observers and extensions (engine.cpp) ---
   // The engine owns every observer ever installed until it is destroyed (a hook may still
@@ -257,7 +246,6 @@ class Engine {
 
   EngineServices services_;
   uint64_t handle_ = 0;
-  uint64_t inflight_limit_ = 4096;
   std::unique_ptr<sched::Pool> pool_;
   mutable std::mutex pools_mu_;
   std::map<unsigned, std::unique_ptr<sched::Pool>> extra_pools_;
@@ -275,24 +263,10 @@ class Engine {
   std::mutex objects_mu_;
   Object* objects_head_ = nullptr;
 
-  // In-flight window (core/engine/README.md, "The in-flight window"): in flight =
-  // admitted_ - retired_. Two counters on two cache lines instead of one count that the
-  // submitting thread and the completing worker would both modify for every instruction
-  // (that line moved between their cores twice per instruction).
-  // --- written by submitters, for every instruction ---
-  alignas(kCacheLine) std::atomic<uint64_t> admitted_{0};
-  std::atomic<uint64_t> next_id_{1};
-  // A lower bound of retired_, kept by submitters: while admitted_ - retired_seen_ is under
-  // the limit a submitter need not read the completers' line at all. Only grows.
-  std::atomic<uint64_t> retired_seen_{0};
-  // --- written by completers, for every instruction ---
-  alignas(kCacheLine) std::atomic<uint64_t> retired_{0};
-  // --- rarely written ---
-  alignas(kCacheLine) std::atomic<uint32_t> window_waiters_{0};
-  // Parked submitters sleep on the epoch; armed: one of them looked since the last bump.
-  std::atomic<uint32_t> window_epoch_{0};
-  std::atomic<uint32_t> window_armed_{0};
-  std::atomic<uint64_t> window_stalls_{0};
+  Window window_;
+  // Ids, taken in recording order (Engine::enqueue), on a line of their own: submitters
+  // write it for every instruction.
+  alignas(kCacheLine) std::atomic<uint64_t> next_id_{1};
 
   FailureLedger ledger_{*this};
 

@@ -468,7 +468,7 @@ void Engine::complete(Instr* i) {
   if (!i->operands.empty()) i->operands.clear();
   // The window slot is freed before the stream's completion is published, so a caller
   // returning from synchronize sees in_flight without this instruction.
-  retire_window_slot();
+  window_.retire();
   // The last completed id only grows (a stream completes in order; the max guards against
   // a device backend completing a skipped one early). release pairs with the acquire
   // loads in query() and wait_instr(): the outcome history was written before.

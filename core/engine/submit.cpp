@@ -324,19 +324,19 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
   // is part of what the drain waits for: accepted.
   if (!engine_run && draining_.load(std::memory_order_acquire)) refuse_drained();
-  admit(a.nonblocking, engine_run);
+  window_.admit(a.nonblocking, engine_run);
   if (!engine_run) {
     // Checked again once admitted (the check above only spares a submitter waiting for the
     // window of a drained engine): a submission that passed the first check and then waited
     // for the window, or was merely preempted, must not be admitted after the drain found
-    // nothing in flight. No fence is needed: admit()'s CAS of admitted_ and the drain's RMW
-    // of it (after its store of draining_) are ordered in admitted_'s modification order.
-    // Ours first: the drain's later load of admitted_ (inflight()) sees our admission and
-    // waits for it. The drain's first: our acquire CAS read its release sequence, so the
-    // load below sees draining_ and we give the slot back. Relaxed: ordered by that CAS
-    // (pairs with the acq_rel fetch_add of admitted_ in drain()).
+    // nothing in flight. No fence is needed: Window::admit()'s CAS of its admission count
+    // and the drain's RMW of it (Window::fence_admissions(), after its store of draining_)
+    // are ordered in that counter's modification order. Ours first: the drain's later
+    // inflight() sees our admission and waits for it. The drain's first: our acquire CAS
+    // read its release sequence, so the load below sees draining_ and we give the slot
+    // back. Relaxed: ordered by that CAS (pairs with the RMW in fence_admissions()).
     if (draining_.load(std::memory_order_relaxed)) {
-      retire_window_slot();
+      window_.retire();
       refuse_drained();
     }
   }
@@ -346,100 +346,11 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
     // another (or in a task) on the same stack.
     id = enqueue(i, a.run_inline && !engine_run);
   } catch (...) {
-    retire_window_slot();
+    window_.retire();
     throw;
   }
   guard.i = nullptr;
   return id;
-}
-
-// ---------------------------------------------------------------------------------------
-// The in-flight window (core/engine/README.md, "The in-flight window")
-
-void Engine::admit(bool nonblocking, bool engine_run) {
-  if (engine_run) {
-    // Work submitted by engine-run code (a callback, a task, a completion thread) is never
-    // blocked: it could be the very work that must finish to open the window. Admitted
-    // over the limit.
-    admitted_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  const int64_t limit = int64_t(inflight_limit_);
-  uint64_t cur = admitted_.load(std::memory_order_relaxed);
-  for (;;) {
-    // Against the submitters' view of retired_ first (their own cache line); only when that
-    // view says full is the completers' counter read. The view is a lower bound, so the
-    // window never admits more than the limit. (Signed: `seen` may be newer than `cur`;
-    // then the CAS below fails, and a successful one means seen <= retired_ <= cur.)
-    uint64_t seen = retired_seen_.load(std::memory_order_relaxed);
-    if (int64_t(cur - seen) >= limit) {
-      const uint64_t r = retired_.load(std::memory_order_relaxed);
-      while (seen < r && !retired_seen_.compare_exchange_weak(seen, r, std::memory_order_relaxed)) {
-      }
-      seen = std::max(seen, r);
-    }
-    if (int64_t(cur - seen) < limit) {
-      // acquire pairs with the acq_rel fetch_add of admitted_ in drain() (submit() then
-      // sees draining_ if the drain's RMW came first); relaxed on failure (we retry).
-      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
-      continue;
-    }
-    if (nonblocking)
-      fail(FL_ERR_WOULD_BLOCK, "the in-flight window is full (" + std::to_string(limit) +
-                                   " instructions submitted and not completed); retry later or submit without "
-                                   "FL_SUBMIT_NONBLOCKING to wait");
-    window_stalls_.fetch_add(1, std::memory_order_relaxed);
-    Observer* ob = observer();
-    if (ob) ob->on_window_stall(true);
-    // Sleep until the window has drained to its low-water mark, not just until one slot
-    // frees: the completer wakes parked submitters once the count is at or below the mark
-    // instead of on every completion (see retire_window_slot()).
-    const int64_t low = low_water();
-    // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
-    // either the retiring thread sees us registered, or we see its increment.
-    // Each look at retired_ is preceded by reading the wake-up epoch and arming: a completer
-    // that finds the window at or below the mark and the waiters armed disarms, bumps the
-    // epoch and notifies, once per arming (see retire_window_slot()). Lost wake-ups: a
-    // completer that found us not armed read the flag before our arming store, so our look
-    // sees its increment (seq_cst total order); one that consumed our arming bumps the
-    // epoch after the epoch read below, so the wait returns at once.
-    // Store-load (Dekker) pair with retire_window_slot(): its increment of retired_, then its load of this.
-    window_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    for (;;) {
-      const uint32_t epoch = window_epoch_.load(std::memory_order_seq_cst);  // pairs with the bump in retire_window_slot()
-      window_armed_.store(1, std::memory_order_seq_cst);  // pairs with the exchange in retire_window_slot()
-      const uint64_t r = retired_.load(std::memory_order_seq_cst);
-      if (int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low) break;
-      window_epoch_.wait(epoch, std::memory_order_seq_cst);
-    }
-    window_waiters_.fetch_sub(1, std::memory_order_relaxed);
-    if (ob) ob->on_window_stall(false);
-    cur = admitted_.load(std::memory_order_relaxed);
-  }
-}
-
-int64_t Engine::low_water() const {
-  const int64_t limit = int64_t(inflight_limit_);
-  return limit - 1 - std::min<int64_t>(limit / 4, 256);
-}
-
-void Engine::retire_window_slot() {
-  // seq_cst: the store-load pair with admit(), which counts itself in window_waiters_ and
-  // then loads retired_. A parked submitter is woken once the window is at or below its
-  // low-water mark; the line of admitted_ is read only while someone is parked.
-  const uint64_t r = retired_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  // Store-load (Dekker) pair with admit(): its increment of window_waiters_, then its load of retired_.
-  if (window_waiters_.load(std::memory_order_seq_cst) == 0) return;
-  if (int64_t(admitted_.load(std::memory_order_relaxed) - r) > low_water()) return;
-  // One notification per arming by the parked submitters: a woken submitter may not run
-  // for a while (on the completer's own CPU, not before it yields), and notifying on
-  // every completion meanwhile cost a system call each.
-  // seq_cst (the load too: it must not see an arming older than the submitter's look):
-  // pairs with the arming store and epoch load in admit().
-  if (window_armed_.load(std::memory_order_seq_cst) != 0 && window_armed_.exchange(0, std::memory_order_seq_cst) != 0) {
-    window_epoch_.fetch_add(1, std::memory_order_seq_cst);  // pairs with the epoch load in admit()
-    window_epoch_.notify_all();
-  }
 }
 
 }  // namespace flowlane::core

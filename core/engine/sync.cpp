@@ -318,11 +318,11 @@ fl_status_t Engine::drain(const Deadline& deadline) {
     }
   } watched(this);
   draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
-  // An RMW of admitted_ after that store, so that a submission from a thread of the caller
-  // either sees draining_ after it was admitted (and is refused), or its admission is seen
-  // by our loads below (and waited for): the two RMWs are ordered in admitted_'s
-  // modification order, and the release here pairs with the acquire CAS in admit().
-  admitted_.fetch_add(0, std::memory_order_acq_rel);
+  // An RMW of the window's admission count after that store, so that a submission from a
+  // thread of the caller either sees draining_ after it was admitted (and is refused), or
+  // its admission is seen by our loads below (and waited for): the two RMWs are ordered in
+  // that counter's modification order (Window::fence_admissions() pairs with admit()).
+  window_.fence_admissions();
   // Pairs with the seq_cst fence in begin_outside_spawn(): a task spawn from a thread of the
   // caller either sees draining_ after it was counted (and is refused), or its count is seen
   // by our loads below (and waited for).
@@ -334,7 +334,7 @@ fl_status_t Engine::drain(const Deadline& deadline) {
   // the others to later waits (each is returned once, as by fl_engine_synchronize).
   for (;;) {
     if (fl_status_t st = wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
-    // inflight() acquires retired_: an instruction seen retired has completed, and what it
+    // inflight() acquires the window's retirements: an instruction seen retired has completed, and what it
     // submitted was admitted (counted) before.
     // A spawn from outside counted here may not have reached its pool yet: wait for it.
     // Acquire pairs with the release decrement in end_outside_spawn(): a spawn seen ended
