@@ -25,6 +25,7 @@
 
 #include "base/error.hpp"
 #include "engine/context.hpp"
+#include "engine/deps.hpp"
 #include "engine/device.hpp"
 #include "engine/extension.hpp"
 #include "engine/instr.hpp"
@@ -264,9 +265,7 @@ class Engine {
   Object* objects_head_ = nullptr;
 
   Window window_;
-  // Ids, taken in recording order (Engine::enqueue), on a line of their own: submitters
-  // write it for every instruction.
-  alignas(kCacheLine) std::atomic<uint64_t> next_id_{1};
+  Recorder recorder_{*this};
 
   FailureLedger ledger_{*this};
 

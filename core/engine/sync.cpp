@@ -84,9 +84,8 @@ fl_status_t Engine::synchronize(const Deadline& deadline) {
                                       self->describe() + " (its function, cleanup, or a release its completion runs)"
                                       ": it would wait for that instruction itself");
   // Failures of instructions recorded before the call (ids are taken in recording order).
-  // next_id_ pairs with no release (ids are taken relaxed in submit()); the ledger it is
-  // compared with is read under the ledger's mutex.
-  const fl_instr_id before = next_id_.load(std::memory_order_acquire);
+  // (next_id() pairs with no release: the ledger it is compared with is read under its mutex.)
+  const fl_instr_id before = recorder_.next_id();
   if (fl_status_t st = wait_submitted(deadline, "fl_engine_synchronize_for"); st != FL_OK) return st;
   return ledger_.take_oldest_before(before);
 }
