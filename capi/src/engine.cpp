@@ -109,13 +109,13 @@ FL_API fl_status_t fl_engine_synchronize_for(fl_engine_t* engine, uint64_t timeo
 
 FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine) {
   return guard([&] {
-    engine_from(engine, "fl_engine_cancel")->cancel_all();
+    engine_from(engine, "fl_engine_cancel")->cancel_drain().cancel_all();
     return FL_OK;
   });
 }
 
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns) {
-  return guard([&] { return engine_from(engine, "fl_engine_drain")->drain(Deadline::after_ns(timeout_ns)); });
+  return guard([&] { return engine_from(engine, "fl_engine_drain")->cancel_drain().drain(Deadline::after_ns(timeout_ns)); });
 }
 
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
@@ -238,7 +238,7 @@ FL_API fl_status_t fl_stream_synchronize_for(fl_stream_t* stream, uint64_t timeo
 FL_API fl_status_t fl_stream_cancel(fl_stream_t* stream) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_cancel");
-    s->engine->cancel_stream(s);
+    s->engine->cancel_drain().cancel_stream(s);
     return FL_OK;
   });
 }

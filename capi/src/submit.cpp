@@ -116,7 +116,7 @@ FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64
 FL_API fl_status_t fl_instr_cancel(fl_stream_t* stream, fl_instr_id id) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_instr_cancel");
-    s->engine->cancel(s, id);
+    s->engine->cancel_drain().cancel(s, id);
     return FL_OK;
   });
 }

@@ -24,9 +24,11 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "engine/cancel_drain.hpp"
 #include "engine/context.hpp"
 #include "engine/deps.hpp"
 #include "engine/device.hpp"
+#include "engine/execute.hpp"
 #include "engine/extension.hpp"
 #include "engine/instr.hpp"
 #include "engine/lane.hpp"
@@ -142,17 +144,8 @@ class Engine {
   // The in-flight window (window.hpp).
   Window& window() { return window_; }
 
-  // --- the instruction lifecycle on the lane runner (lane.cpp) ---
-  void execute_host(Instr* i);
-  void execute_async(Instr* i);  // issues a device stream's instruction (device.hpp)
-  // The lane is about to leave its device stream (run something else, block, go idle):
-  // DeviceBackend::flush() when it issued instructions not yet marked issued.
-  void flush_device(Lane* lane);
-  void complete(Instr* i);
-  // Device backends (device.hpp): i is on its device and its completion can be tracked;
-  // i's device work finished with `st` (FL_OK, or a failure with `detail`).
-  void mark_issued(Instr* i);
-  void complete_async(Instr* i, fl_status_t st, const std::string& detail);
+  // --- the run path (execute.hpp) ---
+  Executor& executor() { return executor_; }
   void recycle(Instr* i);  // refs reached zero (instr_pool.cpp)
 
   // --- waits and failures (sync.cpp) ---
@@ -170,31 +163,22 @@ class Engine {
   // "'a' (#3, lane 1, host) -> 'b' (#5, lane 2, host)", the match last.
   static Instr* find_waiter(const CallbackFrame* frame, fl_instr_id upto,
                             const std::function<bool(const Instr*)>& match, std::string* chain = nullptr);
+  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
+  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
+  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
+  // The failure ledger (ledger.hpp).
+  FailureLedger& ledger() { return ledger_; }
   // Failures (families) not returned yet, and the oldest one's message (for dumps).
   size_t unreturned_failures(std::string* oldest) const { return ledger_.unreturned(oldest); }
 
-  // --- instruction queries, cancel and drain (sync.cpp) ---
+  // --- instruction queries (sync.cpp) ---
   // fl_instr_query: throws FL_ERR_INVALID_ARGUMENT for an id this stream never returned.
   fl_instr_state_t query(Stream* s, fl_instr_id id);
   // fl_instr_wait_for: the outcome of id once completed (a failure counts as returned).
   fl_status_t wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline);
-  void cancel(Stream* s, fl_instr_id id);  // fl_instr_cancel
-  void cancel_stream(Stream* s);           // fl_stream_cancel
-  void cancel_all();                       // fl_engine_cancel
-  fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
-  bool pools_quiescent() const;                  // every pool of the engine idle (drain)
-  bool draining() const { return draining_.load(std::memory_order_acquire); }  // pairs with drain()'s release
-  // fl_task_group_spawn from a thread of the caller's (not code the engine runs): counted
-  // from before its check for a drain until its task is handed to the pool, so that a
-  // drain either refuses it or waits for its task. False (refused, not counted) once the
-  // engine is draining; otherwise end_outside_spawn() follows.
-  bool begin_outside_spawn();
-  void end_outside_spawn();
-  // The lane runner, before starting i: a cancel request covers it (consumes the request).
-  // True (and i marked cancelled) when a cancel request covers i. The common case, no
-  // request on i's stream or lane, is two loads inline.
-  static bool cancel_requested(Instr* i);
-  [[gnu::cold, gnu::noinline]] static bool cancel_requested_slow(Instr* i);
+  // Cancel requests and fl_engine_drain (cancel_drain.hpp).
+  CancelDrain& cancel_drain() { return cancel_drain_; }
+  bool pools_quiescent() const;  // every pool of the engine idle (drain)
 
   fl_engine_stats_t stats() const;
   // Instructions admitted through the window and not yet retired; submitters parked on it.
@@ -239,9 +223,6 @@ class Engine {
   // or when *cancelled (if given) is set first (engine destroy gave the wait up).
   bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever(),
                    const std::atomic<bool>* cancelled = nullptr);
-  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
-  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
-  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
   void destroy_object(Object* o, Instr* completing);
   void drain_and_stop();
 
@@ -266,12 +247,12 @@ class Engine {
 
   Window window_;
   Recorder recorder_{*this};
+  Executor executor_{*this};
+  CancelDrain cancel_drain_{*this};
 
   FailureLedger ledger_{*this};
 
   std::atomic<bool> shutdown_{false};
-  std::atomic<bool> draining_{false};  // fl_engine_drain: refuse submissions from outside
-  std::atomic<uint64_t> outside_spawns_{0};  // begin_outside_spawn() .. end_outside_spawn()
   std::atomic<bool> destroying_{false};
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 
@@ -283,11 +264,5 @@ class Engine {
   mutable std::mutex extensions_mu_;
   std::vector<std::pair<const void*, std::unique_ptr<Extension>>> extensions_;
 };
-
-// Marks i failed with `st` (its detail in i->error, which becomes the full message naming
-// i): the outcome complete() will publish. For the executing thread only.
-void mark_failed(Instr* i, fl_status_t st);
-// Marks i failed with FL_ERR_CANCELLED: it never ran.
-void mark_cancelled(Instr* i);
 
 }  // namespace flowlane::core

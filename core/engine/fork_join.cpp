@@ -41,15 +41,15 @@ void EngineTaskGroup::spawn(Engine& e, fl_task_fn fn, void* user_data, fl_releas
   // From a thread of the caller's, the spawn is counted while it checks for a drain and
   // hands its task over, so that a drain racing with it refuses it or waits for its task.
   const bool outside = !in_any_engine_context();
-  if (outside && !e.begin_outside_spawn())
+  if (outside && !e.cancel_drain().begin_outside_spawn())
     fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine was drained (fl_engine_drain)");
   try {
     group.spawn(fn, user_data, cleanup);
   } catch (...) {
-    if (outside) e.end_outside_spawn();
+    if (outside) e.cancel_drain().end_outside_spawn();
     throw;
   }
-  if (outside) e.end_outside_spawn();
+  if (outside) e.cancel_drain().end_outside_spawn();
 }
 
 void EngineTaskGroup::close(Engine* e) {

@@ -1,8 +1,33 @@
-// Lanes and streams. A lane is a strand on the work-stealing pool: its instructions start
-// in submission order, one at a time, on whichever worker runs the lane's task. A stream is
-// one (lane, device, kind) queue of a lane; all streams of a lane share its strand. The
-// lane protocol (the MPSC queue, going idle without losing a wake-up) is written down in
-// core/engine/README.md, "Lanes as strands".
+// A lane: a strand on the work-stealing pool. Its instructions start in submission order,
+// one at a time, on whichever worker runs the lane's task; all streams of a lane
+// (stream.hpp) share its strand. Protocol (core/engine/README.md, "Lanes as strands"):
+//   - the queue is Vyukov's intrusive MPSC queue with a stub node; producers (submitters)
+//     push under the lane's submit lock, the consumer is whoever owns the lane;
+//   - `scheduled` says who owns it: 0 idle, 1 owned (queued on the pool, running, or blocked
+//     on `cur`). A producer pushes, then schedule()s: if it swaps 0 -> 1 it hands the lane's
+//     task to the pool. The runner runs up to a batch, then yields behind other work;
+//   - going idle: the runner stores scheduled = 0, then looks whether `tail` moved since the
+//     head it saw, and if so tries to take the lane back (give_up()). No wake-up is lost:
+//     the producer's tail exchange and scheduled load and the runner's scheduled store and
+//     tail load are all seq_cst (a store-load pattern: either the runner sees the item, or
+//     the producer sees 0 and schedules);
+//   - an instruction at the head runs when the lane's unit of its `pending` count is the
+//     last (take_unit()); otherwise the lane blocks on it (`cur`) and the predecessor that
+//     drops the last unit resubmits the lane's task (instr.hpp, "pending").
+//   - FL_SUBMIT_INLINE: a submitter may claim the idle lane itself and run its ready
+//     instruction on its own thread (run_owned(), core/engine/README.md, "Running on the
+//     submitting thread").
+//
+// Owns: the queue (tail, head, stub), `scheduled`, `cur`, the submit lock, and the run loop.
+// Calls: Executor (execute_host, execute_async, flush_device), the pool (submit, yield),
+// the observer (on_lane_idle). Called by: Engine::enqueue (push, schedule, try_claim,
+// empty_owned, run_owned), Executor::release_successors (resubmits the task), Waits'
+// find_waiter (reads the queue links, takes the submit lock).
+// Per-lane fields of other components, documented where they are used: the statistics
+// counters (Engine::enqueue counts `submitted`, Executor::complete the rest, Engine::stats
+// reads them), the cancel requests (CancelDrain, cancel_drain.hpp), the device backend's
+// state (`unflushed`, `device_state`: Executor, device.hpp) and the diagnostics (`active`,
+// `waits`, under diag_lock: the runner, Waits and the state dump, core/diag/dump.cpp).
 #pragma once
 
 #include <atomic>
@@ -22,7 +47,6 @@ namespace flowlane::core {
 
 class Engine;
 struct Lane;
-
 struct Stream;
 
 // A wait of a lane's running instruction, from its callback or from a task of one of its
@@ -82,19 +106,20 @@ struct Lane {
   // RMW on their own counter). Read them through completed_count().
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> completed_async{0};
-  // Acquire pairs with the release store / fetch_add in Engine::complete(): an instruction
-  // counted here was counted in `submitted` before (its submission happens before its
-  // completion), so a `submitted` read after this is never smaller (Engine::stats()).
+  // Acquire pairs with the release store / fetch_add in Executor::complete(): an
+  // instruction counted here was counted in `submitted` before (its submission happens
+  // before its completion), so a `submitted` read after this is never smaller
+  // (Engine::stats()).
   uint64_t completed_count() const {
-    // Pairs with the release store / fetch_add in Engine::complete().
+    // Pairs with the release store / fetch_add in Executor::complete().
     return completed.load(std::memory_order_acquire) + completed_async.load(std::memory_order_acquire);
   }
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};
   Instr stub;
-  // fl_instr_cancel requests for instructions of this lane not started yet (ids under
-  // cancel_mu, sorted and without repeats, so at most one per instruction not completed;
-  // `cancel_requests` is their number, read by the runner for every instruction).
+  // CancelDrain's: fl_instr_cancel requests for instructions of this lane not started yet
+  // (ids under cancel_mu, sorted and without repeats, so at most one per instruction not
+  // completed; `cancel_requests` is their number, read by the runner for every instruction).
   std::atomic<uint32_t> cancel_requests{0};
   std::mutex cancel_mu;
   std::vector<fl_instr_id> cancel_ids;

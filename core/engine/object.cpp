@@ -143,7 +143,7 @@ fl_status_t Engine::wait_object(Object* o, uint32_t access, const Deadline& dead
   // Inside a device function: what its lane issued before could never be seen to complete
   // while the lane runner waits here; have the backend track it first.
   if (frame != nullptr && frame->kind == CallbackKind::kFn && on_this_thread(frame) && !self->stream->is_host_executed())
-    flush_device(self->stream->lane);
+    executor_.flush_device(self->stream->lane);
   Observer* ob = observer();
   if (ob) ob->on_wait(true, "fl_object_wait");
   Lane* my_lane = self ? self->stream->lane : nullptr;

@@ -1,6 +1,7 @@
 // A stream's completion counters and its waiters (engine/stream.hpp).
 #include "engine/stream.hpp"
 
+#include "base/error.hpp"
 #include "engine/lane.hpp"
 
 namespace flowlane::core {
@@ -91,6 +92,14 @@ void Stream::wake_waiters() {
   // under wait_mu): a sleeper that has not seen the flag is in wait() and gets the notify.
   { std::lock_guard<std::mutex> lock(wait_mu); }
   wait_cv.notify_all();
+}
+
+void Stream::check_submitted(fl_instr_id id, const char* fn) const {
+  // acquire pairs with the release store in Engine::enqueue().
+  if (id == 0 || id > last_submitted_id.load(std::memory_order_acquire))
+    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": instruction #" + std::to_string(id) +
+                                      " was not submitted to this stream (" + describe() + ")" +
+                                      (id == 0 ? "" : " yet"));
 }
 
 std::string Stream::describe() const {

@@ -96,6 +96,9 @@ struct Stream {
   // Whether the stream has completed `target` instructions (or, `is_id`, the instruction
   // whose id is `target`).
   bool reached(uint64_t target, bool is_id) const;
+  // Throws FL_ERR_INVALID_ARGUMENT, in the name of `fn`, unless `id` is an instruction id
+  // this stream returned (fl_instr_query, fl_instr_wait_for, fl_instr_cancel).
+  void check_submitted(fl_instr_id id, const char* fn) const;
   // Wakes every waiter of the stream so that it re-checks its cancel flag.
   void wake_waiters();
   std::string describe() const;  // "lane 1, host"

@@ -102,9 +102,9 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
     fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine was drained (fl_engine_drain): it accepts no new work "
                                                "from your threads; destroy it, or create another engine");
   };
-  // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
-  // is part of what the drain waits for: accepted.
-  if (!engine_run && draining_.load(std::memory_order_acquire)) refuse_drained();
+  // draining() acquires the drain's store. Work submitted by the engine's own callbacks is
+  // part of what the drain waits for: accepted.
+  if (!engine_run && cancel_drain_.draining()) refuse_drained();
   window_.admit(a.nonblocking, engine_run);
   if (!engine_run) {
     // Checked again once admitted (the check above only spares a submitter waiting for the
@@ -114,9 +114,9 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
     // and the drain's RMW of it (Window::fence_admissions(), after its store of draining_)
     // are ordered in that counter's modification order. Ours first: the drain's later
     // inflight() sees our admission and waits for it. The drain's first: our acquire CAS
-    // read its release sequence, so the load below sees draining_ and we give the slot
-    // back. Relaxed: ordered by that CAS (pairs with the RMW in fence_admissions()).
-    if (draining_.load(std::memory_order_relaxed)) {
+    // read its release sequence, so the load below sees the drain's flag and we give the
+    // slot back (ordered by that CAS, which pairs with the RMW in fence_admissions()).
+    if (cancel_drain_.draining()) {
       window_.retire();
       refuse_drained();
     }

@@ -215,29 +215,17 @@ Instr* Engine::find_waiter(const CallbackFrame* frame, fl_instr_id upto,
 }
 
 // ---------------------------------------------------------------------------------------
-// Instruction queries, cancel and drain
-
-namespace {
-
-void check_id(const Stream* s, fl_instr_id id, const char* fn) {
-  // acquire pairs with the release store in enqueue().
-  if (id == 0 || id > s->last_submitted_id.load(std::memory_order_acquire))
-    fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": instruction #" + std::to_string(id) +
-                                      " was not submitted to this stream (" + s->describe() + ")" +
-                                      (id == 0 ? "" : " yet"));
-}
-
-}  // namespace
+// Instruction queries
 
 fl_instr_state_t Engine::query(Stream* s, fl_instr_id id) {
-  check_id(s, id, "fl_instr_query");
+  s->check_submitted(id, "fl_instr_query");
   // acquire pairs with the release in complete(): the history entry was written before.
   if (id > s->last_completed_id.load(std::memory_order_acquire)) return FL_INSTR_PENDING;
   return ledger_.completed_state(s, id);
 }
 
 fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline) {
-  check_id(s, id, "fl_instr_wait_for");
+  s->check_submitted(id, "fl_instr_wait_for");
   const CallbackFrame* frame = pending_frame(this);
   Instr* self = frame != nullptr ? frame->instr : nullptr;
   if (self != nullptr && self->stream->lane == s->lane && id > self->id)
@@ -268,102 +256,6 @@ fl_status_t Engine::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadli
     return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
                                       s->describe() + " has not completed (nothing was consumed: wait again)");
   return ledger_.take_outcome(s, id);
-}
-
-void Engine::cancel(Stream* s, fl_instr_id id) {
-  check_id(s, id, "fl_instr_cancel");
-  // Pairs with the release CAS of last_completed_id in complete().
-  if (id <= s->last_completed_id.load(std::memory_order_acquire))
-    fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_cancel: instruction #" + std::to_string(id) + " of " + s->describe() +
-                                      " has already completed");
-  Lane* lane = s->lane;
-  std::lock_guard<std::mutex> lock(lane->cancel_mu);
-  // Sorted and without repeats: a caller that cancels the same id again and again (or
-  // spins on fl_instr_cancel while the lane is busy) adds nothing, so the list stays
-  // bounded by the lane's instructions not completed yet, and the runner's scan with it.
-  auto& ids = lane->cancel_ids;
-  auto at = std::lower_bound(ids.begin(), ids.end(), id);
-  if (at != ids.end() && *at == id) return;
-  ids.insert(at, id);
-  // release pairs with the acquire load in cancel_requested().
-  lane->cancel_requests.store(uint32_t(ids.size()), std::memory_order_release);
-}
-
-void Engine::cancel_stream(Stream* s) {
-  fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);  // pairs with the release in submit()
-  fl_instr_id cur = s->cancel_upto.load(std::memory_order_relaxed);
-  // release pairs with the acquire load in cancel_requested().
-  while (cur < upto && !s->cancel_upto.compare_exchange_weak(cur, upto, std::memory_order_release,
-                                                             std::memory_order_relaxed)) {
-  }
-}
-
-void Engine::cancel_all() {
-  for (Stream* s : all_streams()) cancel_stream(s);
-}
-
-fl_status_t Engine::drain(const Deadline& deadline) {
-  if (in_engine_context(this))
-    fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_drain called from code the engine runs: it would wait for itself");
-  // Extensions watch the drain (diagnostics give up the callbacks' waits on a wait cycle,
-  // which the drain would otherwise wait for forever), until it returns.
-  struct Watched {
-    std::vector<Extension*> xs;
-    explicit Watched(const Engine* e) : xs(e->extensions()) {
-      for (Extension* x : xs) x->begin_drain();
-    }
-    ~Watched() {
-      for (Extension* x : xs) x->end_drain();
-    }
-  } watched(this);
-  draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in submit()
-  // An RMW of the window's admission count after that store, so that a submission from a
-  // thread of the caller either sees draining_ after it was admitted (and is refused), or
-  // its admission is seen by our loads below (and waited for): the two RMWs are ordered in
-  // that counter's modification order (Window::fence_admissions() pairs with admit()).
-  window_.fence_admissions();
-  // Pairs with the seq_cst fence in begin_outside_spawn(): a task spawn from a thread of the
-  // caller either sees draining_ after it was counted (and is refused), or its count is seen
-  // by our loads below (and waited for).
-  full_fence();
-  // Callbacks may still submit (their work is part of what is drained) and task-group tasks
-  // may still run and submit: wait in rounds until one finds no instruction in flight and
-  // every pool idle. The rounds only wait: a failure is taken once, after the last round,
-  // so a drain that times out has consumed nothing, and one that returns a failure leaves
-  // the others to later waits (each is returned once, as by fl_engine_synchronize).
-  for (;;) {
-    if (fl_status_t st = wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
-    // inflight() acquires the window's retirements: an instruction seen retired has completed, and what it
-    // submitted was admitted (counted) before.
-    // A spawn from outside counted here may not have reached its pool yet: wait for it.
-    // Acquire pairs with the release decrement in end_outside_spawn(): a spawn seen ended
-    // has handed its task to the pool, which pools_quiescent() then counts.
-    if (inflight() == 0 && outside_spawns_.load(std::memory_order_acquire) == 0 && pools_quiescent()) break;
-    if (deadline.passed())
-      return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running "
-                                    "(nothing was returned or consumed: call it again)");
-    if (inflight() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  // Everything submitted has completed: the oldest family not returned yet, as a
-  // synchronize called now would return it.
-  return ledger_.take_oldest();
-}
-
-bool Engine::begin_outside_spawn() {
-  outside_spawns_.fetch_add(1, std::memory_order_relaxed);
-  // Pairs with the seq_cst fence after the store of draining_ in drain(): either the drain's
-  // later load of outside_spawns_ sees this count (and waits for the task), or this load
-  // sees draining_ (and the spawn is refused).
-  full_fence();
-  if (!draining_.load(std::memory_order_relaxed)) return true;
-  end_outside_spawn();
-  return false;
-}
-
-void Engine::end_outside_spawn() {
-  // release pairs with the acquire load in drain(): the task's hand-over to the pool (its
-  // count there) happens before a drain that reads the spawn ended.
-  outside_spawns_.fetch_sub(1, std::memory_order_release);
 }
 
 bool Engine::pools_quiescent() const {

@@ -168,10 +168,10 @@ TEST(LaneStrand, RepeatedCancelRequestsAreKeptOncePerInstruction) {
   auto y = rig.submit(s, {}, counted, "y");
   rig.submit(s, {}, counted, "z");
   ASSERT_TRUE(eventually([&] { return blocker.i->state.load() == uint32_t(InstrState::kRunning); }));
-  for (int k = 0; k < 10000; ++k) rig.engine.cancel(s, y.id);
-  rig.engine.cancel(s, x.id);
-  rig.engine.cancel(s, blocker.id);  // started already: can never take effect
-  rig.engine.cancel(s, y.id);
+  for (int k = 0; k < 10000; ++k) rig.engine.cancel_drain().cancel(s, y.id);
+  rig.engine.cancel_drain().cancel(s, x.id);
+  rig.engine.cancel_drain().cancel(s, blocker.id);  // started already: can never take effect
+  rig.engine.cancel_drain().cancel(s, y.id);
   EXPECT_EQ(lane.cancel_requests.load(), 3u);
   {
     std::lock_guard<std::mutex> lock(lane.cancel_mu);
