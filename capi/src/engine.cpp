@@ -98,12 +98,12 @@ FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** 
 }
 
 FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine) {
-  return guard([&] { return engine_from(engine, "fl_engine_synchronize")->synchronize(); });
+  return guard([&] { return engine_from(engine, "fl_engine_synchronize")->waits().synchronize(); });
 }
 
 FL_API fl_status_t fl_engine_synchronize_for(fl_engine_t* engine, uint64_t timeout_ns) {
   return guard([&] {
-    return engine_from(engine, "fl_engine_synchronize_for")->synchronize(Deadline::after_ns(timeout_ns));
+    return engine_from(engine, "fl_engine_synchronize_for")->waits().synchronize(Deadline::after_ns(timeout_ns));
   });
 }
 
@@ -224,14 +224,14 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_synchronize");
-    return s->engine->synchronize(s);
+    return s->engine->waits().synchronize(s);
   });
 }
 
 FL_API fl_status_t fl_stream_synchronize_for(fl_stream_t* stream, uint64_t timeout_ns) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_synchronize_for");
-    return s->engine->synchronize(s, Deadline::after_ns(timeout_ns));
+    return s->engine->waits().synchronize(s, Deadline::after_ns(timeout_ns));
   });
 }
 

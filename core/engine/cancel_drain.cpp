@@ -97,7 +97,7 @@ fl_status_t CancelDrain::drain(const Deadline& deadline) {
   // so a drain that times out has consumed nothing, and one that returns a failure leaves
   // the others to later waits (each is returned once, as by fl_engine_synchronize).
   for (;;) {
-    if (fl_status_t st = engine_.wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
+    if (fl_status_t st = engine_.waits().wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
     // inflight() acquires the window's retirements: an instruction seen retired has completed, and what it
     // submitted was admitted (counted) before.
     // A spawn from outside counted here may not have reached its pool yet: wait for it.

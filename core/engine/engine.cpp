@@ -1,5 +1,6 @@
-// Engine lifetime (creation, drain, destroy), lanes, interned streams, observers,
-// extensions and counters. Destroy is written down in core/engine/README.md, "Destroy".
+// The engine façade (engine/engine.hpp): creation and destroy (core/engine/README.md,
+// "Destroy"), the pools, lanes and interned streams the components share, the hooks of the
+// layers above (observers, extensions) and the counters.
 #include "engine/engine.hpp"
 
 #include <algorithm>
@@ -56,31 +57,39 @@ Engine::~Engine() {
 void Engine::shutdown() {
   if (stopped_) return;
   stopped_ = true;
-  drain_and_stop();
-}
-
-void Engine::drain_and_stop() {
   // 0. Extensions first: communicators are aborted (blocked collectives fail with
   //    FL_ERR_CANCELLED) and diagnostics watch the drain for wait cycles.
   for (Extension* x : extensions()) x->begin_shutdown();
+  stop_accepting();   // 1.
+  wait_until_idle();  // 2., 3.
+  for (Extension* x : extensions()) x->end_shutdown();
+  stop_workers();     // 4., 5.
+}
+
+void Engine::stop_accepting() {
   // 1. Refuse new work. Passing through every lane's submit lock after raising the flag
   //    guarantees each submission either completed its queueing before or sees the flag.
-  shutdown_.store(true, std::memory_order_release);  // pairs with acquire in submit()
+  shutdown_.store(true, std::memory_order_release);  // pairs with acquire in enqueue()
   for (auto& lane : lanes_) {
     lane->submit_lock.lock();
     lane->submit_lock.unlock();
   }
+}
+
+void Engine::wait_until_idle() {
   // 2. Drain. Errors are dropped here (synchronize first to see them).
   for (Stream* s : all_streams()) {
-    uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in submit()
-    wait_stream(s, target);
+    uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in enqueue()
+    Waits::wait_stream(s, target);
   }
   // 3. Wait for every lane task to finish its tail: the last instruction completing does
   //    not mean its lane has gone idle (it may still be popping or re-queueing itself).
-  //    acquire pairs with the runner's seq_cst store of 0 in Lane::run_task().
+  //    acquire pairs with the runner's seq_cst store of 0 in Lane::give_up().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  for (Extension* x : extensions()) x->end_shutdown();
+}
+
+void Engine::stop_workers() {
   // The device backend completed every issued instruction during the drain; stop its threads.
   if (services_.device != nullptr) services_.device->engine_stopped(this);
   // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
@@ -93,17 +102,8 @@ void Engine::drain_and_stop() {
   // 4. Run every pending release callback (objects the caller still holds) while the
   //    workers still exist: a release callback may call back in (stats, dumps, waits; a
   //    submission answers FL_ERR_SHUTDOWN).
-  for (;;) {
-    Object* o;
-    {
-      std::lock_guard<std::mutex> lock(objects_mu_);
-      o = objects_head_;
-    }
-    if (o == nullptr) break;
-    forget_handle(o->handle);  // stale from now on
-    destroy_object(o, nullptr);
-  }
-  // 5. Join workers.
+  objects_.release_all();
+  // 5. Join workers; drop the failures never returned and the outcome histories.
   {
     std::lock_guard<std::mutex> lock(pools_mu_);
     extra_pools_.clear();
@@ -167,6 +167,14 @@ sched::Pool& Engine::pool_for_threads(unsigned n) {
   auto& p = extra_pools_[n];
   if (!p) p = std::make_unique<sched::Pool>(n, this);
   return *p;
+}
+
+bool Engine::pools_quiescent() const {
+  if (!pool_->quiescent()) return false;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  for (auto& [n, p] : extra_pools_)
+    if (!p->quiescent()) return false;
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------

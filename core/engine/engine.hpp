@@ -1,21 +1,27 @@
-// The engine: lanes (strands on the work-stealing pool), interned streams, dependence
-// objects, instruction records, the in-flight window, waits and the failure ledger. The
-// dependency rules, the lane protocol, the window and destroy are written down in
-// core/engine/README.md.
-//
-// Where each part of Engine is defined:
-//   engine.cpp      lifetime (create, drain, destroy), lanes, interned streams, extensions, stats
-//   submit.cpp      submit(): the window and the per-object dependency rules
-//   lane.cpp        the lane strand, executing and completing instructions
-//   object.cpp      objects: creation, release, fl_object_wait
-//   sync.cpp        stream completion counters, synchronize, the failure ledger
-//   instr_pool.cpp  instruction records and their pool
+// The engine: a façade that composes the engine's components and owns what they share —
+// the worker pools, the lanes, the interned streams, the services and hooks of the layers
+// above (EngineServices, observers, extensions) and the engine's lifetime. Each component
+// is one concern with one owner file, whose header says what it owns, what it calls and
+// which locks and atomics it shares with whom (core/engine/README.md has the map and the
+// protocols):
+//   Window        window.{hpp,cpp}        the in-flight window: admission, parking, retirement
+//   Recorder      deps.{hpp,cpp}          ids and dependency recording (the per-object rules)
+//   Lane          lane.{hpp,cpp}          the strand: queue, run loop, going idle
+//   Executor      execute.{hpp,cpp}       running an instruction and completing it
+//   Stream        stream.{hpp,cpp}        a stream's counters and waiters
+//   FailureLedger ledger.{hpp,cpp}        families of failures, which one a wait returns
+//   Waits         waits.{hpp,cpp}, object_wait.cpp, find_waiter.cpp
+//                                         synchronize, waits for instructions and objects, queries
+//   CancelDrain   cancel_drain.{hpp,cpp}  cancel requests and fl_engine_drain
+//   Objects       object.{hpp,cpp}        dependence objects and their release
+//   fork-join     fork_join.{hpp,cpp}     the engine's rules for loops, graphs and task groups
+// The façade's own code: engine.cpp (lifetime and destroy, lanes, streams, pools, hooks,
+// stats), submit.cpp (Engine::submit: the path every submission takes through the
+// components), instr_pool.cpp (instruction records).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +42,7 @@
 #include "engine/object.hpp"
 #include "engine/observer.hpp"
 #include "engine/stream.hpp"
+#include "engine/waits.hpp"
 #include "engine/window.hpp"
 #include "flowlane/flowlane.h"
 #include "sched/pool.hpp"
@@ -80,15 +87,15 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // --- lifetime (engine.cpp; core/engine/README.md, "Destroy") ---
   // Destroy is two steps so that the C handle stays valid while callbacks drain:
   // begin_destroy() claims the destruction (false if someone else already did), shutdown()
   // refuses new work, drains, runs pending releases and joins the workers (idempotent).
   // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
   bool begin_destroy() { return !destroying_.exchange(true, std::memory_order_acq_rel); }
   void shutdown();
-  // Pairs with the release store of shutdown_ in drain_and_stop().
+  // Pairs with the release store of shutdown_ in shutdown().
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
-
   uint64_t handle() const { return handle_; }
   void set_handle(uint64_t h) { handle_ = h; }
   // Makes a C handle of something this engine owns stale (EngineServices::forget_handle).
@@ -96,96 +103,47 @@ class Engine {
     if (h != 0 && services_.forget_handle != nullptr) services_.forget_handle(h);
   }
 
+  // --- what the components share (engine.cpp) ---
   sched::Pool& pool() { return *pool_; }
   // A cached pool with exactly n workers (the main pool when n equals its size), for task
   // graphs run with an explicit thread count.
   sched::Pool& pool_for_threads(unsigned n);
-
-  uint32_t lane_count() const { return uint32_t(lanes_.size()); }
+  bool pools_quiescent() const;  // every pool of the engine idle (drain)
   uint32_t worker_count() const { return pool_->size(); }
-  uint64_t inflight_limit() const { return window_.limit(); }
   DeviceBackend* device() const { return services_.device; }
   // Devices of the device backend seen when the engine was created (0 without one).
   uint32_t device_count() const { return device_slots_ - 1; }
-
-  // --- lanes and streams (engine.cpp) ---
-  uint32_t acquire_lane();
-  void release_lane(uint32_t lane);
+  uint32_t lane_count() const { return uint32_t(lanes_.size()); }
   Lane& lane(uint32_t id) { return *lanes_[id]; }
   const std::vector<std::unique_ptr<Lane>>& lanes() const { return lanes_; }
+  uint32_t acquire_lane();  // fl_lane_acquire
+  void release_lane(uint32_t lane);  // fl_lane_release
   // Interned: the same (lane, device, kind) always yields the same stream.
   Stream* stream(uint32_t lane, fl_device_t device, fl_stream_kind_t kind);
   std::vector<Stream*> all_streams() const;
 
-  // --- objects (object.cpp) ---
-  Object* create_object(void* user_data, fl_release_fn release);
-  // Drops a reference; the last one runs the object's release callback, in a callback
-  // frame for `completing` (the instruction whose completion drops it, or null).
-  void release_object_ref(Object* o, Instr* completing = nullptr);
-  // fl_object_wait(_for): FL_ERR_TIMEOUT when the deadline passes first (nothing else
-  // changes then).
-  fl_status_t wait_object(Object* o, uint32_t access, const Deadline& deadline = Deadline::forever());
-  // Sleeps until i is terminal or *cancelled is set (by a thread that then wakes i's
-  // state futex) or the deadline passes; returns false only on the deadline. On a pool
-  // worker, sched::wait() helps the caller's own region first and a spare worker stands
-  // in while it sleeps.
-  static bool sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline);
-
-  // --- submission and the window (submit.cpp) ---
+  // --- submission (submit.cpp) and instruction records (instr_pool.cpp) ---
   // A record of this engine from the pool, for a submission to fill (operands, device
   // record) and pass to submit(), or to discard() if it is abandoned.
   Instr* new_instr();
   void discard(Instr* i);
+  void recycle(Instr* i);  // refs reached zero
   // The common path of every fl_submit_*: merges operands that name one object twice (the
   // union of their accesses), takes a window slot (blocking, or FL_ERR_WOULD_BLOCK),
   // records the dependencies and queues `i` on s's lane. Takes `i` in every case: on an
   // error (thrown) it is discarded, nothing is queued, and neither fn nor cleanup runs.
   fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a);
-  // The in-flight window (window.hpp).
+
+  // --- the components ---
   Window& window() { return window_; }
-
-  // --- the run path (execute.hpp) ---
+  Recorder& recorder() { return recorder_; }
   Executor& executor() { return executor_; }
-  void recycle(Instr* i);  // refs reached zero (instr_pool.cpp)
-
-  // --- waits and failures (sync.cpp) ---
-  // Each returns FL_OK or a failure status, with the thread's message set.
-  // fl_engine_synchronize(_for), fl_stream_synchronize(_for): FL_ERR_TIMEOUT when the
-  // deadline passes first (no failure is returned then).
-  fl_status_t synchronize(const Deadline& deadline = Deadline::forever());
-  fl_status_t synchronize(Stream* s, const Deadline& deadline = Deadline::forever());
-  // Among the instructions that wait for the instruction of `frame` to complete (its
-  // successors and, on a lane that runs them in order, what is queued behind each,
-  // transitively), the first one with an id up to `upto` that `match` accepts; null if
-  // none. A wait for it could only end after the caller returns. `frame` is the caller's
-  // innermost frame with an instruction: its fn or cleanup (other kinds find nothing, as
-  // their instruction may complete during the walk). `chain`, if given, receives the path:
-  // "'a' (#3, lane 1, host) -> 'b' (#5, lane 2, host)", the match last.
-  static Instr* find_waiter(const CallbackFrame* frame, fl_instr_id upto,
-                            const std::function<bool(const Instr*)>& match, std::string* chain = nullptr);
-  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
-  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
-  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
-  // The failure ledger (ledger.hpp).
   FailureLedger& ledger() { return ledger_; }
-  // Failures (families) not returned yet, and the oldest one's message (for dumps).
-  size_t unreturned_failures(std::string* oldest) const { return ledger_.unreturned(oldest); }
-
-  // --- instruction queries (sync.cpp) ---
-  // fl_instr_query: throws FL_ERR_INVALID_ARGUMENT for an id this stream never returned.
-  fl_instr_state_t query(Stream* s, fl_instr_id id);
-  // fl_instr_wait_for: the outcome of id once completed (a failure counts as returned).
-  fl_status_t wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline);
-  // Cancel requests and fl_engine_drain (cancel_drain.hpp).
+  Waits& waits() { return waits_; }
   CancelDrain& cancel_drain() { return cancel_drain_; }
-  bool pools_quiescent() const;  // every pool of the engine idle (drain)
+  Objects& objects() { return objects_; }
 
-  fl_engine_stats_t stats() const;
-  // Instructions admitted through the window and not yet retired; submitters parked on it.
-  int64_t inflight() const { return window_.inflight(); }
-  uint32_t window_waiters() const { return window_.waiters(); }
-
-  // --- observers and extensions (engine.cpp) ---
+  // --- hooks of the layers above (engine.cpp) ---
   // The engine owns every observer ever installed until it is destroyed (a hook may still
   // be running in one that was replaced or cleared); clear_observer() stops new calls.
   // reinstate_observer() makes one the engine already owns the active one again, so a
@@ -209,22 +167,29 @@ class Engine {
   Extension* extension(const void* key) const;
   std::vector<Extension*> extensions() const;  // in attach order
 
+  fl_engine_stats_t stats() const;  // fl_engine_stats
+
+  // --- one-line forwarders to components, for the layers above (comm/, core/diag/) ---
+  Object* create_object(void* user_data, fl_release_fn release) { return objects_.create(user_data, release); }
+  void release_object_ref(Object* o, Instr* completing = nullptr) { objects_.release_ref(o, completing); }
+  int64_t inflight() const { return window_.inflight(); }
+  uint32_t window_waiters() const { return window_.waiters(); }
+  uint64_t inflight_limit() const { return window_.limit(); }
+  size_t unreturned_failures(std::string* oldest) const { return ledger_.unreturned(oldest); }
+
   // The device backend's per-engine state (its poller thread), created by the backend on
   // first use under device_mu and released in DeviceBackend::engine_stopped().
   std::atomic<void*> device_state{nullptr};
   std::mutex device_mu;
 
  private:
-  // Records the dependencies of `i` and queues it on its lane; owns the window slot
-  // admit() took.
+  // Takes i's id, records its dependencies and queues it on its lane (or runs it inline);
+  // owns the window slot submit() took.
   fl_instr_id enqueue(Instr* i, bool run_inline);
-  void release_successors(Edge* e);  // drops one pending unit of each successor in the list
-  // Waits for s's completion count to reach target (sched::wait rules); false on the deadline
-  // or when *cancelled (if given) is set first (engine destroy gave the wait up).
-  bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever(),
-                   const std::atomic<bool>* cancelled = nullptr);
-  void destroy_object(Object* o, Instr* completing);
-  void drain_and_stop();
+  // The steps of shutdown() (engine.cpp).
+  void stop_accepting();
+  void wait_until_idle();
+  void stop_workers();
 
   EngineServices services_;
   uint64_t handle_ = 0;
@@ -241,16 +206,13 @@ class Engine {
   std::unique_ptr<std::atomic<Stream*>[]> streams_;
   std::mutex streams_mu_;
 
-  // Live objects (so that destroy can run every release callback).
-  std::mutex objects_mu_;
-  Object* objects_head_ = nullptr;
-
+  Objects objects_{*this};
   Window window_;
   Recorder recorder_{*this};
   Executor executor_{*this};
   CancelDrain cancel_drain_{*this};
-
   FailureLedger ledger_{*this};
+  Waits waits_{*this};
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> destroying_{false};

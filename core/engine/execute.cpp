@@ -238,7 +238,7 @@ void Executor::complete(Instr* i) {
   if (!i->stream->is_host_executed())
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
-  for (Operand& op : i->operands) engine_.release_object_ref(op.obj, i);  // release callbacks: i's completion waits
+  for (Operand& op : i->operands) engine_.objects().release_ref(op.obj, i);  // release callbacks: i's completion waits
   if (!i->operands.empty()) i->operands.clear();
   // The window slot is freed before the stream's completion is published, so a caller
   // returning from synchronize sees in_flight without this instruction.

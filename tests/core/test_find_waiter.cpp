@@ -58,7 +58,7 @@ TEST(FindWaiter, ADependentWhoseLanePredecessorIsStillBeingQueuedIsFound) {
       [&] {
         if (go.wait() != FL_OK) return FL_ERR_TIMEOUT;
         try {
-          seen = rig.engine.wait_instr(rig.host(3), target.load(), Deadline::after_ns(30'000'000'000ull));
+          seen = rig.engine.waits().wait_instr(rig.host(3), target.load(), Deadline::after_ns(30'000'000'000ull));
         } catch (const Error& e) {
           seen = e.status;
           msg = e.message;

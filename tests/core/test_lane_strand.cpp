@@ -143,7 +143,7 @@ TEST(LaneStrand, APushJustBeforeTheLaneGoesIdleIsRunByTheRunnerGivingItUp) {
   rig.engine.set_observer(std::move(owned));
   rig.submit(rig.host(1), {}, [] { return FL_OK; }, "first");
   ASSERT_TRUE(eventually([&] { return ob->submitted.load(); })) << "the lane never went idle";
-  EXPECT_EQ(rig.engine.synchronize(rig.host(1), Deadline::after_ns(10'000'000'000ull)), FL_OK)
+  EXPECT_EQ(rig.engine.waits().synchronize(rig.host(1), Deadline::after_ns(10'000'000'000ull)), FL_OK)
       << "the instruction pushed while the runner was giving the lane up was stranded";
   EXPECT_TRUE(ob->ran.load());
   EXPECT_TRUE(eventually([&] { return rig.engine.lane(1).scheduled.load() == 0; })) << "the lane never went idle";

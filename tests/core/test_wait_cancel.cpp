@@ -42,8 +42,8 @@ enum class Kind { kInstrWait, kStreamSync };
 
 fl_status_t wait_for(Rig& rig, Kind kind, Stream* s, fl_instr_id id, std::string* msg) {
   try {
-    return kind == Kind::kInstrWait ? rig.engine.wait_instr(s, id, Deadline::forever())
-                                    : rig.engine.synchronize(s, Deadline::forever());
+    return kind == Kind::kInstrWait ? rig.engine.waits().wait_instr(s, id, Deadline::forever())
+                                    : rig.engine.waits().synchronize(s, Deadline::forever());
   } catch (const Error& e) {
     *msg = e.message;
     return e.status;
