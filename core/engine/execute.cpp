@@ -92,6 +92,7 @@ fl_status_t run_callback(Instr* i, Call&& call) {
 }  // namespace
 
 void Executor::execute_host(Instr* i) {
+  Engine& e = engine_;
   Instr* poisoned_by = poisoned_input(i);
   if (CancelDrain::requested(i)) {
     // marked cancelled: not run
@@ -99,7 +100,7 @@ void Executor::execute_host(Instr* i) {
     mark_skipped(i, poisoned_by);
   } else {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
-    if (Observer* ob = engine_.observer()) ob->on_start(*i);
+    if (Observer* ob = e.observer()) ob->on_start(*i);
     fl_status_t st = run_callback(i, [](Instr* x) { return x->fn(reinterpret_cast<fl_instr_ctx_t*>(x), x->user_data); });
     if (st != FL_OK)
       mark_failed(i, st);
@@ -111,15 +112,16 @@ void Executor::execute_host(Instr* i) {
 }
 
 void Executor::execute_async(Instr* i) {
+  Engine& e = engine_;
   Lane* lane = i->stream->lane;
   Instr* poisoned_by = poisoned_input(i);
-  if (poisoned_by == nullptr) poisoned_by = engine_.device()->deferred_poison(i);  // failed earlier on this lane
+  if (poisoned_by == nullptr) poisoned_by = e.device()->deferred_poison(i);  // failed earlier on this lane
   if (CancelDrain::requested(i) || poisoned_by != nullptr) {
     if (i->outcome == InstrState::kDone) {  // not cancelled: skipped
       mark_skipped(i, poisoned_by);
     }
     // In stream order: after the device work issued before it on its stream.
-    if (engine_.device()->defer_completion(i)) return;
+    if (e.device()->defer_completion(i)) return;
     run_cleanup(i, true);  // on the lane runner: the lane waits for it
     complete(i);
     return;
@@ -127,13 +129,13 @@ void Executor::execute_async(Instr* i) {
   // Normally done by the run loop (must_flush_before); one device stream at a time.
   if (lane->unflushed != nullptr && lane->unflushed != i->stream) flush_device(lane);
   i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
-  if (Observer* ob = engine_.observer()) ob->on_start(*i);
+  if (Observer* ob = e.observer()) ob->on_start(*i);
   bool flush_now = false;
-  fl_status_t st = run_callback(i, [this, &flush_now](Instr* x) { return engine_.device()->issue(x, &flush_now); });
+  fl_status_t st = run_callback(i, [&e, &flush_now](Instr* x) { return e.device()->issue(x, &flush_now); });
   if (st != FL_OK) {
     mark_failed(i, st);
     // In stream order, and after whatever a failing device function left enqueued.
-    if (engine_.device()->defer_completion(i)) {
+    if (e.device()->defer_completion(i)) {
       lane->clear_active(i);
       return;
     }
@@ -190,9 +192,10 @@ void Executor::release_successors(Edge* e) {
 }
 
 void Executor::complete(Instr* i) {
+  Engine& e = engine_;  // a local: kept in a register across the calls below
   const InstrState final_state = i->outcome;
   for (const Instr::Dep& d : i->deps)
-    if (d.pred->unref()) engine_.recycle(d.pred);
+    if (d.pred->unref()) e.recycle(d.pred);
   if (!i->deps.empty()) i->deps.clear();  // not written when clear (see Instr)
 
   // Counters first, so that stats read after any wait include this instruction. Release
@@ -217,14 +220,14 @@ void Executor::complete(Instr* i) {
 
   // Into the ledger before the result is published: a dependent skipped because of i (it
   // runs once i's state is terminal) always finds i's family listed.
-  if (final_state != InstrState::kDone) engine_.ledger().record(i);
+  if (final_state != InstrState::kDone) e.ledger().record(i);
 
   // Publish the result: release pairs with the acquire loads of waiters and of dependents'
   // poison checks. seq_cst, with the load of `sleepers`: a store–load pair with
   // sleep_until_terminal() (either the sleeper sees the state, or we see it counted and wake it).
   i->state.store(uint32_t(final_state), std::memory_order_seq_cst);
   if (i->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&i->state, INT_MAX);
-  if (Observer* ob = engine_.observer()) ob->on_end(*i);
+  if (Observer* ob = e.observer()) ob->on_end(*i);
 
   // Seal the successor list and release every successor. An instruction without operands
   // is nobody's predecessor (edges are pushed only by submitters that found it as an
@@ -238,11 +241,11 @@ void Executor::complete(Instr* i) {
   if (!i->stream->is_host_executed())
     release_successors(i->issue_succ_head.exchange(kSealed, std::memory_order_acq_rel));
 
-  for (Operand& op : i->operands) engine_.objects().release_ref(op.obj, i);  // release callbacks: i's completion waits
+  for (Operand& op : i->operands) e.objects().release_ref(op.obj, i);  // release callbacks: i's completion waits
   if (!i->operands.empty()) i->operands.clear();
   // The window slot is freed before the stream's completion is published, so a caller
   // returning from synchronize sees in_flight without this instruction.
-  engine_.window().retire();
+  e.window().retire();
   // The last completed id only grows (a stream completes in order; the max guards against
   // a device backend completing a skipped one early). release pairs with the acquire
   // loads in query() and wait_instr(): the outcome history was written before.
@@ -264,7 +267,7 @@ void Executor::complete(Instr* i) {
   // (every holder of a pointer to i holds a reference; a dump's was taken under diag_lock
   // while i was active), so no RMW is needed. Acquire pairs with the acq_rel fetch_sub of
   // the other holders' unref(): their accesses happen before the recycle.
-  if (i->refs.load(std::memory_order_acquire) == 1 || i->unref()) engine_.recycle(i);
+  if (i->refs.load(std::memory_order_acquire) == 1 || i->unref()) e.recycle(i);
 }
 
 }  // namespace flowlane::core
