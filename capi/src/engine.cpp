@@ -122,11 +122,6 @@ FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
   return guard([&] {
     if (engine == nullptr) return FL_OK;
     core::Engine* e = engine_from(engine, "fl_engine_destroy");
-    if (core::in_engine_context(e))
-      fail(FL_ERR_INVALID_ARGUMENT,
-           "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
-           "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
-           "the engine from a thread of your own once its work is done (the engine stays usable)");
     if (!e->begin_destroy())
       fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine is already being destroyed");
     // Drain with the handle still valid: callbacks that run during the drain may use the
@@ -191,7 +186,6 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
     core::Engine* e = engine_from(engine, "fl_stream_get");
     require_out(out_stream, "fl_stream_get", "out_stream");
     if (lane >= e->lane_count()) fail(FL_ERR_OUT_OF_RANGE, lane_out_of_range("fl_stream_get", lane, *e));
-    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_stream_get: the engine is being destroyed");
     const int64_t kind_bits = enum_bits(kind);
     if (kind_bits < 0 || kind_bits > FL_STREAM_COLLECTIVE)
       fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: stream kind " + std::to_string(kind_bits) +

@@ -54,6 +54,16 @@ Engine::~Engine() {
   while (!extensions_.empty()) extensions_.pop_back();
 }
 
+bool Engine::begin_destroy() {
+  if (in_engine_context(this))
+    fail(FL_ERR_INVALID_ARGUMENT,
+         "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
+         "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
+         "the engine from a thread of your own once its work is done (the engine stays usable)");
+  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
+  return !destroying_.exchange(true, std::memory_order_acq_rel);
+}
+
 void Engine::shutdown() {
   if (stopped_) return;
   stopped_ = true;
@@ -211,6 +221,7 @@ void Engine::release_lane(uint32_t l) {
 // Streams
 
 Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
+  if (shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_stream_get: the engine is being destroyed");
   uint32_t slot = device.type == FL_DEVICE_CPU ? 0 : 1 + uint32_t(device.index);
   size_t index = (size_t(l) * device_slots_ + slot) * kStreamKinds + uint32_t(kind);
   Stream* s = streams_[index].load(std::memory_order_acquire);  // pairs with release below

@@ -89,10 +89,11 @@ class Engine {
 
   // --- lifetime (engine.cpp; core/engine/README.md, "Destroy") ---
   // Destroy is two steps so that the C handle stays valid while callbacks drain:
-  // begin_destroy() claims the destruction (false if someone else already did), shutdown()
-  // refuses new work, drains, runs pending releases and joins the workers (idempotent).
-  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
-  bool begin_destroy() { return !destroying_.exchange(true, std::memory_order_acq_rel); }
+  // begin_destroy() claims the destruction (false if someone else already did; throws
+  // FL_ERR_INVALID_ARGUMENT from code the engine runs, which the drain would wait for),
+  // shutdown() refuses new work, drains, runs pending releases and joins the workers
+  // (idempotent).
+  bool begin_destroy();
   void shutdown();
   // Pairs with the release store of shutdown_ in shutdown().
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
@@ -118,7 +119,8 @@ class Engine {
   const std::vector<std::unique_ptr<Lane>>& lanes() const { return lanes_; }
   uint32_t acquire_lane();  // fl_lane_acquire
   void release_lane(uint32_t lane);  // fl_lane_release
-  // Interned: the same (lane, device, kind) always yields the same stream.
+  // Interned: the same (lane, device, kind) always yields the same stream (lane, device
+  // and kind checked by the caller). FL_ERR_SHUTDOWN (thrown) during destroy.
   Stream* stream(uint32_t lane, fl_device_t device, fl_stream_kind_t kind);
   std::vector<Stream*> all_streams() const;
 

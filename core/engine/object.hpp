@@ -56,7 +56,9 @@ class Objects {
   Objects(const Objects&) = delete;
   Objects& operator=(const Objects&) = delete;
 
-  // A new object holding the caller's reference (its handle is the caller's to set).
+  // A new object holding the caller's reference (its handle is the caller's to set). The
+  // callers refuse creation during destroy themselves (fl_object_create, fl_comm_create),
+  // each in its own name.
   Object* create(void* user_data, fl_release_fn release);
   // Drops a reference; the last one runs the object's release callback, in a callback
   // frame for `completing` (the instruction whose completion drops it, or null), and frees it.
