@@ -52,8 +52,6 @@ class Engine;
 class CancelDrain {
  public:
   explicit CancelDrain(Engine& e) : engine_(e) {}
-  CancelDrain(const CancelDrain&) = delete;
-  CancelDrain& operator=(const CancelDrain&) = delete;
 
   void cancel(Stream* s, fl_instr_id id);  // fl_instr_cancel (FL_ERR_INVALID_ARGUMENT, thrown, for a bad id)
   void cancel_stream(Stream* s);           // fl_stream_cancel

@@ -53,8 +53,6 @@ class Engine;
 class Recorder {
  public:
   explicit Recorder(Engine& e) : engine_(e) {}
-  Recorder(const Recorder&) = delete;
-  Recorder& operator=(const Recorder&) = delete;
 
   // Takes i's id and records i's operands (merged and sorted: merge_operands()), under
   // every operand object's lock: the edges from their last writers and readers, and i as

@@ -50,8 +50,6 @@ struct Lane;
 class Executor {
  public:
   explicit Executor(Engine& e) : engine_(e) {}
-  Executor(const Executor&) = delete;
-  Executor& operator=(const Executor&) = delete;
 
   // The lane runner, i at its lane's head with every predecessor done: runs a host
   // instruction (cancel check, poison check, fn, cleanup, completion).

@@ -59,8 +59,6 @@ struct StreamFailures {
 class FailureLedger {
  public:
   explicit FailureLedger(Engine& e) : engine_(e) {}
-  FailureLedger(const FailureLedger&) = delete;
-  FailureLedger& operator=(const FailureLedger&) = delete;
 
   // Executor::complete, for a failed, skipped or cancelled instruction (its outcome, status,
   // error and root set), before its terminal state is published.

@@ -53,8 +53,6 @@ struct alignas(64) Object {
 class Objects {
  public:
   explicit Objects(Engine& e) : engine_(e) {}
-  Objects(const Objects&) = delete;
-  Objects& operator=(const Objects&) = delete;
 
   // A new object holding the caller's reference (its handle is the caller's to set). The
   // callers refuse creation during destroy themselves (fl_object_create, fl_comm_create),

@@ -64,8 +64,6 @@ struct Stream;
 class Waits {
  public:
   explicit Waits(Engine& e) : engine_(e) {}
-  Waits(const Waits&) = delete;
-  Waits& operator=(const Waits&) = delete;
 
   // Each returns FL_OK or a failure status, with the thread's message set, and throws
   // FL_ERR_INVALID_ARGUMENT for a refused wait.
@@ -117,7 +115,7 @@ class WaitNote {
   WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id);
   WaitNote(Instr* self, Instr* on, uint64_t obj);
   ~WaitNote() { finish(); }
-  WaitNote(const WaitNote&) = delete;
+  WaitNote(const WaitNote&) = delete;  // linked into its lane's list by address
   WaitNote& operator=(const WaitNote&) = delete;
 
   // What the wait sleeps on besides its target: set when drain or destroy gives it up.

@@ -46,8 +46,6 @@ inline constexpr uint64_t kDefaultInflightLimit = 4096;  // fl_engine_desc_t::in
 class Window {
  public:
   Window(const Engine& e, uint64_t limit) : engine_(e), limit_(limit != 0 ? limit : kDefaultInflightLimit) {}
-  Window(const Window&) = delete;
-  Window& operator=(const Window&) = delete;
 
   // Takes a slot, blocking while the window is full (FL_ERR_WOULD_BLOCK, thrown, when
   // `nonblocking`). `engine_run` (in_any_engine_context()): admitted over the limit, never
