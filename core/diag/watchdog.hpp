@@ -7,7 +7,7 @@
 // instructions are in flight (or submitters are parked). It re-arms after any completion.
 // With no timeout it sleeps until reconfigured or told to exit.
 //
-// Shutdown (Engine::drain_and_stop): begin_shutdown() runs before the drain. If work is
+// Shutdown (Engine::shutdown): begin_shutdown() runs before the drain. If work is
 // still in flight it turns the thread into a shutdown monitor that looks for wait cycles
 // every few milliseconds and cancels the callbacks' waits on them (a wait on a cycle
 // can never finish: see diag/dump.hpp); so does it while fl_engine_drain runs

@@ -11,8 +11,8 @@
 // Stream::last_completed_id.
 // Calls: CancelDrain::requested() (cancel_drain.hpp), the user's fn and cleanup inside
 // CallbackScope frames (context.hpp), the DeviceBackend (issue, defer_completion,
-// deferred_poison, flush: device.hpp), FailureLedger::record, Engine::release_object_ref
-// (objects' release callbacks), Window::retire, Stream::advance_completed,
+// deferred_poison, flush: device.hpp), FailureLedger::record, Objects::release_ref (objects'
+// release callbacks), Window::retire, Stream::advance_completed,
 // Lane::clear_active, the pool (to resume a successor's lane), Engine::recycle and the
 // observer (on_start, on_end).
 // Called by: the lane runner (Lane::run_task, Lane::run_owned: execute_host,

@@ -16,7 +16,7 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   i->pending.store(2, std::memory_order_relaxed);  // the submitter's unit + the lane's unit
   i->state.store(uint32_t(InstrState::kPending), std::memory_order_relaxed);
   // Cleared before any edge publishes i (not only when it is pushed): a walk of what waits
-  // for an instruction (Engine::find_waiter) may reach i through an edge before the push,
+  // for an instruction (Waits::find_waiter) may reach i through an edge before the push,
   // and must not follow a link left from the record's previous use.
   i->lane_next.store(nullptr, std::memory_order_relaxed);
   fl_instr_id id;
@@ -24,7 +24,7 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   bool queued = true;  // i was pushed on the lane's queue
   {
     std::lock_guard<SpinLock> lane_lock(lane.submit_lock);
-    // acquire pairs with the release store in drain_and_stop().
+    // acquire pairs with the release store in stop_accepting() (engine.cpp).
     if (shutdown_.load(std::memory_order_acquire))
       fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
     recorder_.record(i);  // the id and the dependencies (deps.hpp); may throw before publishing anything

@@ -90,7 +90,7 @@ fl_status_t Waits::synchronize(const Deadline& deadline) {
 
 fl_status_t Waits::wait_submitted(const Deadline& deadline, const char* call) {
   std::vector<std::pair<Stream*, uint64_t>> upto;
-  // Acquire pairs with the release store of submitted in Engine::submit().
+  // Acquire pairs with the release store of submitted in Engine::enqueue().
   for (Stream* s : engine_.all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
   Observer* ob = engine_.observer();
   if (ob) ob->on_wait(true, "fl_engine_synchronize");
@@ -119,7 +119,7 @@ fl_status_t Waits::synchronize(Stream* s, const Deadline& deadline) {
   // with the release store of last_submitted_id in enqueue(): every id up to it is
   // recorded, and counted in `submitted` (stored before it), so in the target below.
   const fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);
-  uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in submit()
+  uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in Engine::enqueue()
   std::string chain;
   if (self != nullptr && upto > s->last_completed_id.load(std::memory_order_relaxed) &&  // spares the walk only
       find_waiter(frame, upto, [s](const Instr* x) { return x->stream == s; }, &chain) != nullptr)

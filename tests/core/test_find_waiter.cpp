@@ -1,4 +1,4 @@
-// White-box tests of Engine::find_waiter (core/engine/sync.cpp): the walk of what waits for
+// White-box tests of Waits::find_waiter (core/engine/find_waiter.cpp): the walk of what waits for
 // a calling instruction, at the moments a public-API test cannot hold still.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// White-box tests of how a wait that engine destroy gives up ends (core/engine/sync.cpp,
+// White-box tests of how a wait that engine destroy gives up ends (core/engine/waits.cpp,
 // WaitNote): the moment between the wait waking up and its note ending, which a public-API
 // test cannot hold still.
 #include <gtest/gtest.h>
