@@ -30,10 +30,9 @@ bool CancelDrain::requested_slow(Instr* i) {
     ids.erase(ids.begin(), past);
     lane->cancel_requests.store(uint32_t(ids.size()), std::memory_order_relaxed);
   }
-  if (hit) mark_cancelled(i);  // counted by complete(), after `failed`
+  if (hit) mark_cancelled(i);  // counted by Executor::complete(), after `failed`
   return hit;
 }
-
 
 void CancelDrain::cancel(Stream* s, fl_instr_id id) {
   s->check_submitted(id, "fl_instr_cancel");
@@ -98,12 +97,13 @@ fl_status_t CancelDrain::drain(const Deadline& deadline) {
   // the others to later waits (each is returned once, as by fl_engine_synchronize).
   for (;;) {
     if (fl_status_t st = engine_.waits().wait_submitted(deadline, "fl_engine_drain"); st != FL_OK) return st;
-    // inflight() acquires the window's retirements: an instruction seen retired has completed, and what it
-    // submitted was admitted (counted) before.
-    // A spawn from outside counted here may not have reached its pool yet: wait for it.
-    // Acquire pairs with the release decrement in end_outside_spawn(): a spawn seen ended
-    // has handed its task to the pool, which pools_quiescent() then counts.
-    if (engine_.inflight() == 0 && outside_spawns_.load(std::memory_order_acquire) == 0 && engine_.pools_quiescent()) break;
+    // inflight() acquires the window's retirements: an instruction seen retired has
+    // completed, and what it submitted was admitted (counted) before. A spawn from outside
+    // counted here may not have reached its pool yet: wait for it. Acquire pairs with the
+    // release decrement in end_outside_spawn(): a spawn seen ended has handed its task to
+    // the pool, which pools_quiescent() then counts.
+    if (engine_.inflight() == 0 && outside_spawns_.load(std::memory_order_acquire) == 0 && engine_.pools_quiescent())
+      break;
     if (deadline.passed())
       return report(FL_ERR_TIMEOUT, "fl_engine_drain: timed out with work that callbacks submitted still running "
                                     "(nothing was returned or consumed: call it again)");

@@ -18,6 +18,20 @@
 // The façade's own code: engine.cpp (lifetime and destroy, lanes, streams, pools, hooks,
 // stats), submit.cpp (Engine::submit: the path every submission takes through the
 // components), instr_pool.cpp (instruction records).
+//
+// The façade owns: the pools (pools_mu_ guards the extra pools of task graphs), the lanes
+// and which are held (lanes_mu_), the interned streams (streams_mu_ for creation), the
+// observers (observers_mu_) and extensions (extensions_mu_), the handle and the shutdown
+// flags. All those mutexes are leaves: nothing else is locked under them, and no callback
+// runs under them. Its atomics, and whom they pair with:
+//   shutdown_: release store in stop_accepting() with the acquire load in Engine::enqueue
+//     (under the lane's submit lock, which shutdown then passes through: a submission
+//     either queued before, or sees the flag) and in shutting_down();
+//   destroying_: acq_rel exchange in begin_destroy() against a concurrent one;
+//   streams_[k]: release store of a new stream in stream() with the acquire loads in
+//     stream(), all_streams() and ~Engine(): the stream is seen initialised;
+//   observer_: release stores in set/clear/reinstate_observer() with the acquire load in
+//     observer(), read at every hook point (the observer itself lives to the end).
 #pragma once
 
 #include <atomic>

@@ -29,8 +29,10 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
       fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
     recorder_.record(i);  // the id and the dependencies (deps.hpp); may throw before publishing anything
     i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
-    s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
-    s->last_submitted_id.store(i->id, std::memory_order_release);  // pairs with acquire in query()
+    // release: pair with the acquire loads in Waits (synchronize), destroy's drain and the
+    // id checks (Stream::check_submitted, CancelDrain::cancel_stream): counted means recorded.
+    s->submitted.store(i->seq, std::memory_order_release);
+    s->last_submitted_id.store(i->id, std::memory_order_release);
     // Written under the submit lock only (a load and a store, no RMW); stats read it.
     lane.submitted.store(lane.submitted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     id = i->id;
@@ -43,7 +45,7 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
     // release, which hands the recording to the thread that drops the last unit.
     if (i->edges.empty())
       i->pending.store(1, std::memory_order_relaxed);
-    else  // release: pairs with the acq_rel fetch_subs in run_task() and release_successors()
+    else  // release: pairs with the acq_rel fetch_subs in Lane::take_unit() and Executor::release_successors()
       i->pending.fetch_sub(1, std::memory_order_release);
     // FL_SUBMIT_INLINE from a thread outside the engine (core/engine/README.md, "Running on
     // the submitting thread"): i is ready (no edge: every predecessor has completed, and
@@ -78,12 +80,6 @@ struct Abandon {
 };
 
 }  // namespace
-
-void Engine::discard(Instr* i) {
-  i->operands.clear();
-  i->deps.clear();
-  recycle(i);
-}
 
 fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   Abandon guard{this, i};

@@ -116,7 +116,7 @@ fl_status_t Waits::synchronize(Stream* s, const Deadline& deadline) {
                                       "): it would wait for instructions queued behind itself; "
                                       "depend on the objects you need instead");
   // An instruction of that stream may wait for the caller through objects. Acquire pairs
-  // with the release store of last_submitted_id in enqueue(): every id up to it is
+  // with the release store of last_submitted_id in Engine::enqueue(): every id up to it is
   // recorded, and counted in `submitted` (stored before it), so in the target below.
   const fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);
   uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in Engine::enqueue()
@@ -141,7 +141,7 @@ fl_status_t Waits::synchronize(Stream* s, const Deadline& deadline) {
 
 fl_instr_state_t Waits::query(Stream* s, fl_instr_id id) {
   s->check_submitted(id, "fl_instr_query");
-  // acquire pairs with the release in complete(): the history entry was written before.
+  // acquire pairs with the release in Executor::complete(): the history entry was written before.
   if (id > s->last_completed_id.load(std::memory_order_acquire)) return FL_INSTR_PENDING;
   return engine_.ledger().completed_state(s, id);
 }
