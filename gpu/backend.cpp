@@ -87,7 +87,7 @@ void cover(core::Lane* lane) {
     failed.swap(run);
     for (Instr* x : failed) {
       const bool deferred = record_of(x).deferred;  // its outcome stands
-      e->complete_async(x, deferred ? FL_OK : FL_ERR_CUDA, deferred ? std::string() : detail);
+      e->executor().complete_async(x, deferred ? FL_OK : FL_ERR_CUDA, deferred ? std::string() : detail);
       ss->inflight.fetch_sub(1, std::memory_order_release);  // pairs with defer_completion's acquire
     }
     return;
@@ -100,7 +100,7 @@ void cover(core::Lane* lane) {
     }
     // A deferred one (skipped or failed) is never kIssued: its successors wait for its
     // completion and then see its outcome.
-    if (!record_of(x).deferred) e->mark_issued(x);
+    if (!record_of(x).deferred) e->executor().mark_issued(x);
   }
   track(run.data(), run.size());  // the poller may complete and recycle them from here on
   run.clear();
@@ -161,7 +161,7 @@ class CudaBackend final : public core::DeviceBackend {
       }
     }
     // Cross-stream device predecessors: ordered by their events on the GPU, never by a
-    // host wait. acquire pairs with the release store of kIssued in Engine::mark_issued(),
+    // host wait. acquire pairs with the release store of kIssued in Executor::mark_issued(),
     // which follows the writes of the predecessor's record (its event or cover); the dep
     // entry's reference keeps the predecessor, and its reference keeps its cover, so the
     // event stays ours while we wait on it. A predecessor that is not yet kIssued here was

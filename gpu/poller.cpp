@@ -158,13 +158,13 @@ bool Poller::poll(std::vector<StreamState*>& active) {
         DeviceRecord& rec = record_of(i);
         bool owner = rec.event != nullptr;  // read before completion may recycle i
         if (rec.deferred) {
-          engine->complete_async(i, FL_OK, std::string());  // its outcome was decided at issue
+          engine->executor().complete_async(i, FL_OK, std::string());  // its outcome was decided at issue
         } else if (r == cudaSuccess && rec.hook != nullptr) {
           std::string why;  // e.g. an NCCL collective cut short by an abort completes on the GPU too
           fl_status_t st = rec.hook(i, &why);
-          engine->complete_async(i, st, why);
+          engine->executor().complete_async(i, st, why);
         } else {
-          engine->complete_async(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
+          engine->executor().complete_async(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
         }
         // release pairs with the acquire load in defer_completion: i's completion first.
         ss->inflight.fetch_sub(1, std::memory_order_release);

@@ -82,20 +82,15 @@ FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** 
       fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: num_workers " + std::to_string(d.num_workers) + " exceeds 1024");
     if (d.inflight_limit > (uint64_t(1) << 40))
       fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: inflight_limit " + std::to_string(d.inflight_limit) + " is too large");
+    if (d.watchdog_ms > diag::kMaxWatchdogMs)
+      fail(FL_ERR_OUT_OF_RANGE, "fl_engine_create: watchdog_ms " + std::to_string(d.watchdog_ms) +
+                                    " exceeds one day (" + std::to_string(diag::kMaxWatchdogMs) + ")");
+    // The layers' extensions (diagnostics, the watchdog) attach during construction
+    // (EngineServices::extend).
     auto e = std::make_unique<core::Engine>(d, engine_services());
-    diag::attach(*e);  // watchdog and traces (FLOWLANE_TRACE)
     uint64_t h = engine_table().insert(e.get());
     if (h == 0) fail(FL_ERR_NO_MEMORY, "fl_engine_create: the process-wide engine table is full");
     e->set_handle(h);
-    if (d.watchdog_ms != 0) {
-      fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
-      w.timeout_ms = d.watchdog_ms;
-      fl_status_t st = fl_engine_set_watchdog(handle_cast<fl_engine_t>(h), &w);
-      if (st != FL_OK && st != FL_ERR_UNSUPPORTED) {
-        engine_table().erase(h);
-        fail(st, last_error());
-      }
-    }
     *out_engine = handle_cast<fl_engine_t>(h);
     e.release();
     return FL_OK;
@@ -103,35 +98,30 @@ FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** 
 }
 
 FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine) {
-  return guard([&] { return engine_from(engine, "fl_engine_synchronize")->synchronize(); });
+  return guard([&] { return engine_from(engine, "fl_engine_synchronize")->waits().synchronize(); });
 }
 
 FL_API fl_status_t fl_engine_synchronize_for(fl_engine_t* engine, uint64_t timeout_ns) {
   return guard([&] {
-    return engine_from(engine, "fl_engine_synchronize_for")->synchronize(Deadline::after_ns(timeout_ns));
+    return engine_from(engine, "fl_engine_synchronize_for")->waits().synchronize(Deadline::after_ns(timeout_ns));
   });
 }
 
 FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine) {
   return guard([&] {
-    engine_from(engine, "fl_engine_cancel")->cancel_all();
+    engine_from(engine, "fl_engine_cancel")->cancel_drain().cancel_all();
     return FL_OK;
   });
 }
 
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns) {
-  return guard([&] { return engine_from(engine, "fl_engine_drain")->drain(Deadline::after_ns(timeout_ns)); });
+  return guard([&] { return engine_from(engine, "fl_engine_drain")->cancel_drain().drain(Deadline::after_ns(timeout_ns)); });
 }
 
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
   return guard([&] {
     if (engine == nullptr) return FL_OK;
     core::Engine* e = engine_from(engine, "fl_engine_destroy");
-    if (core::in_engine_context(e))
-      fail(FL_ERR_INVALID_ARGUMENT,
-           "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
-           "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
-           "the engine from a thread of your own once its work is done (the engine stays usable)");
     if (!e->begin_destroy())
       fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine is already being destroyed");
     // Drain with the handle still valid: callbacks that run during the drain may use the
@@ -196,7 +186,6 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
     core::Engine* e = engine_from(engine, "fl_stream_get");
     require_out(out_stream, "fl_stream_get", "out_stream");
     if (lane >= e->lane_count()) fail(FL_ERR_OUT_OF_RANGE, lane_out_of_range("fl_stream_get", lane, *e));
-    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_stream_get: the engine is being destroyed");
     const int64_t kind_bits = enum_bits(kind);
     if (kind_bits < 0 || kind_bits > FL_STREAM_COLLECTIVE)
       fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_get: stream kind " + std::to_string(kind_bits) +
@@ -229,21 +218,21 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_synchronize");
-    return s->engine->synchronize(s);
+    return s->engine->waits().synchronize(s);
   });
 }
 
 FL_API fl_status_t fl_stream_synchronize_for(fl_stream_t* stream, uint64_t timeout_ns) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_synchronize_for");
-    return s->engine->synchronize(s, Deadline::after_ns(timeout_ns));
+    return s->engine->waits().synchronize(s, Deadline::after_ns(timeout_ns));
   });
 }
 
 FL_API fl_status_t fl_stream_cancel(fl_stream_t* stream) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_cancel");
-    s->engine->cancel_stream(s);
+    s->engine->cancel_drain().cancel_stream(s);
     return FL_OK;
   });
 }

@@ -80,7 +80,7 @@ FL_API fl_status_t fl_submit_kernel(fl_stream_t* stream, const fl_kernel_instr_t
 
 FL_API fl_status_t fl_submit_device(fl_stream_t* stream, const fl_device_instr_t* instr, fl_instr_id* out_instr_id) {
   return guard([&]() -> fl_status_t {
-    // cleanup runs after the GPU work completed (Engine::complete_async).
+    // cleanup runs after the GPU work completed (Executor::complete_async).
     fl_instr_id id = submit_device_work(stream, instr, "fl_submit_device", "fl_device_instr_t", &gpu::prepare_device_fn,
                                         instr ? instr->user_data : nullptr, instr ? instr->cleanup : nullptr);
     if (out_instr_id) *out_instr_id = id;
@@ -127,7 +127,7 @@ FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority,
   return guard([&]() -> fl_status_t {
     const char* fn = "fl_stream_set_priority";
     core::Stream* s = cuda_stream_from(stream, fn);
-    // Pairs with the release store of submitted in Engine::submit().
+    // Pairs with the release store of submitted in Engine::enqueue().
     if (s->submitted.load(std::memory_order_acquire) != 0)
       fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": the stream (" + s->describe() +
                                         ") already has instructions; set its priority before the first one");

@@ -2,6 +2,7 @@
 // gets from this layer.
 #include <string>
 
+#include "diag/watchdog.hpp"
 #include "gpu/backend.hpp"
 #include "tables.hpp"
 
@@ -47,6 +48,7 @@ core::EngineServices engine_services() {
   s.device = gpu::backend();
   s.register_stream = &register_stream;
   s.forget_handle = &forget_handle;
+  s.extend = &diag::extend_engine;
   return s;
 }
 

@@ -15,11 +15,11 @@ FL_API fl_status_t fl_object_create(fl_engine_t* engine, void* user_data, fl_rel
     core::Engine* e = engine_from(engine, "fl_object_create");
     require_out(out_object, "fl_object_create", "out_object");
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_object_create: the engine is being destroyed");
-    core::Object* o = e->create_object(user_data, release);
+    core::Object* o = e->objects().create(user_data, release);
     o->handle = object_table().insert(o);
     if (o->handle == 0) {
       o->release = nullptr;
-      e->release_object_ref(o);
+      e->objects().release_ref(o);
       fail(FL_ERR_NO_MEMORY, "fl_object_create: the process-wide object table is full");
     }
     *out_object = handle_cast<fl_object_t>(o->handle);
@@ -32,7 +32,7 @@ FL_API fl_status_t fl_object_release(fl_object_t* object) {
     core::Object* o = object_from(object, "fl_object_release");
     if (object_table().erase(handle_bits(object)) == nullptr)
       fail(FL_ERR_INVALID_HANDLE, "fl_object_release: the object was released concurrently");
-    o->engine->release_object_ref(o);
+    o->engine->objects().release_ref(o);
     return FL_OK;
   });
 }
@@ -43,7 +43,7 @@ fl_status_t wait_object(fl_object_t* object, uint32_t access, const Deadline& de
   if (access == 0 || (access & ~uint32_t(FL_READ_WRITE)) != 0)
     fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": access " + std::to_string(access) +
                                       " is not FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");
-  return o->engine->wait_object(o, access, deadline);
+  return o->engine->waits().wait_object(o, access, deadline);
 }
 }  // namespace
 

@@ -101,7 +101,7 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_instr_query");
     require_out(out_state, "fl_instr_query", "out_state");
-    *out_state = uint32_t(s->engine->query(s, id));
+    *out_state = uint32_t(s->engine->waits().query(s, id));
     return FL_OK;
   });
 }
@@ -109,14 +109,14 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
 FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_instr_wait_for");
-    return s->engine->wait_instr(s, id, Deadline::after_ns(timeout_ns));
+    return s->engine->waits().wait_instr(s, id, Deadline::after_ns(timeout_ns));
   });
 }
 
 FL_API fl_status_t fl_instr_cancel(fl_stream_t* stream, fl_instr_id id) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_instr_cancel");
-    s->engine->cancel(s, id);
+    s->engine->cancel_drain().cancel(s, id);
     return FL_OK;
   });
 }

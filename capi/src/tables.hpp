@@ -8,9 +8,9 @@
 
 #include "comm/comm.hpp"
 #include "engine/engine.hpp"
+#include "engine/fork_join.hpp"
 #include "flowlane/flowlane.h"
 #include "handles.hpp"
-#include "sched/task_group.hpp"
 #include "sched/taskgraph.hpp"
 
 namespace flowlane::capi {
@@ -22,18 +22,13 @@ struct GraphBox {
   sched::TaskGraph graph;
 };
 
-// A task group handle: the group and its engine's handle (a group may outlive its engine:
+// A task group handle: the engine's task group (`group`, and the engine's rules for it:
+// core/engine/fork_join.hpp) and its engine's handle (a group may outlive its engine:
 // spawning then answers FL_ERR_INVALID_HANDLE). Recycled (base/recycler.hpp): a group per
 // recursive call costs no allocation.
-struct GroupBox {
+struct GroupBox : core::EngineTaskGroup {
   uint64_t engine_handle = 0;
   uint64_t handle = 0;
-  sched::TaskGroup group;
-  // Created inside an instruction's callback: that instruction (a reference held until the
-  // group is destroyed) and the frame its tasks run under on other workers, so that their
-  // waits for it are refused as the callback's own would be (core/engine/context.hpp).
-  core::Instr* owner = nullptr;
-  core::CallbackFrame frame{};
 };
 
 // The tables, never destroyed (handles may be used, and answered as stale, during static

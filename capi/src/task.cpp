@@ -1,16 +1,17 @@
-// C shims for task graphs and parallel loops (fl_parallel_for, fl_taskgraph_*).
+// C entry points of fork-join work: fl_parallel_for, task graphs (fl_taskgraph_*) and task
+// groups (fl_task_group_*). They check arguments, look handles up and translate statuses;
+// the engine's rules for this work (shutdown, callback frames, spans, a group's owner
+// instruction, drain accounting of outside spawns) are in core/engine/fork_join.hpp.
 //
-// A task graph handle is generation-checked like every other handle. The graph remembers
-// its engine by handle, not by pointer, so a graph that outlives its engine answers
-// fl_taskgraph_run with FL_ERR_INVALID_HANDLE instead of touching a destroyed engine; it
-// can still be destroyed.
+// A task graph or group handle is generation-checked like every other handle. Each
+// remembers its engine by handle, not by pointer, so one that outlives its engine answers
+// FL_ERR_INVALID_HANDLE instead of touching a destroyed engine; it can still be destroyed.
 #include <memory>
 #include <string>
 
 #include "base/recycler.hpp"
 #include "boundary.hpp"
-#include "sched/parallel_for.hpp"
-#include "sched/topology.hpp"
+#include "engine/fork_join.hpp"
 #include "tables.hpp"
 
 namespace flowlane::capi {
@@ -39,11 +40,8 @@ FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t
     if (begin > end)
       fail(FL_ERR_INVALID_ARGUMENT, "fl_parallel_for: begin (" + std::to_string(begin) + ") is greater than end (" +
                                         std::to_string(end) + ")");
-    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_parallel_for: the engine is being destroyed");
-    core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // bodies run on this thread too
-    core::SpanScope span(e->observer(), "fl_parallel_for", end - begin);
-    sched::ParallelForResult r = sched::parallel_for(e->pool(), begin, end, grain, body, user_data);
-    if (span.end(r.status) == FL_OK) return FL_OK;
+    sched::ParallelForResult r = core::parallel_for(*e, begin, end, grain, body, user_data);
+    if (r.status == FL_OK) return FL_OK;
     return report(r.status, "fl_parallel_for: the body failed on " + range_text(r.failed_lo, r.failed_hi) +
                                 " with " + fl_status_name(r.status) + "; chunks not yet started were skipped");
   });
@@ -88,11 +86,7 @@ FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads) 
       fail(FL_ERR_INVALID_ARGUMENT, "fl_taskgraph_run: num_threads is " + std::to_string(num_threads) +
                                         " (use -1 for all logical cores, 0 for physical cores, or N > 0)");
     core::Engine* e = engine_from(handle_cast<fl_engine_t>(g->engine_handle), "fl_taskgraph_run (the graph's engine)");
-    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_taskgraph_run: the engine is being destroyed");
-    unsigned n = sched::resolve_thread_count(num_threads, e->worker_count());
-    core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // tasks may run on this thread too
-    core::SpanScope span(e->observer(), "fl_taskgraph_run", g->graph.size());
-    return span.end(g->graph.run(e->pool_for_threads(n)));
+    return core::run_graph(*e, g->graph, num_threads);
   });
 }
 
@@ -156,21 +150,20 @@ FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** o
   return guard([&]() -> fl_status_t {
     core::Engine* e = engine_from(engine, "fl_task_group_create");
     require_out(out_group, "fl_task_group_create", "out_group");
-    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_create: the engine is being destroyed");
     GroupBox* g = Recycler<GroupBox>::get();
+    try {
+      g->open(*e);
+    } catch (...) {
+      Recycler<GroupBox>::put(g);
+      throw;
+    }
     g->engine_handle = handle_bits(engine);
-    g->group.reset(e->pool());
     g->handle = group_table().insert(g);
     if (g->handle == 0) {
+      g->close(e);
       Recycler<GroupBox>::put(g);
       fail(FL_ERR_NO_MEMORY, "fl_task_group_create: too many live task groups");
     }
-    g->owner = core::pending_instr(e);
-    if (g->owner != nullptr) {
-      g->owner->ref();
-      g->frame = core::CallbackFrame{e, g->owner, core::CallbackKind::kGroupTask, nullptr, nullptr};
-    }
-    g->group.set_context(g->owner != nullptr ? &g->frame : nullptr);
     *out_group = handle_cast<fl_task_group_t>(g->handle);
     return FL_OK;
   });
@@ -181,20 +174,7 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
   return guard([&]() -> fl_status_t {
     GroupBox* g = group_from(group, "fl_task_group_spawn");
     if (fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_task_group_spawn: fn is NULL");
-    core::Engine* e = group_engine(g, "fl_task_group_spawn (the group's engine)");
-    if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine is being destroyed");
-    // From a thread of the caller's, the spawn is counted while it checks for a drain and
-    // hands its task over, so that a drain racing with it refuses it or waits for its task.
-    const bool outside = !core::in_any_engine_context();
-    if (outside && !e->begin_outside_spawn())
-      fail(FL_ERR_SHUTDOWN, "fl_task_group_spawn: the engine was drained (fl_engine_drain)");
-    try {
-      g->group.spawn(fn, user_data, cleanup);
-    } catch (...) {
-      if (outside) e->end_outside_spawn();
-      throw;
-    }
-    if (outside) e->end_outside_spawn();
+    g->spawn(*group_engine(g, "fl_task_group_spawn (the group's engine)"), fn, user_data, cleanup);
     return FL_OK;
   });
 }
@@ -215,12 +195,7 @@ FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {
     (void)g->group.wait(nullptr);  // its failures are dropped: wait first to see them
     if (group_table().erase(handle_bits(group)) == nullptr)
       fail(FL_ERR_INVALID_HANDLE, "fl_task_group_destroy: the group was destroyed concurrently");
-    if (g->owner != nullptr) {
-      // The engine recycles the record; if it is gone, so is its pool: the record is left.
-      core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);
-      if (g->owner->unref() && e != nullptr) e->recycle(g->owner);
-      g->owner = nullptr;
-    }
+    g->close(table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle));  // null once the engine is gone
     Recycler<GroupBox>::put(g);
     return FL_OK;
   });

@@ -442,8 +442,8 @@ int cancel_cycle_waits(Engine& e) {
                ? r->on == g.waited
                : r->on == nullptr && r->stream == g.stream && r->target == g.target && r->is_id == g.is_id);
       if (!same) continue;
-      // Release pairs with the acquire loads in Engine::sleep_until_terminal() (fl_object_wait)
-      // and given_up() (sync.cpp: fl_stream_synchronize, fl_instr_wait_for).
+      // Release pairs with the acquire loads in Waits::sleep_until_terminal() (fl_object_wait)
+      // and given_up() (stream.hpp: fl_stream_synchronize, fl_instr_wait_for).
       r->cancelled.store(true, std::memory_order_release);
       if (g.waited != nullptr)
         futex_wake(&g.waited->state, INT_MAX);  // fl_object_wait sleeps on the state of what it waits for

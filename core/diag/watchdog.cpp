@@ -139,6 +139,29 @@ Diagnostics& attach(Engine& e) {
   return *d;
 }
 
+namespace {
+// FLOWLANE_WATCHDOG_MS, read at each engine creation: 0 when unset, empty or not a count of
+// milliseconds up to kMaxWatchdogMs (said on stderr, as FLOWLANE_TRACE's errors are).
+uint64_t watchdog_ms_from_env() {
+  const char* v = std::getenv("FLOWLANE_WATCHDOG_MS");
+  if (v == nullptr || *v == 0) return 0;
+  uint64_t ms = 0;
+  const char* p = v;
+  for (; *p >= '0' && *p <= '9' && ms <= kMaxWatchdogMs; ++p) ms = ms * 10 + uint64_t(*p - '0');
+  if (*p == 0 && ms <= kMaxWatchdogMs) return ms;
+  std::fprintf(stderr,
+               "flowlane: FLOWLANE_WATCHDOG_MS ignored: '%s' is not a timeout in milliseconds (0 .. %llu, one day)\n", v,
+               static_cast<unsigned long long>(kMaxWatchdogMs));
+  return 0;
+}
+}  // namespace
+
+void extend_engine(Engine& e, const fl_engine_desc_t& desc) {
+  attach(e);
+  const uint64_t ms = desc.watchdog_ms != 0 ? desc.watchdog_ms : watchdog_ms_from_env();
+  if (ms != 0) watchdog_configure(&e, ms, nullptr, nullptr, nullptr);
+}
+
 Diagnostics& diagnostics(Engine& e) {
   Diagnostics* d = static_cast<Diagnostics*>(e.extension(&kDiagnosticsKey));
   return d != nullptr ? *d : attach(e);

@@ -7,7 +7,7 @@
 // instructions are in flight (or submitters are parked). It re-arms after any completion.
 // With no timeout it sleeps until reconfigured or told to exit.
 //
-// Shutdown (Engine::drain_and_stop): begin_shutdown() runs before the drain. If work is
+// Shutdown (Engine::shutdown): begin_shutdown() runs before the drain. If work is
 // still in flight it turns the thread into a shutdown monitor that looks for wait cycles
 // every few milliseconds and cancels the callbacks' waits on them (a wait on a cycle
 // can never finish: see diag/dump.hpp); so does it while fl_engine_drain runs
@@ -68,8 +68,17 @@ struct Diagnostics : core::Extension {
   bool traces_closed = false;
 };
 
+// The longest watchdog timeout (one day): fl_engine_set_watchdog, watchdog_ms and
+// FLOWLANE_WATCHDOG_MS accept 0 (off) .. kMaxWatchdogMs.
+inline constexpr uint64_t kMaxWatchdogMs = 86'400'000;
+
 // Attaches the diagnostics of a new engine (starts a trace when FLOWLANE_TRACE is set).
 Diagnostics& attach(core::Engine& e);
+// EngineServices::extend (engine.hpp): attach(), then the watchdog with the stderr sink when
+// desc.watchdog_ms (checked by the caller: at most kMaxWatchdogMs) is set or, for an engine
+// created without it, FLOWLANE_WATCHDOG_MS holds a timeout (a value that is not a count of
+// milliseconds up to kMaxWatchdogMs is ignored, with a line on stderr).
+void extend_engine(core::Engine& e, const fl_engine_desc_t& desc);
 // The engine's diagnostics (attached at creation).
 Diagnostics& diagnostics(core::Engine& e);
 

@@ -5,12 +5,12 @@
 // does not execute them; it *issues* them: after the same poison check as a host
 // instruction it calls DeviceBackend::issue(), which enqueues the work on the device stream
 // and returns at once. The backend then
-//   1. calls Engine::mark_issued(i) once it can tell when i completes (for CUDA: once an
+//   1. calls Executor::mark_issued(i) (engine->executor(), execute.hpp) once it can tell when i completes (for CUDA: once an
 //      event was recorded after i): i becomes kIssued, and asynchronous successors on
 //      other device streams that waited only for that (Instr::issue_succ_head) are
 //      released; they are ordered after i *on the device* (Dep::kIssueWait), never by a
 //      host wait;
-//   2. calls Engine::complete_async(i, status, detail) once the device work finished (or
+//   2. calls Executor::complete_async(i, status, detail) once the device work finished (or
 //      failed): cleanup, release of host successors, objects and the window slot, exactly
 //      as for a host instruction. Completions of one stream are reported in issue order.
 // A backend may report several instructions with one mark (a run that one event covers).
@@ -52,7 +52,7 @@ class DeviceBackend {
   virtual fl_status_t issue(Instr* i, bool* flush_now) = 0;
 
   // Lane runner: i was skipped, cancelled or failed to issue (its outcome and error are
-  // set) — true: the backend completes it (Engine::complete_async with FL_OK, keeping that
+  // set) — true: the backend completes it (Executor::complete_async with FL_OK, keeping that
   // outcome) in stream order, after the device work issued before it on its stream, or
   // after work of its own that a failing issue may have left enqueued (a device function
   // or a collective that enqueued some work and then failed). false: nothing of its

@@ -1,5 +1,6 @@
-// Engine lifetime (creation, drain, destroy), lanes, interned streams, observers,
-// extensions and counters. Destroy is written down in core/engine/README.md, "Destroy".
+// The engine façade (engine/engine.hpp): creation and destroy (core/engine/README.md,
+// "Destroy"), the pools, lanes and interned streams the components share, the hooks of the
+// layers above (observers, extensions) and the counters.
 #include "engine/engine.hpp"
 
 #include <algorithm>
@@ -9,10 +10,10 @@
 
 namespace flowlane::core {
 
-Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services) : services_(services) {
+Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services)
+    : services_(services), window_(*this, desc.inflight_limit) {
   unsigned workers = desc.num_workers ? unsigned(desc.num_workers) : sched::logical_core_count();
   uint32_t lanes = desc.max_lanes ? uint32_t(desc.max_lanes) : 8;
-  inflight_limit_ = desc.inflight_limit ? desc.inflight_limit : 4096;
   pool_ = std::make_unique<sched::Pool>(workers, this);
   lanes_.reserve(lanes);
   for (uint32_t l = 0; l < lanes; ++l) {
@@ -28,6 +29,14 @@ Engine::Engine(const fl_engine_desc_t& desc, const EngineServices& services) : s
   size_t nstreams = size_t(lanes) * device_slots_ * kStreamKinds;
   streams_ = std::make_unique<std::atomic<Stream*>[]>(nstreams);
   for (size_t k = 0; k < nstreams; ++k) streams_[k].store(nullptr, std::memory_order_relaxed);
+  if (services_.extend != nullptr) {
+    try {
+      services_.extend(*this, desc);
+    } catch (...) {
+      shutdown();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+  }
 }
 
 Engine::~Engine() {
@@ -45,34 +54,52 @@ Engine::~Engine() {
   while (!extensions_.empty()) extensions_.pop_back();
 }
 
+bool Engine::begin_destroy() {
+  if (in_engine_context(this))
+    fail(FL_ERR_INVALID_ARGUMENT,
+         "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
+         "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
+         "the engine from a thread of your own once its work is done (the engine stays usable)");
+  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
+  return !destroying_.exchange(true, std::memory_order_acq_rel);
+}
+
 void Engine::shutdown() {
   if (stopped_) return;
   stopped_ = true;
-  drain_and_stop();
-}
-
-void Engine::drain_and_stop() {
   // 0. Extensions first: communicators are aborted (blocked collectives fail with
   //    FL_ERR_CANCELLED) and diagnostics watch the drain for wait cycles.
   for (Extension* x : extensions()) x->begin_shutdown();
+  stop_accepting();   // 1.
+  wait_until_idle();  // 2., 3.
+  for (Extension* x : extensions()) x->end_shutdown();
+  stop_workers();     // 4., 5.
+}
+
+void Engine::stop_accepting() {
   // 1. Refuse new work. Passing through every lane's submit lock after raising the flag
   //    guarantees each submission either completed its queueing before or sees the flag.
-  shutdown_.store(true, std::memory_order_release);  // pairs with acquire in submit()
+  shutdown_.store(true, std::memory_order_release);  // pairs with acquire in enqueue()
   for (auto& lane : lanes_) {
     lane->submit_lock.lock();
     lane->submit_lock.unlock();
   }
+}
+
+void Engine::wait_until_idle() {
   // 2. Drain. Errors are dropped here (synchronize first to see them).
   for (Stream* s : all_streams()) {
-    uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in submit()
-    wait_stream(s, target);
+    uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in enqueue()
+    Waits::wait_stream(s, target);
   }
   // 3. Wait for every lane task to finish its tail: the last instruction completing does
   //    not mean its lane has gone idle (it may still be popping or re-queueing itself).
-  //    acquire pairs with the runner's seq_cst store of 0 in Lane::run_task().
+  //    acquire pairs with the runner's seq_cst store of 0 in Lane::give_up().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  for (Extension* x : extensions()) x->end_shutdown();
+}
+
+void Engine::stop_workers() {
   // The device backend completed every issued instruction during the drain; stop its threads.
   if (services_.device != nullptr) services_.device->engine_stopped(this);
   // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
@@ -85,29 +112,14 @@ void Engine::drain_and_stop() {
   // 4. Run every pending release callback (objects the caller still holds) while the
   //    workers still exist: a release callback may call back in (stats, dumps, waits; a
   //    submission answers FL_ERR_SHUTDOWN).
-  for (;;) {
-    Object* o;
-    {
-      std::lock_guard<std::mutex> lock(objects_mu_);
-      o = objects_head_;
-    }
-    if (o == nullptr) break;
-    forget_handle(o->handle);  // stale from now on
-    destroy_object(o, nullptr);
-  }
-  // 5. Join workers.
+  objects_.release_all();
+  // 5. Join workers; drop the failures never returned and the outcome histories.
   {
     std::lock_guard<std::mutex> lock(pools_mu_);
     extra_pools_.clear();
   }
   pool_.reset();
-  std::lock_guard<std::mutex> lock(ledger_mu_);
-  while (ledger_head_ != nullptr) unlink_family(ledger_head_);  // failures never returned: dropped
-  for (Stream* s : all_streams()) {  // the outcome history
-    for (Instr* x : s->outcomes)
-      if (x->unref()) recycle(x);
-    s->outcomes.clear();
-  }
+  ledger_.clear(all_streams());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -167,6 +179,14 @@ sched::Pool& Engine::pool_for_threads(unsigned n) {
   return *p;
 }
 
+bool Engine::pools_quiescent() const {
+  if (!pool_->quiescent()) return false;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  for (auto& [n, p] : extra_pools_)
+    if (!p->quiescent()) return false;
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------
 // Lanes
 
@@ -201,6 +221,7 @@ void Engine::release_lane(uint32_t l) {
 // Streams
 
 Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
+  if (shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_stream_get: the engine is being destroyed");
   uint32_t slot = device.type == FL_DEVICE_CPU ? 0 : 1 + uint32_t(device.index);
   size_t index = (size_t(l) * device_slots_ + slot) * kStreamKinds + uint32_t(kind);
   Stream* s = streams_[index].load(std::memory_order_acquire);  // pairs with release below
@@ -234,14 +255,6 @@ std::vector<Stream*> Engine::all_streams() const {
   return out;
 }
 
-std::string Stream::describe() const {
-  static const char* kKinds[] = {"host", "compute", "h2d", "d2h", "collective"};
-  std::string s = "lane " + std::to_string(lane ? lane->id : 0) + ", ";
-  if (device.type == FL_DEVICE_CUDA) s += "cuda:" + std::to_string(device.index) + " ";
-  s += kKinds[kind];
-  return s;
-}
-
 // ---------------------------------------------------------------------------------------
 // Counters
 
@@ -259,9 +272,9 @@ fl_engine_stats_t Engine::stats() const {
     st.completed += lane->completed_count();
     st.submitted += lane->submitted.load(std::memory_order_relaxed);
   }
-  int64_t inflight = this->inflight();
+  int64_t inflight = window_.inflight();
   st.in_flight = inflight > 0 ? uint64_t(inflight) : 0;
-  st.window_stalls = window_stalls_.load(std::memory_order_relaxed);
+  st.window_stalls = window_.stalls();
   sched::PoolStats ps = pool_->stats();
   st.steals = ps.steals;
   st.parks = ps.parks;

@@ -1,21 +1,41 @@
-// The engine: lanes (strands on the work-stealing pool), interned streams, dependence
-// objects, instruction records, the in-flight window, waits and the failure ledger. The
-// dependency rules, the lane protocol, the window and destroy are written down in
-// core/engine/README.md.
+// The engine: a façade that composes the engine's components and owns what they share —
+// the worker pools, the lanes, the interned streams, the services and hooks of the layers
+// above (EngineServices, observers, extensions) and the engine's lifetime. Each component
+// is one concern with one owner file, whose header says what it owns, what it calls and
+// which locks and atomics it shares with whom (core/engine/README.md has the map and the
+// protocols):
+//   Window        window.{hpp,cpp}        the in-flight window: admission, parking, retirement
+//   Recorder      deps.{hpp,cpp}          ids and dependency recording (the per-object rules)
+//   Lane          lane.{hpp,cpp}          the strand: queue, run loop, going idle
+//   Executor      execute.{hpp,cpp}       running an instruction and completing it
+//   Stream        stream.{hpp,cpp}        a stream's counters and waiters
+//   FailureLedger ledger.{hpp,cpp}        families of failures, which one a wait returns
+//   Waits         waits.{hpp,cpp}, object_wait.cpp, find_waiter.cpp
+//                                         synchronize, waits for instructions and objects, queries
+//   CancelDrain   cancel_drain.{hpp,cpp}  cancel requests and fl_engine_drain
+//   Objects       object.{hpp,cpp}        dependence objects and their release
+//   fork-join     fork_join.{hpp,cpp}     the engine's rules for loops, graphs and task groups
+// The façade's own code: engine.cpp (lifetime and destroy, lanes, streams, pools, hooks,
+// stats), submit.cpp (Engine::submit: the path every submission takes through the
+// components), instr_pool.cpp (instruction records).
 //
-// Where each part of Engine is defined:
-//   engine.cpp      lifetime (create, drain, destroy), lanes, interned streams, extensions, stats
-//   submit.cpp      submit(): the window and the per-object dependency rules
-//   lane.cpp        the lane strand, executing and completing instructions
-//   object.cpp      objects: creation, release, fl_object_wait
-//   sync.cpp        stream completion counters, synchronize, the failure ledger
-//   instr_pool.cpp  instruction records and their pool
+// The façade owns: the pools (pools_mu_ guards the extra pools of task graphs), the lanes
+// and which are held (lanes_mu_), the interned streams (streams_mu_ for creation), the
+// observers (observers_mu_) and extensions (extensions_mu_), the handle and the shutdown
+// flags. All those mutexes are leaves: nothing else is locked under them, and no callback
+// runs under them. Its atomics, and whom they pair with:
+//   shutdown_: release store in stop_accepting() with the acquire load in Engine::enqueue
+//     (under the lane's submit lock, which shutdown then passes through: a submission
+//     either queued before, or sees the flag) and in shutting_down();
+//   destroying_: acq_rel exchange in begin_destroy() against a concurrent one;
+//   streams_[k]: release store of a new stream in stream() with the acquire loads in
+//     stream(), all_streams() and ~Engine(): the stream is seen initialised;
+//   observer_: release stores in set/clear/reinstate_observer() with the acquire load in
+//     observer(), read at every hook point (the observer itself lives to the end).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,13 +44,20 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "engine/cancel_drain.hpp"
 #include "engine/context.hpp"
+#include "engine/deps.hpp"
 #include "engine/device.hpp"
+#include "engine/execute.hpp"
 #include "engine/extension.hpp"
 #include "engine/instr.hpp"
 #include "engine/lane.hpp"
+#include "engine/ledger.hpp"
 #include "engine/object.hpp"
 #include "engine/observer.hpp"
+#include "engine/stream.hpp"
+#include "engine/waits.hpp"
+#include "engine/window.hpp"
 #include "flowlane/flowlane.h"
 #include "sched/pool.hpp"
 
@@ -46,6 +73,11 @@ struct EngineServices {
   // Makes a C handle stale: called for an object's or a stream's handle just before the
   // engine frees it (objects the caller still holds at destroy, every stream at the end).
   void (*forget_handle)(uint64_t handle) = nullptr;
+  // Attaches the upper layers' extensions to a new engine, last in its construction, from
+  // the creation descriptor and the environment (diagnostics: a trace from FLOWLANE_TRACE,
+  // the watchdog from desc.watchdog_ms or FLOWLANE_WATCHDOG_MS). May throw: the engine is
+  // then shut down and its construction fails with that exception.
+  void (*extend)(Engine& e, const fl_engine_desc_t& desc) = nullptr;
 };
 
 // What an fl_submit_* call asks of the engine besides the operands, which the caller has
@@ -69,15 +101,16 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // --- lifetime (engine.cpp; core/engine/README.md, "Destroy") ---
   // Destroy is two steps so that the C handle stays valid while callbacks drain:
-  // begin_destroy() claims the destruction (false if someone else already did), shutdown()
-  // refuses new work, drains, runs pending releases and joins the workers (idempotent).
-  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
-  bool begin_destroy() { return !destroying_.exchange(true, std::memory_order_acq_rel); }
+  // begin_destroy() claims the destruction (false if someone else already did; throws
+  // FL_ERR_INVALID_ARGUMENT from code the engine runs, which the drain would wait for),
+  // shutdown() refuses new work, drains, runs pending releases and joins the workers
+  // (idempotent).
+  bool begin_destroy();
   void shutdown();
-  // Pairs with the release store of shutdown_ in drain_and_stop().
+  // Pairs with the release store of shutdown_ in shutdown().
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
-
   uint64_t handle() const { return handle_; }
   void set_handle(uint64_t h) { handle_ = h; }
   // Makes a C handle of something this engine owns stale (EngineServices::forget_handle).
@@ -85,130 +118,48 @@ class Engine {
     if (h != 0 && services_.forget_handle != nullptr) services_.forget_handle(h);
   }
 
+  // --- what the components share (engine.cpp) ---
   sched::Pool& pool() { return *pool_; }
   // A cached pool with exactly n workers (the main pool when n equals its size), for task
   // graphs run with an explicit thread count.
   sched::Pool& pool_for_threads(unsigned n);
-
-  uint32_t lane_count() const { return uint32_t(lanes_.size()); }
+  bool pools_quiescent() const;  // every pool of the engine idle (drain)
   uint32_t worker_count() const { return pool_->size(); }
-  uint64_t inflight_limit() const { return inflight_limit_; }
   DeviceBackend* device() const { return services_.device; }
   // Devices of the device backend seen when the engine was created (0 without one).
   uint32_t device_count() const { return device_slots_ - 1; }
-
-  // --- lanes and streams (engine.cpp) ---
-  uint32_t acquire_lane();
-  void release_lane(uint32_t lane);
+  uint32_t lane_count() const { return uint32_t(lanes_.size()); }
   Lane& lane(uint32_t id) { return *lanes_[id]; }
   const std::vector<std::unique_ptr<Lane>>& lanes() const { return lanes_; }
-  // Interned: the same (lane, device, kind) always yields the same stream.
+  uint32_t acquire_lane();  // fl_lane_acquire
+  void release_lane(uint32_t lane);  // fl_lane_release
+  // Interned: the same (lane, device, kind) always yields the same stream (lane, device
+  // and kind checked by the caller). FL_ERR_SHUTDOWN (thrown) during destroy.
   Stream* stream(uint32_t lane, fl_device_t device, fl_stream_kind_t kind);
   std::vector<Stream*> all_streams() const;
 
-  // --- objects (object.cpp) ---
-  Object* create_object(void* user_data, fl_release_fn release);
-  // Drops a reference; the last one runs the object's release callback, in a callback
-  // frame for `completing` (the instruction whose completion drops it, or null).
-  void release_object_ref(Object* o, Instr* completing = nullptr);
-  // fl_object_wait(_for): FL_ERR_TIMEOUT when the deadline passes first (nothing else
-  // changes then).
-  fl_status_t wait_object(Object* o, uint32_t access, const Deadline& deadline = Deadline::forever());
-  // Sleeps until i is terminal or *cancelled is set (by a thread that then wakes i's
-  // state futex) or the deadline passes; returns false only on the deadline. On a pool
-  // worker, sched::wait() helps the caller's own region first and a spare worker stands
-  // in while it sleeps.
-  static bool sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline);
-
-  // --- submission and the window (submit.cpp) ---
+  // --- submission (submit.cpp) and instruction records (instr_pool.cpp) ---
   // A record of this engine from the pool, for a submission to fill (operands, device
   // record) and pass to submit(), or to discard() if it is abandoned.
   Instr* new_instr();
   void discard(Instr* i);
+  void recycle(Instr* i);  // refs reached zero
   // The common path of every fl_submit_*: merges operands that name one object twice (the
   // union of their accesses), takes a window slot (blocking, or FL_ERR_WOULD_BLOCK),
   // records the dependencies and queues `i` on s's lane. Takes `i` in every case: on an
   // error (thrown) it is discarded, nothing is queued, and neither fn nor cleanup runs.
   fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a);
-  // In-flight window: takes a slot, blocking while full (FL_ERR_WOULD_BLOCK when
-  // nonblocking). Never blocks on a worker thread of this engine (an instruction or task
-  // submitting more work): such submissions are admitted over the limit.
-  void admit(bool nonblocking, bool engine_run);  // engine_run: in_any_engine_context()
-  void retire_window_slot();
-  int64_t low_water() const;  // parked submitters resume once in-flight drops to this
 
-  // --- the instruction lifecycle on the lane runner (lane.cpp) ---
-  void execute_host(Instr* i);
-  void execute_async(Instr* i);  // issues a device stream's instruction (device.hpp)
-  // The lane is about to leave its device stream (run something else, block, go idle):
-  // DeviceBackend::flush() when it issued instructions not yet marked issued.
-  void flush_device(Lane* lane);
-  void complete(Instr* i);
-  // Device backends (device.hpp): i is on its device and its completion can be tracked;
-  // i's device work finished with `st` (FL_OK, or a failure with `detail`).
-  void mark_issued(Instr* i);
-  void complete_async(Instr* i, fl_status_t st, const std::string& detail);
-  void recycle(Instr* i);  // refs reached zero (instr_pool.cpp)
+  // --- the components ---
+  Window& window() { return window_; }
+  Recorder& recorder() { return recorder_; }
+  Executor& executor() { return executor_; }
+  FailureLedger& ledger() { return ledger_; }
+  Waits& waits() { return waits_; }
+  CancelDrain& cancel_drain() { return cancel_drain_; }
+  Objects& objects() { return objects_; }
 
-  // --- waits and failures (sync.cpp) ---
-  // Each returns FL_OK or a failure status, with the thread's message set.
-  // fl_engine_synchronize(_for), fl_stream_synchronize(_for): FL_ERR_TIMEOUT when the
-  // deadline passes first (no failure is returned then).
-  fl_status_t synchronize(const Deadline& deadline = Deadline::forever());
-  fl_status_t synchronize(Stream* s, const Deadline& deadline = Deadline::forever());
-  // complete(), for a failed or skipped instruction: links it into the ledger.
-  void record_failure(Instr* i);
-  // fl_object_wait observed the poison of root's family: it counts as returned.
-  void family_returned(Instr* root);
-  // Among the instructions that wait for the instruction of `frame` to complete (its
-  // successors and, on a lane that runs them in order, what is queued behind each,
-  // transitively), the first one with an id up to `upto` that `match` accepts; null if
-  // none. A wait for it could only end after the caller returns. `frame` is the caller's
-  // innermost frame with an instruction: its fn or cleanup (other kinds find nothing, as
-  // their instruction may complete during the walk). `chain`, if given, receives the path:
-  // "'a' (#3, lane 1, host) -> 'b' (#5, lane 2, host)", the match last.
-  static Instr* find_waiter(const CallbackFrame* frame, fl_instr_id upto,
-                            const std::function<bool(const Instr*)>& match, std::string* chain = nullptr);
-  // Failures (families) not returned yet, and the oldest one's message (for dumps).
-  size_t unreturned_failures(std::string* oldest) const;
-
-  // --- instruction queries, cancel and drain (sync.cpp) ---
-  // fl_instr_query: throws FL_ERR_INVALID_ARGUMENT for an id this stream never returned.
-  fl_instr_state_t query(Stream* s, fl_instr_id id);
-  // fl_instr_wait_for: the outcome of id once completed (a failure counts as returned).
-  fl_status_t wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline);
-  void cancel(Stream* s, fl_instr_id id);  // fl_instr_cancel
-  void cancel_stream(Stream* s);           // fl_stream_cancel
-  void cancel_all();                       // fl_engine_cancel
-  fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
-  bool pools_quiescent() const;                  // every pool of the engine idle (drain)
-  bool draining() const { return draining_.load(std::memory_order_acquire); }  // pairs with drain()'s release
-  // fl_task_group_spawn from a thread of the caller's (not code the engine runs): counted
-  // from before its check for a drain until its task is handed to the pool, so that a
-  // drain either refuses it or waits for its task. False (refused, not counted) once the
-  // engine is draining; otherwise end_outside_spawn() follows.
-  bool begin_outside_spawn();
-  void end_outside_spawn();
-  // The lane runner, before starting i: a cancel request covers it (consumes the request).
-  // True (and i marked cancelled) when a cancel request covers i. The common case, no
-  // request on i's stream or lane, is two loads inline.
-  static bool cancel_requested(Instr* i);
-  [[gnu::cold, gnu::noinline]] static bool cancel_requested_slow(Instr* i);
-
-  fl_engine_stats_t stats() const;
-  // Instructions admitted through the window and not yet retired (completed, or their
-  // submission failed). retired_ is read first: it never exceeds admitted_, so the
-  // difference is never below the true count at the time of the first load.
-  // Acquire pairs with the seq_cst increment in retire_window_slot(): an instruction seen
-  // retired has completed, and what it submitted was admitted before (drain relies on it).
-  int64_t inflight() const {
-    // Pairs with the seq_cst fetch_add in retire_window_slot().
-    const uint64_t r = retired_.load(std::memory_order_acquire);
-    return int64_t(admitted_.load(std::memory_order_relaxed) - r);
-  }
-  uint32_t window_waiters() const { return window_waiters_.load(std::memory_order_relaxed); }
-
-  // --- observers and extensions (engine.cpp) ---
+  // --- hooks of the layers above (engine.cpp) ---
   // The engine owns every observer ever installed until it is destroyed (a hook may still
   // be running in one that was replaced or cleared); clear_observer() stops new calls.
   // reinstate_observer() makes one the engine already owns the active one again, so a
@@ -232,35 +183,32 @@ class Engine {
   Extension* extension(const void* key) const;
   std::vector<Extension*> extensions() const;  // in attach order
 
+  fl_engine_stats_t stats() const;  // fl_engine_stats
+
+  // --- one-line forwarders to components, for the layers above (comm/, core/diag/) ---
+  Object* create_object(void* user_data, fl_release_fn release) { return objects_.create(user_data, release); }
+  void release_object_ref(Object* o, Instr* completing = nullptr) { objects_.release_ref(o, completing); }
+  int64_t inflight() const { return window_.inflight(); }
+  uint32_t window_waiters() const { return window_.waiters(); }
+  uint64_t inflight_limit() const { return window_.limit(); }
+  size_t unreturned_failures(std::string* oldest) const { return ledger_.unreturned(oldest); }
+
   // The device backend's per-engine state (its poller thread), created by the backend on
   // first use under device_mu and released in DeviceBackend::engine_stopped().
   std::atomic<void*> device_state{nullptr};
   std::mutex device_mu;
 
  private:
-  // Records the dependencies of `i` and queues it on its lane; owns the window slot
-  // admit() took.
+  // Takes i's id, records its dependencies and queues it on its lane (or runs it inline);
+  // owns the window slot submit() took.
   fl_instr_id enqueue(Instr* i, bool run_inline);
-  void release_successors(Edge* e);  // drops one pending unit of each successor in the list
-  // Waits for s's completion count to reach target (sched::wait rules); false on the deadline
-  // or when *cancelled (if given) is set first (engine destroy gave the wait up).
-  bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever(),
-                   const std::atomic<bool>* cancelled = nullptr);
-  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
-  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure.
-  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
-  void destroy_object(Object* o, Instr* completing);
-  // Under ledger_mu_: unlinks the family of `root` and drops the ledger's references.
-  void unlink_family(Instr* root);
-  // The first unreturned family that `pick` accepts, returned (marked, unlinked) with its
-  // status and message; FL_OK when there is none.
-  template <class Pick>
-  fl_status_t take_failure(Pick&& pick);
-  void drain_and_stop();
+  // The steps of shutdown() (engine.cpp).
+  void stop_accepting();
+  void wait_until_idle();
+  void stop_workers();
 
   EngineServices services_;
   uint64_t handle_ = 0;
-  uint64_t inflight_limit_ = 4096;
   std::unique_ptr<sched::Pool> pool_;
   mutable std::mutex pools_mu_;
   std::map<unsigned, std::unique_ptr<sched::Pool>> extra_pools_;
@@ -274,38 +222,15 @@ class Engine {
   std::unique_ptr<std::atomic<Stream*>[]> streams_;
   std::mutex streams_mu_;
 
-  // Live objects (so that destroy can run every release callback).
-  std::mutex objects_mu_;
-  Object* objects_head_ = nullptr;
-
-  // In-flight window (core/engine/README.md, "The in-flight window"): in flight =
-  // admitted_ - retired_. Two counters on two cache lines instead of one count that the
-  // submitting thread and the completing worker would both modify for every instruction
-  // (that line moved between their cores twice per instruction).
-  // --- written by submitters, for every instruction ---
-  alignas(kCacheLine) std::atomic<uint64_t> admitted_{0};
-  std::atomic<uint64_t> next_id_{1};
-  // A lower bound of retired_, kept by submitters: while admitted_ - retired_seen_ is under
-  // the limit a submitter need not read the completers' line at all. Only grows.
-  std::atomic<uint64_t> retired_seen_{0};
-  // --- written by completers, for every instruction ---
-  alignas(kCacheLine) std::atomic<uint64_t> retired_{0};
-  // --- rarely written ---
-  alignas(kCacheLine) std::atomic<uint32_t> window_waiters_{0};
-  // Parked submitters sleep on the epoch; armed: one of them looked since the last bump.
-  std::atomic<uint32_t> window_epoch_{0};
-  std::atomic<uint32_t> window_armed_{0};
-  std::atomic<uint64_t> window_stalls_{0};
-
-  // The failure ledger: families not yet returned, oldest first (Instr::ledger_prev/next).
-  mutable std::mutex ledger_mu_;
-  Instr* ledger_head_ = nullptr;
-  Instr* ledger_tail_ = nullptr;
-  size_t ledger_size_ = 0;
+  Objects objects_{*this};
+  Window window_;
+  Recorder recorder_{*this};
+  Executor executor_{*this};
+  CancelDrain cancel_drain_{*this};
+  FailureLedger ledger_{*this};
+  Waits waits_{*this};
 
   std::atomic<bool> shutdown_{false};
-  std::atomic<bool> draining_{false};  // fl_engine_drain: refuse submissions from outside
-  std::atomic<uint64_t> outside_spawns_{0};  // begin_outside_spawn() .. end_outside_spawn()
   std::atomic<bool> destroying_{false};
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 
@@ -317,11 +242,5 @@ class Engine {
   mutable std::mutex extensions_mu_;
   std::vector<std::pair<const void*, std::unique_ptr<Extension>>> extensions_;
 };
-
-// Marks i failed with `st` (its detail in i->error, which becomes the full message naming
-// i): the outcome complete() will publish. For the executing thread only.
-void mark_failed(Instr* i, fl_status_t st);
-// Marks i failed with FL_ERR_CANCELLED: it never ran.
-void mark_cancelled(Instr* i);
 
 }  // namespace flowlane::core

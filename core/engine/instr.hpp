@@ -76,7 +76,7 @@ struct alignas(64) Instr {
   // successor list) share this one line.
   std::atomic<int32_t> refs{0};
   // The state is also a futex word: threads waiting for a terminal state sleep on it
-  // (Engine::sleep_until_terminal), counted in `sleepers` so that complete() makes the
+  // (Waits::sleep_until_terminal), counted in `sleepers` so that complete() makes the
   // wake-up system call only when someone sleeps.
   std::atomic<uint32_t> state{uint32_t(InstrState::kFree)};
   std::atomic<uint32_t> sleepers{0};
@@ -127,7 +127,7 @@ struct alignas(64) Instr {
   // --- result of a failure ---
   std::string error;  // full message naming this instruction
 
-  // --- the failure ledger (sync.cpp; core/engine/README.md, "Errors") ---
+  // --- the failure ledger (FailureLedger, ledger.hpp; core/engine/README.md, "Errors") ---
   // A failure and every instruction skipped because of it form one *family*, reported
   // once. `root` is the family's failed instruction (itself for a failed one; for a
   // skipped one, referenced until this record is recycled). The fields below are written

@@ -20,6 +20,12 @@ Instr* Engine::new_instr() {
   return i;
 }
 
+void Engine::discard(Instr* i) {
+  i->operands.clear();
+  i->deps.clear();
+  recycle(i);
+}
+
 void Engine::recycle(Instr* i) {
   // Every dependent that could read the device record has completed (they held references).
   if (i->device != nullptr) services_.device->recycle(i);

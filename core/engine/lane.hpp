@@ -1,16 +1,38 @@
-// Lanes and streams. A lane is a strand on the work-stealing pool: its instructions start
-// in submission order, one at a time, on whichever worker runs the lane's task. A stream is
-// one (lane, device, kind) queue of a lane; all streams of a lane share its strand. The
-// lane protocol (the MPSC queue, going idle without losing a wake-up) is written down in
-// core/engine/README.md, "Lanes as strands".
+// A lane: a strand on the work-stealing pool. Its instructions start in submission order,
+// one at a time, on whichever worker runs the lane's task; all streams of a lane
+// (stream.hpp) share its strand. Protocol (core/engine/README.md, "Lanes as strands"):
+//   - the queue is Vyukov's intrusive MPSC queue with a stub node; producers (submitters)
+//     push under the lane's submit lock, the consumer is whoever owns the lane;
+//   - `scheduled` says who owns it: 0 idle, 1 owned (queued on the pool, running, or blocked
+//     on `cur`). A producer pushes, then schedule()s: if it swaps 0 -> 1 it hands the lane's
+//     task to the pool. The runner runs up to a batch, then yields behind other work;
+//   - going idle: the runner stores scheduled = 0, then looks whether `tail` moved since the
+//     head it saw, and if so tries to take the lane back (give_up()). No wake-up is lost:
+//     the producer's tail exchange and scheduled load and the runner's scheduled store and
+//     tail load are all seq_cst (a store-load pattern: either the runner sees the item, or
+//     the producer sees 0 and schedules);
+//   - an instruction at the head runs when the lane's unit of its `pending` count is the
+//     last (take_unit()); otherwise the lane blocks on it (`cur`) and the predecessor that
+//     drops the last unit resubmits the lane's task (instr.hpp, "pending").
+//   - FL_SUBMIT_INLINE: a submitter may claim the idle lane itself and run its ready
+//     instruction on its own thread (run_owned(), core/engine/README.md, "Running on the
+//     submitting thread").
+//
+// Owns: the queue (tail, head, stub), `scheduled`, `cur`, the submit lock, and the run loop.
+// Calls: Executor (execute_host, execute_async, flush_device), the pool (submit, yield),
+// the observer (on_lane_idle). Called by: Engine::enqueue (push, schedule, try_claim,
+// empty_owned, run_owned), Executor::release_successors (resubmits the task), Waits'
+// find_waiter (reads the queue links, takes the submit lock).
+// Per-lane fields of other components, documented where they are used: the statistics
+// counters (Engine::enqueue counts `submitted`, Executor::complete the rest, Engine::stats
+// reads them), the cancel requests (CancelDrain, cancel_drain.hpp), the device backend's
+// state (`unflushed`, `device_state`: Executor, device.hpp) and the diagnostics (`active`,
+// `waits`, under diag_lock: the runner, Waits and the state dump, core/diag/dump.cpp).
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <cstdint>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -25,71 +47,7 @@ namespace flowlane::core {
 
 class Engine;
 struct Lane;
-
-// Number of stream kinds (fl_stream_kind_t) and device slots per lane: slot 0 is the CPU,
-// slot 1 + i is device i of the device backend.
-inline constexpr uint32_t kStreamKinds = 5;
-
-struct Stream {
-  Engine* engine = nullptr;
-  Lane* lane = nullptr;
-  uint64_t handle = 0;  // the caller's fl_stream_t* value
-  fl_device_t device{FL_DEVICE_CPU, 0};
-  fl_stream_kind_t kind = FL_STREAM_HOST;
-  // Submission and completion counters of this stream. `submitted` is written under the
-  // lane's submit lock; `completed` only advances, in submission order (a stream is FIFO).
-  // Different threads write them for every instruction: separate cache lines.
-  std::atomic<uint64_t> submitted{0};
-  std::atomic<fl_instr_id> last_submitted_id{0};  // under the lane's submit lock
-  // Instructions submitted before this id that have not started when their lane reaches
-  // them are cancelled (fl_stream_cancel, fl_engine_cancel); only grows. Read by the lane
-  // runner for every instruction (rarely written: no false sharing to speak of).
-  std::atomic<fl_instr_id> cancel_upto{0};
-  alignas(kCacheLine) std::atomic<uint64_t> completed{0};
-  // The id of the last instruction that completed (a stream completes in order).
-  std::atomic<fl_instr_id> last_completed_id{0};
-  // The device backend's state of a device stream (its queue, events); null for host ones.
-  void* device_state = nullptr;
-  // Its failed and skipped instructions whose family is not returned yet, oldest first
-  // (Instr::stream_prev/next; under the engine's ledger mutex).
-  Instr* failed_head = nullptr;
-  Instr* failed_tail = nullptr;
-  // Outcome history for fl_instr_query / fl_instr_wait_for (under the ledger mutex): the
-  // last FL_INSTR_OUTCOME_HISTORY failed, skipped or cancelled instructions, in completion
-  // (= id) order, each referenced; ids up to `forgotten_upto` may have been dropped.
-  std::deque<Instr*> outcomes;
-  fl_instr_id forgotten_upto = 0;
-
-  // Waiters register what they need: a completion count (synchronize) or an instruction
-  // id (fl_instr_wait_for). Completers wake them only when the smallest registered target
-  // of either kind is reached, not on every completion. The no-lost-wake-up argument
-  // (sync.cpp, wait_completed_id) needs two invariants: `completed` is only ever written
-  // by read-modify-writes (its release sequence spans every value), and wake_at /
-  // wake_at_id are only written under wait_mu.
-  std::atomic<uint64_t> wake_at{UINT64_MAX};
-  std::atomic<fl_instr_id> wake_at_id{UINT64_MAX};
-  std::mutex wait_mu;
-  std::condition_variable wait_cv;
-  std::multiset<uint64_t> targets;        // under wait_mu
-  std::multiset<fl_instr_id> id_targets;  // under wait_mu
-
-  bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
-  // completed += 1 (last_completed_id already stored), wakes waiters whose target is reached
-  void advance_completed();
-  // Sleeps until completed >= target, the deadline passes or *cancelled (when given) is set
-  // (by engine destroy, which then wakes the stream's waiters: wake_waiters()); returns
-  // whether it reached the target.
-  bool wait_completed(uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled = nullptr);
-  // Sleeps until last_completed_id >= id, the deadline passes or *cancelled is set; returns
-  // whether it reached the id.
-  bool wait_completed_id(fl_instr_id id, const Deadline& deadline, const std::atomic<bool>* cancelled = nullptr);
-  // Whether the stream has completed `target` instructions (or, `is_id`, the instruction
-  // whose id is `target`).
-  bool reached(uint64_t target, bool is_id) const;
-  // Wakes every waiter of the stream so that it re-checks its cancel flag.
-  void wake_waiters();
-  std::string describe() const;          // "lane 1, host"
-};
+struct Stream;
 
 // A wait of a lane's running instruction, from its callback or from a task of one of its
 // task groups (fl_object_wait, fl_stream_synchronize, fl_instr_wait_for): what the state
@@ -148,19 +106,20 @@ struct Lane {
   // RMW on their own counter). Read them through completed_count().
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> completed_async{0};
-  // Acquire pairs with the release store / fetch_add in Engine::complete(): an instruction
-  // counted here was counted in `submitted` before (its submission happens before its
-  // completion), so a `submitted` read after this is never smaller (Engine::stats()).
+  // Acquire pairs with the release store / fetch_add in Executor::complete(): an
+  // instruction counted here was counted in `submitted` before (its submission happens
+  // before its completion), so a `submitted` read after this is never smaller
+  // (Engine::stats()).
   uint64_t completed_count() const {
-    // Pairs with the release store / fetch_add in Engine::complete().
+    // Pairs with the release store / fetch_add in Executor::complete().
     return completed.load(std::memory_order_acquire) + completed_async.load(std::memory_order_acquire);
   }
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};
   Instr stub;
-  // fl_instr_cancel requests for instructions of this lane not started yet (ids under
-  // cancel_mu, sorted and without repeats, so at most one per instruction not completed;
-  // `cancel_requests` is their number, read by the runner for every instruction).
+  // CancelDrain's: fl_instr_cancel requests for instructions of this lane not started yet
+  // (ids under cancel_mu, sorted and without repeats, so at most one per instruction not
+  // completed; `cancel_requests` is their number, read by the runner for every instruction).
   std::atomic<uint32_t> cancel_requests{0};
   std::mutex cancel_mu;
   std::vector<fl_instr_id> cancel_ids;

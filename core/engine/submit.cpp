@@ -1,207 +1,13 @@
-// Submission: the in-flight window, the per-object dependency rules and queueing on the
-// lane. Rules (core/engine/README.md, "Dependency rules"): per object, the last writer and
-// the readers since it.
-//   read  -> waits for the last writer (RAW);
-//   write -> waits for the last writer (WAW) and every reader since it (WAR), then the
-//            reader list restarts from this write.
-// Edges between instructions that run in order on the same lane are not recorded: lane
-// order already implies them (the lane's submit lock makes queue order and recording order
-// agree).
-//
-// Serializable submissions (core/engine/README.md, "Recording"): an instruction's operands
-// are recorded atomically with respect to every other submission that shares any of its
-// objects. The submitter takes the lane's lock, then every operand object's lock in one
-// global order (ascending address: operands are sorted when merged), and only then records
-// and takes its id; so two submissions sharing objects are ordered the same way on all of
-// them, dependencies only point to earlier ids, and no cycle can come from the engine.
-//
-// Allocation never happens while anything is published but not finished: under the locks,
-// a first pass reserves room for every dependency, edge and reader-list entry the commit
-// will add (a bad_alloc there unwinds through RAII locks with nothing published); the
-// commit pass then cannot throw.
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
+// Engine::submit, the path every fl_submit_* shares: the refusals (destroy, drain), a slot of
+// the in-flight window (Window), then, under the lane's submit lock, the recording of the
+// instruction's id and dependencies (Recorder, deps.hpp), the stream's and lane's counters and
+// the push on the lane's queue (Lane, lane.hpp), or, with FL_SUBMIT_INLINE, running it on
+// the submitting thread (core/engine/README.md, "Running on the submitting thread").
 #include <string>
 
 #include "engine/engine.hpp"
 
 namespace flowlane::core {
-
-namespace {
-
-// True when `before` is certain to have completed by the time `after` starts, without an
-// edge: `before` runs synchronously on the lane (a host-executed stream: it completes
-// before the lane moves on) and `after` was queued on the same lane later. A device
-// instruction completes only on the device, so it never orders its lane's successors.
-bool ordered_by_lane(const Instr* before, const Instr* after) {
-  return before->stream->lane == after->stream->lane && before->stream->is_host_executed();
-}
-
-bool is_device(const Instr* x) { return !x->stream->is_host_executed(); }
-
-// Checked in debug and sanitizer builds: a dependency points to an instruction recorded
-// earlier (a smaller id), which is what makes the wait-for graph acyclic.
-inline void check_order(const Instr* pred, const Instr* succ) {
-#if !defined(NDEBUG) || (defined(FL_UNDER_SANITIZER) && FL_UNDER_SANITIZER)
-  if (pred->id >= succ->id) {
-    std::fprintf(stderr, "flowlane: internal error: %s depends on %s, recorded later\n", succ->describe().c_str(),
-                 pred->describe().c_str());
-    std::abort();
-  }
-#else
-  (void)pred, (void)succ;
-#endif
-}
-
-// Publishes the edge pred → succ in the list `head` (pred's completion or issue list).
-// Returns false when the list was already sealed (pred completed or was issued
-// meanwhile): then succ does not wait. The edge lives in succ->edges, whose room the
-// prepare pass reserved (so no allocation here, and the edge's address is stable).
-[[gnu::always_inline]] inline bool push_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
-  Edge& e = succ->edges.emplace_back();
-  e.succ = succ;
-  // Count the edge before publishing it: the submitter's own unit keeps pending > 0
-  // whatever order the completer's decrement and this increment take.
-  succ->pending.fetch_add(1, std::memory_order_relaxed);
-  // Acquire (here and on a failed CAS below) pairs with the acq_rel exchange that seals the
-  // list in complete() / mark_issued(): a sealed list means pred's result is visible.
-  Edge* head = head_ref.load(std::memory_order_acquire);
-  for (;;) {
-    if (head == kSealed) {  // pred completed (or was issued) meanwhile: no wait needed
-      succ->pending.fetch_sub(1, std::memory_order_relaxed);
-      succ->edges.pop_back();
-      return false;
-    }
-    e.next = head;
-    // release publishes the edge to the completer's acq_rel exchange in complete() (or to
-    // mark_issued()'s, for an issue edge).
-    // Pairs with those exchanges; acquire on failure as for the load above.
-    if (head_ref.compare_exchange_weak(head, &e, std::memory_order_release, std::memory_order_acquire)) return true;
-  }
-}
-
-[[gnu::always_inline]] inline void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
-  // The same predecessor met again through the next object needs no second entry; a
-  // repeat further back costs one entry more, which is harmless.
-  if (!succ->deps.empty() && succ->deps.back().pred == pred) {
-    succ->deps.back().flags |= flags;
-    return;
-  }
-  pred->ref();
-  succ->deps.push_back(Instr::Dep{pred, obj, flags});  // within the reserved capacity
-}
-
-// Asynchronous → asynchronous (device.hpp): on the same device stream, stream order
-// suffices; on another stream, succ is ordered after pred on the device when it is issued
-// (kIssueWait), and succ waits for pred to be *issued* (an edge in pred's issue list)
-// unless lane order already issues pred first or pred has been issued. Never a host wait
-// for device completion.
-[[gnu::noinline]] void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
-  uint8_t flags = reads ? Instr::Dep::kReads : 0;
-  // Acquire pairs with the seq_cst store of the terminal state in complete().
-  if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
-    flags |= Instr::Dep::kIssueWait;
-    if (pred->stream->lane != succ->stream->lane && push_edge(pred->issue_succ_head, succ)) {
-      flags |= Instr::Dep::kEdge;
-      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
-    }
-  }
-  if (flags != 0) note_dep(pred, succ, obj, flags);
-}
-
-// Notes that `succ` depends on `pred` through `obj`: keeps a reference for the poison check
-// (reads) and diagnostics, and makes `succ` wait for `pred` unless lane order already
-// implies it or pred has already completed.
-[[gnu::always_inline]] inline void add_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
-  check_order(pred, succ);
-  if (is_device(pred) && is_device(succ)) {
-    add_device_dep(engine, pred, succ, obj, reads);
-    return;
-  }
-  // Acquire pairs with the seq_cst store of the terminal state in complete().
-  bool edge = !ordered_by_lane(pred, succ) && !is_terminal(pred->load_state(std::memory_order_acquire));
-  if (edge) {
-    edge = push_edge(pred->succ_head, succ);
-    if (edge) {
-      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
-    }
-  }
-  if (!edge && !reads) return;
-  note_dep(pred, succ, obj, uint8_t((reads ? Instr::Dep::kReads : 0) | (edge ? Instr::Dep::kEdge : 0)));
-}
-
-// Drops completed readers once the list has grown, so that an object read forever and
-// never written keeps a bounded reader list. Allocates nothing.
-void prune_readers(Object* o, Engine* engine) {
-  auto& r = o->readers;
-  if (r.size() < 32 || (r.size() & (r.size() - 1)) != 0) return;  // at 32, 64, 128, ...
-  auto keep = std::remove_if(r.begin(), r.end(), [engine](Instr* x) {
-    if (!is_terminal(x->load_state())) return false;
-    if (x->unref()) engine->recycle(x);
-    return true;
-  });
-  r.erase(keep, r.end());
-}
-
-// Every operand object's lock, taken in the operands' (ascending address) order and
-// released by the destructor, so an exception anywhere unlocks them all.
-class ObjectLocks {
- public:
-  explicit ObjectLocks(const std::vector<Operand>& ops) : ops_(ops) {
-    for (const Operand& op : ops_) {
-      op.obj->lock.lock();
-      ++held_;
-    }
-  }
-  ~ObjectLocks() {
-    for (size_t k = 0; k < held_; ++k) ops_[k].obj->lock.unlock();
-  }
-  ObjectLocks(const ObjectLocks&) = delete;
-  ObjectLocks& operator=(const ObjectLocks&) = delete;
-
- private:
-  const std::vector<Operand>& ops_;
-  size_t held_ = 0;
-};
-
-// The prepare pass, under every operand's lock: reserves what the commit pass will add,
-// so that the commit allocates nothing. May throw std::bad_alloc (nothing is published).
-void reserve_room(Instr* i) {
-  size_t preds = 0;
-  for (const Operand& op : i->operands) {
-    Object* o = op.obj;
-    preds += (o->last_writer != nullptr ? 1 : 0) + ((op.access & FL_WRITE) ? o->readers.size() : 0);
-    if ((op.access & FL_WRITE) == 0 && o->readers.size() == o->readers.capacity())
-      o->readers.reserve(o->readers.size() * 2 + 4);
-  }
-  i->deps.reserve(preds);
-  i->edges.reserve(preds);
-}
-
-// The commit pass for one operand of i: its edges from the object's last writer and
-// readers, then i as the new last writer or a new reader. Under the object's lock.
-void record(Engine* engine, Instr* i, const Operand& op) {
-  Object* o = op.obj;
-  Instr* w = o->last_writer;
-  if (w != nullptr) add_dep(engine, w, i, o, (op.access & FL_READ) != 0);  // RAW, or WAW for a write-only access
-  if (op.access & FL_WRITE) {
-    for (Instr* r : o->readers) {
-      if (r != i) add_dep(engine, r, i, o, false);  // WAR
-      if (r->unref()) engine->recycle(r);
-    }
-    o->readers.clear();
-    i->ref();
-    o->last_writer = i;
-    if (w != nullptr && w->unref()) engine->recycle(w);
-  } else {
-    i->ref();
-    o->readers.push_back(i);  // within the reserved capacity
-    prune_readers(o, engine);
-  }
-}
-
-}  // namespace
 
 fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   Stream* s = i->stream;
@@ -210,7 +16,7 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   i->pending.store(2, std::memory_order_relaxed);  // the submitter's unit + the lane's unit
   i->state.store(uint32_t(InstrState::kPending), std::memory_order_relaxed);
   // Cleared before any edge publishes i (not only when it is pushed): a walk of what waits
-  // for an instruction (Engine::find_waiter) may reach i through an edge before the push,
+  // for an instruction (Waits::find_waiter) may reach i through an edge before the push,
   // and must not follow a link left from the record's previous use.
   i->lane_next.store(nullptr, std::memory_order_relaxed);
   fl_instr_id id;
@@ -218,24 +24,15 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
   bool queued = true;  // i was pushed on the lane's queue
   {
     std::lock_guard<SpinLock> lane_lock(lane.submit_lock);
-    // acquire pairs with the release store in drain_and_stop().
+    // acquire pairs with the release store in stop_accepting() (engine.cpp).
     if (shutdown_.load(std::memory_order_acquire))
       fail(FL_ERR_SHUTDOWN, "the engine is being destroyed: no new instructions are accepted");
-    if (i->operands.empty()) {
-      // Nothing to lock, reserve or record (and nothing here can throw): only the id.
-      i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      ObjectLocks locks(i->operands);
-      reserve_room(i);  // the last point that may throw: nothing is published yet
-      for (const Operand& op : i->operands) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
-      // The id is taken with every operand locked: a submission sharing an object with this
-      // one took it before us or will take it after, consistently on every shared object.
-      i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-      for (const Operand& op : i->operands) record(this, i, op);
-    }
+    recorder_.record(i);  // the id and the dependencies (deps.hpp); may throw before publishing anything
     i->seq = s->submitted.load(std::memory_order_relaxed) + 1;
-    s->submitted.store(i->seq, std::memory_order_release);  // pairs with acquire in synchronize()
-    s->last_submitted_id.store(i->id, std::memory_order_release);  // pairs with acquire in query()
+    // release: pair with the acquire loads in Waits (synchronize), destroy's drain and the
+    // id checks (Stream::check_submitted, CancelDrain::cancel_stream): counted means recorded.
+    s->submitted.store(i->seq, std::memory_order_release);
+    s->last_submitted_id.store(i->id, std::memory_order_release);
     // Written under the submit lock only (a load and a store, no RMW); stats read it.
     lane.submitted.store(lane.submitted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     id = i->id;
@@ -248,7 +45,7 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
     // release, which hands the recording to the thread that drops the last unit.
     if (i->edges.empty())
       i->pending.store(1, std::memory_order_relaxed);
-    else  // release: pairs with the acq_rel fetch_subs in run_task() and release_successors()
+    else  // release: pairs with the acq_rel fetch_subs in Lane::take_unit() and Executor::release_successors()
       i->pending.fetch_sub(1, std::memory_order_release);
     // FL_SUBMIT_INLINE from a thread outside the engine (core/engine/README.md, "Running on
     // the submitting thread"): i is ready (no edge: every predecessor has completed, and
@@ -273,20 +70,6 @@ fl_instr_id Engine::enqueue(Instr* i, bool run_inline) {
 
 namespace {
 
-// Merges operands that name the same object into one, with the union of their accesses.
-void merge_operands(std::vector<Operand>& v) {
-  if (v.size() < 2) return;
-  std::sort(v.begin(), v.end(), [](const Operand& a, const Operand& b) { return a.obj < b.obj; });
-  size_t out = 0;
-  for (size_t k = 0; k < v.size(); ++k) {
-    if (out > 0 && v[out - 1].obj == v[k].obj)
-      v[out - 1].access |= v[k].access;
-    else
-      v[out++] = v[k];
-  }
-  v.resize(out);
-}
-
 // Discards a record whose submission failed (nothing of it was published).
 struct Abandon {
   Engine* e;
@@ -297,12 +80,6 @@ struct Abandon {
 };
 
 }  // namespace
-
-void Engine::discard(Instr* i) {
-  i->operands.clear();
-  i->deps.clear();
-  recycle(i);
-}
 
 fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   Abandon guard{this, i};
@@ -321,22 +98,22 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
     fail(FL_ERR_SHUTDOWN, std::string(a.api) + ": the engine was drained (fl_engine_drain): it accepts no new work "
                                                "from your threads; destroy it, or create another engine");
   };
-  // acquire pairs with the store in drain(). Work submitted by the engine's own callbacks
-  // is part of what the drain waits for: accepted.
-  if (!engine_run && draining_.load(std::memory_order_acquire)) refuse_drained();
-  admit(a.nonblocking, engine_run);
+  // draining() acquires the drain's store. Work submitted by the engine's own callbacks is
+  // part of what the drain waits for: accepted.
+  if (!engine_run && cancel_drain_.draining()) refuse_drained();
+  window_.admit(a.nonblocking, engine_run);
   if (!engine_run) {
     // Checked again once admitted (the check above only spares a submitter waiting for the
     // window of a drained engine): a submission that passed the first check and then waited
     // for the window, or was merely preempted, must not be admitted after the drain found
-    // nothing in flight. No fence is needed: admit()'s CAS of admitted_ and the drain's RMW
-    // of it (after its store of draining_) are ordered in admitted_'s modification order.
-    // Ours first: the drain's later load of admitted_ (inflight()) sees our admission and
-    // waits for it. The drain's first: our acquire CAS read its release sequence, so the
-    // load below sees draining_ and we give the slot back. Relaxed: ordered by that CAS
-    // (pairs with the acq_rel fetch_add of admitted_ in drain()).
-    if (draining_.load(std::memory_order_relaxed)) {
-      retire_window_slot();
+    // nothing in flight. No fence is needed: Window::admit()'s CAS of its admission count
+    // and the drain's RMW of it (Window::fence_admissions(), after its store of draining_)
+    // are ordered in that counter's modification order. Ours first: the drain's later
+    // inflight() sees our admission and waits for it. The drain's first: our acquire CAS
+    // read its release sequence, so the load below sees the drain's flag and we give the
+    // slot back (ordered by that CAS, which pairs with the RMW in fence_admissions()).
+    if (cancel_drain_.draining()) {
+      window_.retire();
       refuse_drained();
     }
   }
@@ -346,100 +123,11 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
     // another (or in a task) on the same stack.
     id = enqueue(i, a.run_inline && !engine_run);
   } catch (...) {
-    retire_window_slot();
+    window_.retire();
     throw;
   }
   guard.i = nullptr;
   return id;
-}
-
-// ---------------------------------------------------------------------------------------
-// The in-flight window (core/engine/README.md, "The in-flight window")
-
-void Engine::admit(bool nonblocking, bool engine_run) {
-  if (engine_run) {
-    // Work submitted by engine-run code (a callback, a task, a completion thread) is never
-    // blocked: it could be the very work that must finish to open the window. Admitted
-    // over the limit.
-    admitted_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  const int64_t limit = int64_t(inflight_limit_);
-  uint64_t cur = admitted_.load(std::memory_order_relaxed);
-  for (;;) {
-    // Against the submitters' view of retired_ first (their own cache line); only when that
-    // view says full is the completers' counter read. The view is a lower bound, so the
-    // window never admits more than the limit. (Signed: `seen` may be newer than `cur`;
-    // then the CAS below fails, and a successful one means seen <= retired_ <= cur.)
-    uint64_t seen = retired_seen_.load(std::memory_order_relaxed);
-    if (int64_t(cur - seen) >= limit) {
-      const uint64_t r = retired_.load(std::memory_order_relaxed);
-      while (seen < r && !retired_seen_.compare_exchange_weak(seen, r, std::memory_order_relaxed)) {
-      }
-      seen = std::max(seen, r);
-    }
-    if (int64_t(cur - seen) < limit) {
-      // acquire pairs with the acq_rel fetch_add of admitted_ in drain() (submit() then
-      // sees draining_ if the drain's RMW came first); relaxed on failure (we retry).
-      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
-      continue;
-    }
-    if (nonblocking)
-      fail(FL_ERR_WOULD_BLOCK, "the in-flight window is full (" + std::to_string(limit) +
-                                   " instructions submitted and not completed); retry later or submit without "
-                                   "FL_SUBMIT_NONBLOCKING to wait");
-    window_stalls_.fetch_add(1, std::memory_order_relaxed);
-    Observer* ob = observer();
-    if (ob) ob->on_window_stall(true);
-    // Sleep until the window has drained to its low-water mark, not just until one slot
-    // frees: the completer wakes parked submitters once the count is at or below the mark
-    // instead of on every completion (see retire_window_slot()).
-    const int64_t low = low_water();
-    // seq_cst on both sides (here and in retire_window_slot) is a store–load pattern:
-    // either the retiring thread sees us registered, or we see its increment.
-    // Each look at retired_ is preceded by reading the wake-up epoch and arming: a completer
-    // that finds the window at or below the mark and the waiters armed disarms, bumps the
-    // epoch and notifies, once per arming (see retire_window_slot()). Lost wake-ups: a
-    // completer that found us not armed read the flag before our arming store, so our look
-    // sees its increment (seq_cst total order); one that consumed our arming bumps the
-    // epoch after the epoch read below, so the wait returns at once.
-    // Store-load (Dekker) pair with retire_window_slot(): its increment of retired_, then its load of this.
-    window_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    for (;;) {
-      const uint32_t epoch = window_epoch_.load(std::memory_order_seq_cst);  // pairs with the bump in retire_window_slot()
-      window_armed_.store(1, std::memory_order_seq_cst);  // pairs with the exchange in retire_window_slot()
-      const uint64_t r = retired_.load(std::memory_order_seq_cst);
-      if (int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low) break;
-      window_epoch_.wait(epoch, std::memory_order_seq_cst);
-    }
-    window_waiters_.fetch_sub(1, std::memory_order_relaxed);
-    if (ob) ob->on_window_stall(false);
-    cur = admitted_.load(std::memory_order_relaxed);
-  }
-}
-
-int64_t Engine::low_water() const {
-  const int64_t limit = int64_t(inflight_limit_);
-  return limit - 1 - std::min<int64_t>(limit / 4, 256);
-}
-
-void Engine::retire_window_slot() {
-  // seq_cst: the store-load pair with admit(), which counts itself in window_waiters_ and
-  // then loads retired_. A parked submitter is woken once the window is at or below its
-  // low-water mark; the line of admitted_ is read only while someone is parked.
-  const uint64_t r = retired_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  // Store-load (Dekker) pair with admit(): its increment of window_waiters_, then its load of retired_.
-  if (window_waiters_.load(std::memory_order_seq_cst) == 0) return;
-  if (int64_t(admitted_.load(std::memory_order_relaxed) - r) > low_water()) return;
-  // One notification per arming by the parked submitters: a woken submitter may not run
-  // for a while (on the completer's own CPU, not before it yields), and notifying on
-  // every completion meanwhile cost a system call each.
-  // seq_cst (the load too: it must not see an arming older than the submitter's look):
-  // pairs with the arming store and epoch load in admit().
-  if (window_armed_.load(std::memory_order_seq_cst) != 0 && window_armed_.exchange(0, std::memory_order_seq_cst) != 0) {
-    window_epoch_.fetch_add(1, std::memory_order_seq_cst);  // pairs with the epoch load in admit()
-    window_epoch_.notify_all();
-  }
 }
 
 }  // namespace flowlane::core

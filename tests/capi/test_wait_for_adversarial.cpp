@@ -1,6 +1,6 @@
 // fl_instr_wait_for under adversarial use (public API only). A waiter registers the id it
 // needs on its stream, and a completion wakes it only when the stream reaches that id
-// (Stream::id_targets / wake_at_id in core/engine/sync.cpp): a waiter that is not woken
+// (Stream::id_targets / wake_at_id in core/engine/stream.cpp): a waiter that is not woken
 // hangs (the HangGuard turns that into a failure; waits with a timeout use one of an hour,
 // which takes the same timed path), and a waiter that returns too early is caught by the
 // instruction's own write, which it reads after the wait (a plain int: ThreadSanitizer

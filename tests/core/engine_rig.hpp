@@ -79,7 +79,7 @@ struct Rig {
   }
 
   Stream* host(uint32_t lane) { return engine.stream(lane, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST); }
-  Object* object() { return engine.create_object(nullptr, nullptr); }
+  Object* object() { return engine.objects().create(nullptr, nullptr); }
 
   // A submitted instruction: its id, and its record (valid only until it completes: hold it
   // with a Gate to inspect it).
@@ -111,7 +111,7 @@ struct Rig {
   }
 
   // Waits for everything submitted to s (60 s at most); true when done.
-  bool sync(Stream* s) { return engine.synchronize(s, Deadline::after_ns(60'000'000'000ull)) == FL_OK; }
+  bool sync(Stream* s) { return engine.waits().synchronize(s, Deadline::after_ns(60'000'000'000ull)) == FL_OK; }
 };
 
 inline Operand R(Object* o) { return Operand{o, FL_READ}; }

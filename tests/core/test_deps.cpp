@@ -1,4 +1,4 @@
-// White-box tests of the per-object dependency rules (core/engine/submit.cpp;
+// White-box tests of the per-object dependency rules (core/engine/deps.cpp;
 // core/engine/README.md, "Dependency rules" and "Recording"): which edges the engine
 // records, read from the records and from an Observer, while the predecessors are held.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// White-box tests of Engine::find_waiter (core/engine/sync.cpp): the walk of what waits for
+// White-box tests of Waits::find_waiter (core/engine/find_waiter.cpp): the walk of what waits for
 // a calling instruction, at the moments a public-API test cannot hold still.
 #include <gtest/gtest.h>
 
@@ -58,7 +58,7 @@ TEST(FindWaiter, ADependentWhoseLanePredecessorIsStillBeingQueuedIsFound) {
       [&] {
         if (go.wait() != FL_OK) return FL_ERR_TIMEOUT;
         try {
-          seen = rig.engine.wait_instr(rig.host(3), target.load(), Deadline::after_ns(30'000'000'000ull));
+          seen = rig.engine.waits().wait_instr(rig.host(3), target.load(), Deadline::after_ns(30'000'000'000ull));
         } catch (const Error& e) {
           seen = e.status;
           msg = e.message;

@@ -143,7 +143,7 @@ TEST(LaneStrand, APushJustBeforeTheLaneGoesIdleIsRunByTheRunnerGivingItUp) {
   rig.engine.set_observer(std::move(owned));
   rig.submit(rig.host(1), {}, [] { return FL_OK; }, "first");
   ASSERT_TRUE(eventually([&] { return ob->submitted.load(); })) << "the lane never went idle";
-  EXPECT_EQ(rig.engine.synchronize(rig.host(1), Deadline::after_ns(10'000'000'000ull)), FL_OK)
+  EXPECT_EQ(rig.engine.waits().synchronize(rig.host(1), Deadline::after_ns(10'000'000'000ull)), FL_OK)
       << "the instruction pushed while the runner was giving the lane up was stranded";
   EXPECT_TRUE(ob->ran.load());
   EXPECT_TRUE(eventually([&] { return rig.engine.lane(1).scheduled.load() == 0; })) << "the lane never went idle";
@@ -168,10 +168,10 @@ TEST(LaneStrand, RepeatedCancelRequestsAreKeptOncePerInstruction) {
   auto y = rig.submit(s, {}, counted, "y");
   rig.submit(s, {}, counted, "z");
   ASSERT_TRUE(eventually([&] { return blocker.i->state.load() == uint32_t(InstrState::kRunning); }));
-  for (int k = 0; k < 10000; ++k) rig.engine.cancel(s, y.id);
-  rig.engine.cancel(s, x.id);
-  rig.engine.cancel(s, blocker.id);  // started already: can never take effect
-  rig.engine.cancel(s, y.id);
+  for (int k = 0; k < 10000; ++k) rig.engine.cancel_drain().cancel(s, y.id);
+  rig.engine.cancel_drain().cancel(s, x.id);
+  rig.engine.cancel_drain().cancel(s, blocker.id);  // started already: can never take effect
+  rig.engine.cancel_drain().cancel(s, y.id);
   EXPECT_EQ(lane.cancel_requests.load(), 3u);
   {
     std::lock_guard<std::mutex> lock(lane.cancel_mu);

@@ -1,4 +1,4 @@
-// White-box tests of how a wait that engine destroy gives up ends (core/engine/sync.cpp,
+// White-box tests of how a wait that engine destroy gives up ends (core/engine/waits.cpp,
 // WaitNote): the moment between the wait waking up and its note ending, which a public-API
 // test cannot hold still.
 #include <gtest/gtest.h>
@@ -42,8 +42,8 @@ enum class Kind { kInstrWait, kStreamSync };
 
 fl_status_t wait_for(Rig& rig, Kind kind, Stream* s, fl_instr_id id, std::string* msg) {
   try {
-    return kind == Kind::kInstrWait ? rig.engine.wait_instr(s, id, Deadline::forever())
-                                    : rig.engine.synchronize(s, Deadline::forever());
+    return kind == Kind::kInstrWait ? rig.engine.waits().wait_instr(s, id, Deadline::forever())
+                                    : rig.engine.waits().synchronize(s, Deadline::forever());
   } catch (const Error& e) {
     *msg = e.message;
     return e.status;

@@ -1,5 +1,5 @@
-// White-box tests of the in-flight window (Engine::admit / retire_window_slot in
-// core/engine/submit.cpp; core/engine/README.md, "The in-flight window"): a submitter
+// White-box tests of the in-flight window (Window::admit / Window::retire in
+// core/engine/window.cpp; core/engine/README.md, "The in-flight window"): a submitter
 // parked on a full window resumes when the window has drained to its low-water mark — not
 // at the first free slot, and never stranded — and submissions from code the engine runs
 // are admitted over the limit.
@@ -35,7 +35,7 @@ TEST(Window, ParkedSubmitterResumesAtTheLowWaterMark) {
   StallLog* stall = log.get();
   stall->engine = &e;
   e.set_observer(std::move(log));
-  ASSERT_LT(e.low_water(), int64_t(kLimit) - 1) << "the mark must leave room for a batch";
+  ASSERT_LT(e.window().low_water(), int64_t(kLimit) - 1) << "the mark must leave room for a batch";
   // Fill the window with instructions that complete one at a time, when told to.
   std::atomic<uint64_t> allowed{0};
   for (uint64_t k = 0; k < kLimit; ++k)
@@ -51,7 +51,7 @@ TEST(Window, ParkedSubmitterResumesAtTheLowWaterMark) {
   for (uint64_t k = 1; k <= kLimit && !returned.load(); ++k) {
     allowed = k;
     ASSERT_TRUE(eventually([&] { return s->completed.load() >= k; }));
-    if (int64_t(kLimit - k) > e.low_water()) {  // what completions left (the submitter adds one once it resumes)
+    if (int64_t(kLimit - k) > e.window().low_water()) {  // what completions left (the submitter adds one once it resumes)
       EXPECT_EQ(e.window_waiters(), 1u) << "resumed above the low-water mark, at " << e.inflight();
     } else {
       // At the mark: the parked submitter must be woken (never stranded).
@@ -60,7 +60,7 @@ TEST(Window, ParkedSubmitterResumesAtTheLowWaterMark) {
   }
   submitter.join();
   EXPECT_EQ(stall->stalls.load(), 1);
-  EXPECT_EQ(stall->inflight_at_resume.load(), e.low_water()) << "a parked submitter resumes at the mark";
+  EXPECT_EQ(stall->inflight_at_resume.load(), e.window().low_water()) << "a parked submitter resumes at the mark";
   allowed = kLimit;
   EXPECT_TRUE(rig.sync(rig.host(1)));
   EXPECT_TRUE(rig.sync(rig.host(2)));

@@ -180,16 +180,22 @@ typedef struct fl_engine_desc {
   uint64_t num_workers;    /* host worker threads; 0 = one per logical core */
   uint64_t max_lanes;      /* 0 = 8; lane ids are 0 .. max_lanes-1; lane 0 is the default (max 4096) */
   uint64_t inflight_limit; /* instructions submitted but not completed; 0 = default (4096) */
-  uint64_t watchdog_ms;    /* 0 = off; see fl_engine_set_watchdog */
+  uint64_t watchdog_ms;    /* 0 = off (or FLOWLANE_WATCHDOG_MS); see fl_engine_create, fl_engine_set_watchdog */
   uint64_t flags;          /* 0 (no flags defined yet; non-zero is FL_ERR_INVALID_ARGUMENT) */
 } fl_engine_desc_t;
 #define FL_ENGINE_DESC_INIT { sizeof(fl_engine_desc_t), 0, 0, 0, 0, 0 }
 
 /* CONSTRUCTOR: fl_engine_t
-   desc NULL means all defaults. Starts the worker threads.
+   desc NULL means all defaults. Starts the worker threads. watchdog_ms != 0 turns the
+   watchdog on with the stderr sink (as fl_engine_set_watchdog with that timeout_ms). The
+   environment, read at each creation, can turn diagnostics on without code:
+   FLOWLANE_WATCHDOG_MS=<ms> does the same as watchdog_ms for an engine created with
+   watchdog_ms 0 (a value that is not a count of milliseconds up to one day is ignored,
+   with a line on stderr); FLOWLANE_TRACE=<path> starts a trace (fl_trace_start).
    Returns FL_ERR_INVALID_ARGUMENT (NULL out_engine, struct_size smaller than the first
    version of the struct, non-zero unknown tail, unknown flags), FL_ERR_OUT_OF_RANGE
-   (max_lanes > 4096, num_workers > 1024, inflight_limit too large), FL_ERR_NO_MEMORY. */
+   (max_lanes > 4096, num_workers > 1024, inflight_limit too large, watchdog_ms over one
+   day), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** out_engine);
 
 /* METHOD: fl_engine_t

@@ -1,6 +1,6 @@
 // Waits from a callback for device work that waits for the caller, against the fake CUDA
 // runtime (public API only; the host cases are tests/capi/test_waits_on_the_caller*.cpp).
-// Engine::find_waiter walks what waits for the calling instruction; here the walk goes
+// Waits::find_waiter walks what waits for the calling instruction; here the walk goes
 // through device instructions: issue edges (a device instruction of another lane waits
 // for a device predecessor to be *issued*), completion edges from a device instruction to
 // a host one, lane order behind a device instruction not yet issued, and callers that are

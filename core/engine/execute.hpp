@@ -1,0 +1,82 @@
+// The life of an instruction once its lane reaches it (core/engine/README.md, "Completion"):
+// the cancel and poison checks, its callback (a host instruction's fn; a device
+// instruction's issue to its backend), its cleanup, and its completion: the ledger, the
+// terminal state, the successors, the objects, the window slot, the stream's counters and
+// the in-flight reference, in that order.
+//
+// Owns, on this path: the record's run fields (state from kRunning on, outcome, status,
+// error: mark_failed / mark_skipped / mark_cancelled), the sealing of its successor lists
+// (succ_head, issue_succ_head) and the release of its successors' pending units, the lane's
+// statistics counters (Lane::completed, completed_async, failed, cancelled) and
+// Stream::last_completed_id.
+// Calls: CancelDrain::requested() (cancel_drain.hpp), the user's fn and cleanup inside
+// CallbackScope frames (context.hpp), the DeviceBackend (issue, defer_completion,
+// deferred_poison, flush: device.hpp), FailureLedger::record, Objects::release_ref (objects'
+// release callbacks), Window::retire, Stream::advance_completed,
+// Lane::clear_active, the pool (to resume a successor's lane), Engine::recycle and the
+// observer (on_start, on_end).
+// Called by: the lane runner (Lane::run_task, Lane::run_owned: execute_host,
+// execute_async, flush_device) and device backends (mark_issued, complete_async; from the
+// backend's threads, set_completion_thread()).
+// No lock of its own (the lane's diag_lock through Lane::clear_active). The atomics it
+// shares, and with whom:
+//   state: the seq_cst store of the terminal state with the seq_cst load of `sleepers`
+//     (a store-load pair with Waits' sleep_until_terminal: either the sleeper sees the
+//     state, or the completer sees it counted and wakes it); the same store is what
+//     dependents' poison checks, waits and Recorder's edge decisions acquire. mark_issued's
+//     release store of kIssued pairs with the backend's acquire load of a dependent's
+//     predecessor.
+//   succ_head, issue_succ_head: the acq_rel exchange to kSealed with Recorder's release CAS
+//     that published each edge (push_edge).
+//   pending: acq_rel fetch_sub in release_successors with the lane runner's take_unit and
+//     the submitter's drop of its unit (whoever drops the last unit launches it).
+//   Lane::completed / completed_async / failed / cancelled: release increments with the
+//     acquire loads of Engine::stats (a snapshot never counts more failed than completed).
+//   Stream::last_completed_id: release store (host) or CAS (device) with the acquire loads
+//     in Stream's waits, Waits::query / wait_instr and CancelDrain::cancel.
+//   refs: the last reference's acquire load with the other holders' acq_rel unref().
+#pragma once
+
+#include <string>
+
+#include "engine/instr.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane::core {
+
+class Engine;
+struct Lane;
+
+class Executor {
+ public:
+  explicit Executor(Engine& e) : engine_(e) {}
+
+  // The lane runner, i at its lane's head with every predecessor done: runs a host
+  // instruction (cancel check, poison check, fn, cleanup, completion).
+  void execute_host(Instr* i);
+  // The same for a device stream's instruction: issues it to the device backend (which
+  // completes it later, through complete_async), or completes a skipped or cancelled one.
+  void execute_async(Instr* i);
+  // The lane is about to leave its device stream (run something else, block, go idle):
+  // DeviceBackend::flush() when it issued instructions not yet marked issued.
+  void flush_device(Lane* lane);
+
+  // Device backends (device.hpp): i is on its device and its completion can be tracked;
+  // i's device work finished with `st` (FL_OK, or a failure with `detail`).
+  void mark_issued(Instr* i);
+  void complete_async(Instr* i, fl_status_t st, const std::string& detail);
+
+ private:
+  void complete(Instr* i);
+  void release_successors(Edge* e);  // drops one pending unit of each successor in the list
+
+  Engine& engine_;
+};
+
+// Marks i failed with `st` (its detail in i->error, which becomes the full message naming
+// i): the outcome complete() will publish. For the executing thread only.
+void mark_failed(Instr* i, fl_status_t st);
+// Marks i failed with FL_ERR_CANCELLED: it never ran.
+void mark_cancelled(Instr* i);
+
+}  // namespace flowlane::core

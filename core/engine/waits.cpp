@@ -1,0 +1,183 @@
+// Waits for streams, the engine and instructions (fl_stream_synchronize,
+// fl_engine_synchronize, fl_instr_wait_for), instruction queries, and the notes of a
+// callback's waits (engine/waits.hpp). Object waits: object_wait.cpp; the walk of what waits
+// for the caller: find_waiter.cpp.
+#include "engine/waits.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "engine/engine.hpp"
+
+namespace flowlane::core {
+
+WaitNote::WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id)
+    : lane_(self ? self->stream->lane : nullptr) {
+  if (lane_ == nullptr) return;
+  rec_.by = self;
+  rec_.call = call;
+  rec_.stream = s;
+  rec_.target = target;
+  rec_.is_id = is_id;
+  add();
+}
+
+WaitNote::WaitNote(Instr* self, Instr* on, uint64_t obj) : lane_(self ? self->stream->lane : nullptr) {
+  if (lane_ == nullptr) return;
+  on->ref();  // the note's reference: `on` may complete and drop its last other one meanwhile
+  rec_.by = self;
+  rec_.on = on;
+  rec_.obj = obj;  // the handle, not the object: the wait holds no reference on it
+  add();
+}
+
+void WaitNote::add() {
+  std::lock_guard<SpinLock> lock(lane_->diag_lock);
+  lane_->add_wait(&rec_);
+}
+
+bool WaitNote::finish() {
+  if (lane_ == nullptr) return false;
+  bool cancelled;
+  {
+    std::lock_guard<SpinLock> lock(lane_->diag_lock);
+    lane_->remove_wait(&rec_);
+    const bool reached = rec_.on != nullptr ? is_terminal(rec_.on->load_state())
+                                            : rec_.stream->reached(rec_.target, rec_.is_id);
+    cancelled = rec_.cancelled.load(std::memory_order_relaxed) && !reached;
+  }
+  lane_ = nullptr;
+  if (rec_.on != nullptr && rec_.on->unref()) rec_.on->engine->recycle(rec_.on);
+  return cancelled;
+}
+
+bool Waits::wait_stream(Stream* s, uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
+  sched::wait([s, target, cancelled] { return s->reached(target, false) || given_up(cancelled); },
+              [s, target, cancelled](const Deadline& d) { s->wait_completed(target, d, cancelled); }, deadline);
+  return s->reached(target, false);
+}
+
+namespace {
+
+[[gnu::cold]] fl_status_t timed_out(const char* call, const Stream* s, uint64_t target) {
+  uint64_t done = s->completed.load(std::memory_order_acquire);  // pairs with advance_completed()
+  return report(FL_ERR_TIMEOUT, std::string(call) + ": timed out; " + s->describe() + " has completed " +
+                                    std::to_string(done) + " of the " + std::to_string(target) +
+                                    " instructions it waits for (nothing was returned or consumed: wait again)");
+}
+
+[[gnu::cold]] fl_status_t wait_given_up(const char* call, const Instr* self, const std::string& what) {
+  return report(FL_ERR_CANCELLED, std::string(call) + " in " + self->describe() +
+                                      " was cancelled: the engine is being drained or destroyed and this wait for " + what +
+                                      " was on a cycle of waits (a deadlock)");
+}
+
+}  // namespace
+
+fl_status_t Waits::synchronize(const Deadline& deadline) {
+  if (Instr* self = pending_instr(&engine_))
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_engine_synchronize called from inside a callback of instruction " +
+                                      self->describe() + " (its function, cleanup, or a release its completion runs)"
+                                      ": it would wait for that instruction itself");
+  // Failures of instructions recorded before the call (ids are taken in recording order).
+  // (next_id() pairs with no release: the ledger it is compared with is read under its mutex.)
+  const fl_instr_id before = engine_.recorder().next_id();
+  if (fl_status_t st = wait_submitted(deadline, "fl_engine_synchronize_for"); st != FL_OK) return st;
+  return engine_.ledger().take_oldest_before(before);
+}
+
+fl_status_t Waits::wait_submitted(const Deadline& deadline, const char* call) {
+  std::vector<std::pair<Stream*, uint64_t>> upto;
+  // Acquire pairs with the release store of submitted in Engine::enqueue().
+  for (Stream* s : engine_.all_streams()) upto.emplace_back(s, s->submitted.load(std::memory_order_acquire));
+  Observer* ob = engine_.observer();
+  if (ob) ob->on_wait(true, "fl_engine_synchronize");
+  for (auto& [s, target] : upto) {
+    if (!wait_stream(s, target, deadline)) {
+      if (ob) ob->on_wait(false, "fl_engine_synchronize");
+      return timed_out(call, s, target);
+    }
+  }
+  if (ob) ob->on_wait(false, "fl_engine_synchronize");
+  return FL_OK;
+}
+
+fl_status_t Waits::synchronize(Stream* s, const Deadline& deadline) {
+  const CallbackFrame* frame = pending_frame(&engine_);
+  Instr* self = frame != nullptr ? frame->instr : nullptr;
+  // Any stream of the caller's own lane: its instructions submitted after the caller (a
+  // host stream's, or a CUDA stream's, which launch only once the caller finished) would
+  // be waited for by the instruction they queue behind.
+  if (self != nullptr && self->stream->lane == s->lane)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside a callback of instruction " + self->describe() +
+                                      " on a stream of its own lane (" + s->describe() +
+                                      "): it would wait for instructions queued behind itself; "
+                                      "depend on the objects you need instead");
+  // An instruction of that stream may wait for the caller through objects. Acquire pairs
+  // with the release store of last_submitted_id in Engine::enqueue(): every id up to it is
+  // recorded, and counted in `submitted` (stored before it), so in the target below.
+  const fl_instr_id upto = s->last_submitted_id.load(std::memory_order_acquire);
+  uint64_t target = s->submitted.load(std::memory_order_acquire);  // pairs with the release in Engine::enqueue()
+  std::string chain;
+  if (self != nullptr && upto > s->last_completed_id.load(std::memory_order_relaxed) &&  // spares the walk only
+      find_waiter(frame, upto, [s](const Instr* x) { return x->stream == s; }, &chain) != nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_stream_synchronize called from inside a callback of instruction " +
+                                      self->describe() + " for " + s->describe() +
+                                      ", which has an instruction that waits for the caller to complete (" +
+                                      self->describe() + " -> " + chain + "): it cannot complete before the caller returns");
+  Observer* ob = engine_.observer();
+  if (ob) ob->on_wait(true, "fl_stream_synchronize");
+  WaitNote note(self, "fl_stream_synchronize", s, target, false);
+  (void)wait_stream(s, target, deadline, note.cancel_flag());
+  if (ob) ob->on_wait(false, "fl_stream_synchronize");
+  // How the wait ended is decided once the note has ended, target first: a wait given up by
+  // destroy whose stream got there in the meantime reached it (finish() says not given up).
+  if (note.finish()) return wait_given_up("fl_stream_synchronize", self, s->describe());
+  if (!s->reached(target, false)) return timed_out("fl_stream_synchronize_for", s, target);
+  return engine_.ledger().take_of_stream(s, target);
+}
+
+fl_instr_state_t Waits::query(Stream* s, fl_instr_id id) {
+  s->check_submitted(id, "fl_instr_query");
+  // acquire pairs with the release in Executor::complete(): the history entry was written before.
+  if (id > s->last_completed_id.load(std::memory_order_acquire)) return FL_INSTR_PENDING;
+  return engine_.ledger().completed_state(s, id);
+}
+
+fl_status_t Waits::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline) {
+  s->check_submitted(id, "fl_instr_wait_for");
+  const CallbackFrame* frame = pending_frame(&engine_);
+  Instr* self = frame != nullptr ? frame->instr : nullptr;
+  if (self != nullptr && self->stream->lane == s->lane && id > self->id)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_wait_for called from inside a callback of instruction " +
+                                      self->describe() + " for instruction #" + std::to_string(id) +
+                                      ", queued behind it on its own lane: it cannot start before the caller returns");
+  // On another lane, it may wait for the caller through objects (and the lanes of those in
+  // between). The load of last_completed_id only spares the walk for a completed one.
+  std::string chain;
+  if (self != nullptr && id > self->id && id > s->last_completed_id.load(std::memory_order_relaxed) &&
+      find_waiter(frame, id, [s, id](const Instr* x) { return x->stream == s && x->id == id; }, &chain) != nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_instr_wait_for called from inside a callback of instruction " +
+                                      self->describe() + " for instruction #" + std::to_string(id) +
+                                      ", which waits for the caller to complete (" + self->describe() + " -> " +
+                                      chain + "): it cannot complete before the caller returns");
+  Observer* ob = engine_.observer();
+  if (ob) ob->on_wait(true, "fl_instr_wait_for");
+  WaitNote note(self, "fl_instr_wait_for", s, id, true);
+  const std::atomic<bool>* cancelled = note.cancel_flag();
+  // The sleeper registers the id: the stream's completions before it do not wake it.
+  sched::wait([s, id, cancelled] { return s->reached(id, true) || given_up(cancelled); },
+              [s, id, cancelled](const Deadline& d) { s->wait_completed_id(id, d, cancelled); }, deadline);
+  if (ob) ob->on_wait(false, "fl_instr_wait_for");
+  // Decided once the note has ended, as in synchronize(Stream*): a wait given up whose
+  // target completed in the meantime reached it.
+  if (note.finish()) return wait_given_up("fl_instr_wait_for", self, "instruction #" + std::to_string(id) + " of " + s->describe());
+  if (!s->reached(id, true))
+    return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
+                                      s->describe() + " has not completed (nothing was consumed: wait again)");
+  return engine_.ledger().take_outcome(s, id);
+}
+
+}  // namespace flowlane::core

@@ -1,0 +1,133 @@
+// Waits: fl_engine_synchronize, fl_stream_synchronize, fl_instr_wait_for, fl_instr_query and
+// fl_object_wait (core/engine/README.md, "Completion" and "Calls from callbacks"), and what
+// each refuses.
+//
+// What they wait for. Stream and instruction waits watch the stream's completion counters
+// (Stream::wait_completed / wait_completed_id): the end of a completion. Object waits watch
+// the users' terminal states (sleep_until_terminal: the point where dependents start) and,
+// from a program thread, the end of those users' completions too. On a pool worker every
+// wait goes through sched::wait: it helps its own isolation region first, and a spare worker
+// stands in while it sleeps. A wait returns the failures it covers through the
+// FailureLedger (each family once); a timeout consumes nothing.
+//
+// What they refuse (FL_ERR_INVALID_ARGUMENT, before waiting). Called from a callback of
+// instruction `self` (pending_frame(), context.hpp: its fn, its cleanup, a release its
+// completion runs, a task of a group created in it while it has not completed), a wait for
+// `self`, for what is queued behind it on its lane, or for an instruction that waits for it
+// through objects and lanes (find_waiter(), find_waiter.cpp) could only end after the
+// caller returns.
+//
+// Diagnostics. A wait from such a callback is noted on the caller's lane (WaitNote below: a
+// WaitRecord in Lane::waits, under the lane's diag_lock) for the state dump's wait-for
+// graph. Drain and destroy give up a noted wait that lies on a cycle of waits
+// (cancel_cycle_waits(), core/diag/dump.cpp, sets WaitRecord::cancelled and wakes the
+// sleeper): it returns FL_ERR_CANCELLED, unless its target was reached meanwhile.
+//
+// Owns: nothing that outlives a call (notes live on the waiting thread's stack).
+// Calls: Stream (wait_completed, wait_completed_id, reached), FailureLedger (take_*,
+// completed_state, family_returned), Recorder::next_id, Engine::all_streams and
+// Engine::recycle, Executor::flush_device (a device function's own lane, before it
+// waits), the observer (on_wait), the callback frames (context.hpp).
+// Called by: the C API; CancelDrain::drain and engine destroy (wait_submitted, wait_stream).
+// Locks: an object's spin lock (to read its users), the caller's lane's diag_lock (notes),
+// a lane's submit lock (find_waiter, at the end of a lane's queue).
+// Atomics it shares, and with whom:
+//   Instr::sleepers / state: sleep_until_terminal's seq_cst increment of sleepers, then
+//     seq_cst load of the state, against Executor::complete's seq_cst store of the state,
+//     then load of sleepers (a store-load pair: either the sleeper sees the state, or the
+//     completer sees it counted and wakes the futex).
+//   WaitRecord::cancelled: acquire loads (given_up(), stream.hpp) with the release store in
+//     cancel_cycle_waits(); read under diag_lock when a note ends.
+//   Stream::submitted / last_submitted_id: acquire loads with Engine::enqueue's release
+//     stores (every id counted is recorded).
+//   Successor lists and queue links (find_waiter): acquire loads with Recorder's release
+//     CAS that publishes an edge and Lane::push's release store of a link.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/deadline.hpp"
+#include "engine/lane.hpp"
+#include "flowlane/flowlane.h"
+
+namespace flowlane::core {
+
+class Engine;
+struct CallbackFrame;
+struct Instr;
+struct Object;
+struct Stream;
+
+class Waits {
+ public:
+  explicit Waits(Engine& e) : engine_(e) {}
+
+  // Each returns FL_OK or a failure status, with the thread's message set, and throws
+  // FL_ERR_INVALID_ARGUMENT for a refused wait.
+  // fl_engine_synchronize(_for), fl_stream_synchronize(_for): FL_ERR_TIMEOUT when the
+  // deadline passes first (no failure is returned then).
+  fl_status_t synchronize(const Deadline& deadline = Deadline::forever());
+  fl_status_t synchronize(Stream* s, const Deadline& deadline = Deadline::forever());
+  // fl_instr_wait_for: the outcome of id once completed (a failure counts as returned).
+  fl_status_t wait_instr(Stream* s, fl_instr_id id, const Deadline& deadline);
+  // fl_object_wait(_for): FL_ERR_TIMEOUT when the deadline passes first (nothing else
+  // changes then).
+  fl_status_t wait_object(Object* o, uint32_t access, const Deadline& deadline = Deadline::forever());
+  // fl_instr_query: throws FL_ERR_INVALID_ARGUMENT for an id this stream never returned.
+  fl_instr_state_t query(Stream* s, fl_instr_id id);
+
+  // Waits for every instruction submitted (to any stream) before the call; FL_OK, or
+  // FL_ERR_TIMEOUT reported in the name of `call`. Returns and consumes no failure; refuses
+  // nothing (drain checks its caller itself).
+  fl_status_t wait_submitted(const Deadline& deadline, const char* call);
+  // Waits for s's completion count to reach target (sched::wait rules); false on the deadline
+  // or when *cancelled (if given) is set first (drain or destroy gave the wait up).
+  static bool wait_stream(Stream* s, uint64_t target, const Deadline& deadline = Deadline::forever(),
+                          const std::atomic<bool>* cancelled = nullptr);
+  // Sleeps until i is terminal or *cancelled is set (by a thread that then wakes i's state
+  // futex) or the deadline passes; returns false only on the deadline.
+  static bool sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline);
+
+  // Among the instructions that wait for the instruction of `frame` to complete (its
+  // successors and, on a lane that runs them in order, what is queued behind each,
+  // transitively), the first one with an id up to `upto` that `match` accepts; null if
+  // none. A wait for it could only end after the caller returns. `frame` is the caller's
+  // innermost frame with an instruction: its fn or cleanup (other kinds find nothing, as
+  // their instruction may complete during the walk). `chain`, if given, receives the path:
+  // "'a' (#3, lane 1, host) -> 'b' (#5, lane 2, host)", the match last. (find_waiter.cpp)
+  static Instr* find_waiter(const CallbackFrame* frame, fl_instr_id upto,
+                            const std::function<bool(const Instr*)>& match, std::string* chain = nullptr);
+
+ private:
+  Engine& engine_;
+};
+
+// Notes a wait of the running instruction `self` (its callback, or a task of one of its task
+// groups) on its lane (Lane::waits) while it lives: a wait in `call` for stream `s` to reach
+// `target` (a completion count, or an instruction id: `is_id`), or an fl_object_wait for the
+// user `on` of object handle `obj` (referenced while noted). A no-op when `self` is null
+// (the caller is not inside a callback of an instruction of this engine).
+class WaitNote {
+ public:
+  WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id);
+  WaitNote(Instr* self, Instr* on, uint64_t obj);
+  ~WaitNote() { finish(); }
+  WaitNote(const WaitNote&) = delete;  // linked into its lane's list by address
+  WaitNote& operator=(const WaitNote&) = delete;
+
+  // What the wait sleeps on besides its target: set when drain or destroy gives it up.
+  const std::atomic<bool>* cancel_flag() const { return lane_ ? &rec_.cancelled : nullptr; }
+  // Ends the note; true when drain or destroy gave the wait up (it was on a wait cycle) and
+  // its target has not been reached. The flag is read under diag_lock, where it is set.
+  bool finish();
+
+ private:
+  void add();
+  Lane* lane_;
+  WaitRecord rec_;
+};
+
+}  // namespace flowlane::core
