@@ -17,6 +17,8 @@ using core::Engine;
 
 // How many instructions queued behind each lane's head a snapshot keeps.
 constexpr size_t kQueuedShown = 8;
+// How many of a head's waits (predecessors, or waits of its callback) the JSON form lists.
+constexpr size_t kMaxWaitsShown = 16;
 
 const char* state_name(core::InstrState s);  // "running", "issued (device work pending)", ...
 std::string hex(uint64_t v);                 // "0x00000000deadbeef"
