@@ -231,7 +231,8 @@ void publish(const std::shared_ptr<NcclComm>& owner, Joining& joining) {
 
 }  // namespace
 
-std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid) {
+std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid,
+                                          const Settings& settings) {
   const std::string fn = "fl_comm_create";
   if (d.device >= e->device_count())
     fail(FL_ERR_NO_DEVICE, fn + ": CUDA device " + std::to_string(d.device) + " does not exist: this process sees " +
@@ -240,13 +241,9 @@ std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, co
   if (std::memcmp(uid.internal, kZero.data(), kZero.size()) == 0)
     fail(FL_ERR_INVALID_ARGUMENT, fn + ": the unique id is all zero (not made by fl_comm_get_unique_id)");
 
-  auto owner = std::make_shared<NcclComm>();
+  auto owner = std::make_shared<NcclComm>(e, d, uid, settings);
   NcclComm* c = owner.get();
-  c->engine = e;
-  c->lane = uint32_t(d.lane);
   c->device = int(d.device);
-  c->rank = uint32_t(d.rank);
-  c->nranks = uint32_t(d.nranks);
   std::memcpy(c->uid.data(), uid.internal, c->uid.size());
   join(c, d);
   Joining joining{c};
@@ -314,7 +311,7 @@ fl_instr_id NcclComm::submit(Stream* s, Instr* i, const fl_collective_instr_t& i
     std::lock_guard<std::mutex> lk(mu);
     w->seq = ++issued;
     ++pending;
-    recorder.push(w->seq, w->signature, 0);
+    recorder.queued(w->seq, w->parts, in.name, since_created_ns());
   }
   core::SubmitArgs a;
   a.fn = &launch_collective;
@@ -333,13 +330,13 @@ fl_instr_id NcclComm::submit(Stream* s, Instr* i, const fl_collective_instr_t& i
       std::lock_guard<std::mutex> lk(mu);
       --issued;
       --pending;
-      recorder.pop(seq);
+      recorder.forget(seq);
     }
     delete work;
     throw;
   }
   std::lock_guard<std::mutex> lk(mu);
-  if (CollRecord* rec = recorder.find(seq)) rec->instr = id;
+  recorder.set_instr(seq, id);
   return id;
 }
 
@@ -349,7 +346,13 @@ void NcclComm::dump(std::string& out) {
   out += "  " + name() + ": " + st + (reason.empty() ? "" : " (" + reason + ")") + "\n";
   out += "    sequence numbers: issued " + std::to_string(issued) + ", launched " + std::to_string(launched) +
          ", completed " + std::to_string(completed) + "; in flight on the GPU " + std::to_string(inflight) + "\n";
-  recorder.dump(out);
+  recorder.dump_text(out);
+}
+
+const char* NcclComm::state_word(std::string* why) {
+  std::lock_guard<std::mutex> lk(mu);
+  *why = reason;
+  return state == CommState::kActive ? "active" : state == CommState::kBroken ? "broken" : "aborted";
 }
 
 }  // namespace flowlane::comm
@@ -363,7 +366,7 @@ bool nccl_usable(std::string* why_not) {
   return false;
 }
 void nccl_unique_id(fl_comm_unique_id_t*) { fail(FL_ERR_UNSUPPORTED, "NCCL is not available in this build"); }
-std::shared_ptr<Communicator> create_nccl(Engine*, const fl_comm_desc_t&, const fl_comm_unique_id_t&) {
+std::shared_ptr<Communicator> create_nccl(Engine*, const fl_comm_desc_t&, const fl_comm_unique_id_t&, const Settings&) {
   fail(FL_ERR_UNSUPPORTED, "fl_comm_create: NCCL is not available in this build");
 }
 
