@@ -98,10 +98,21 @@ void communicator_json(std::string& out, Communicator& c) {
   out += "}";
 }
 
-uint64_t progress(const std::vector<std::shared_ptr<Communicator>>& comms) {
-  uint64_t n = 0;
-  for (const auto& c : comms) n += c->recorder.succeeded();
-  return n;
+// How far the communicators got: collectives completed, queued plus issued, and whether
+// one is issued and waiting now.
+struct Progress {
+  uint64_t succeeded = 0, moved = 0;
+  bool waiting = false;
+};
+Progress progress(const std::vector<std::shared_ptr<Communicator>>& comms) {
+  Progress p;
+  for (const auto& c : comms) {
+    const FlightRecorder& r = c->recorder;
+    p.succeeded += r.succeeded();
+    p.moved += r.queued_seq() + r.issued_seq();
+    p.waiting = p.waiting || r.issued_seq() > r.finished_seq();
+  }
+  return p;
 }
 
 }  // namespace
@@ -201,8 +212,13 @@ void dump_triggered(const std::shared_ptr<EngineDumps>& d, DumpReason why, const
       return;
     }
     if (d->engine == nullptr || d->dir.empty()) return;
-    const uint64_t done = progress(communicators(*d->engine));
-    if (d->written && done == d->progress_at_write) return;  // this hang is on file already
+    // This hang is on file already: nothing completed since, and nothing was queued or
+    // issued since that waits now (an abort, which the dump of a hang precedes, and the
+    // cancellations that follow it never count).
+    const Progress now = progress(communicators(*d->engine));
+    if (d->written && now.succeeded == d->succeeded_at_write &&
+        (why == DumpReason::kAbort || now.moved == d->moved_at_write || !now.waiting))
+      return;
     const std::string path = dump_file(*d->engine, d->dir, d->serial);
     const std::string err = write_file_atomically(path, dump_json(*d->engine, d->serial, why, detail));
     if (!err.empty()) {
@@ -210,7 +226,8 @@ void dump_triggered(const std::shared_ptr<EngineDumps>& d, DumpReason why, const
       return;
     }
     d->written = true;
-    d->progress_at_write = done;
+    d->succeeded_at_write = now.succeeded;
+    d->moved_at_write = now.moved;
     std::fprintf(stderr, "flowlane: communicator dump (%s) written to %s\n", dump_reason_name(why), path.c_str());
     if (request_all) request_dumps(d->dir, detail);
   } catch (const std::exception& ex) {  // out of memory, mostly: a trigger must not throw

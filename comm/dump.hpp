@@ -8,7 +8,9 @@
 // SIGTERM / SIGUSR1 (the dump monitor, dump_monitor.cpp). A triggered dump goes to the
 // engine's file in FLOWLANE_COMM_DUMP_DIR, once per hang: it is written again only after a
 // collective of the engine completed since (the first dump of a hang is the one that shows
-// it; later triggers see it being torn down). Files are replaced atomically (written
+// it; an abort's would show it being torn down), or, for triggers other than an abort,
+// after one was queued or issued since that waits now (a rank asked for its dump before it
+// reached the collective its peers wait in is dumped again when it times out there). Files are replaced atomically (written
 // aside, then renamed), so a reader never sees half a dump.
 //
 // Locks: EngineDumps::mu (one dump of an engine at a time), then the engine's registry,
@@ -43,8 +45,9 @@ struct EngineDumps {
   Engine* engine;         // null once the engine is being destroyed
   const std::string dir;  // FLOWLANE_COMM_DUMP_DIR at the engine's first communicator; "": no triggered dumps
   const uint64_t serial;  // the file name's e<N>: engines with communicators of this process, counted
-  bool written = false;   // a triggered dump was written ...
-  uint64_t progress_at_write = 0;  // ... when the communicators had completed this many collectives
+  bool written = false;   // a triggered dump was written, when the communicators had ...
+  uint64_t succeeded_at_write = 0;  // ... completed this many collectives,
+  uint64_t moved_at_write = 0;      // ... and queued and issued this many
 };
 
 // e's dumps (made with its registry of communicators; comm.cpp).

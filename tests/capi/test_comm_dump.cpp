@@ -316,6 +316,21 @@ TEST(CommDump, OneDumpPerHang) {
   }
 }
 
+// A rank asked for its dump before it reached the collective its peers wait in is dumped
+// again when it times out there (it moved), unlike an abort of the same hang.
+TEST(CommDump, ARankThatMovedSinceItsDumpIsDumpedAgain) {
+  const std::string dir = fresh_dir("dump_moved");
+  Env e("FLOWLANE_COMM_DUMP_DIR", dir);
+  Env t("FLOWLANE_COMM_TIMEOUT_MS", "100");
+  Ranks ranks(3);  // rank 2 never comes
+  ranks.allreduce(0, "step");
+  ASSERT_FALSE(wait_for_rank_dump(dir, 1, "\"reason\":\"dump_request\"").empty()) << "rank 1 was not asked";
+  ranks.allreduce(1, "step");
+  const std::string r1 = wait_for_rank_dump(dir, 1, "\"reason\":\"comm_timeout\"");
+  ASSERT_FALSE(r1.empty()) << "rank 1's dump still shows it before the collective";
+  EXPECT_TRUE(contains(r1, "\"state\":\"issued\"")) << r1;
+}
+
 TEST(CommDump, AbortWithCollectivesPendingDumpsAtOnce) {
   const std::string dir = fresh_dir("dump_abort");
   Env e("FLOWLANE_COMM_DUMP_DIR", dir);

@@ -25,7 +25,9 @@
 //              it runs after the dumps and exits with status 77
 //
 // Every wait is bounded (a hung scenario exits 3 with a message, never hangs the test). Lines
-// "latency_ms ..." report how long after its trigger a dump appeared.
+// "latency_ms ..." report how long after its trigger a dump appeared. Scenarios whose dumps
+// come from triggers move them, once they show the hang, into OUT_DIR/job (freeze()), which
+// the driver analyzes.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -175,6 +177,38 @@ double wait_for_dumps(const std::string& dir, size_t n, Clock::time_point since)
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
+// Waits (bounded) until rank r's dump file in dir says `what` (a dump can be rewritten: a
+// rank asked for its dump before it issued its collective is dumped again on its own
+// timeout, once it waits too).
+void wait_for_dump_saying(const std::string& dir, int r, const std::string& what) {
+  const auto until = Clock::now() + kBound;
+  const std::string tag = "flowlane-comm-rank" + std::to_string(r) + "-";
+  for (;;) {
+    for (const std::string& f : json_files(dir)) {
+      if (f.find(tag) == std::string::npos) continue;
+      FILE* in = std::fopen(f.c_str(), "r");
+      if (in == nullptr) continue;
+      std::string text;
+      char chunk[4096];
+      for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, in)) > 0;) text.append(chunk, n);
+      std::fclose(in);
+      if (text.find(what) != std::string::npos) return;
+    }
+    if (Clock::now() > until) die("rank " + std::to_string(r) + "'s dump never said " + what);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// The job's dumps as they are now, moved into <dir>/job for the analyzer: a dump request
+// still in flight, handled after the scenario went on (released the stuck rank, aborted),
+// would show a later state than the hang.
+void freeze(const std::string& dir) {
+  const std::string job = dir + "/job";
+  if (mkdir(job.c_str(), 0755) != 0) die("mkdir " + job);
+  for (const std::string& f : json_files(dir))
+    if (std::rename(f.c_str(), (job + f.substr(f.rfind('/'))).c_str()) != 0) die("rename " + f);
+}
+
 void set(const char* name, const std::string& value) { setenv(name, value.c_str(), 1); }
 
 // Warm-up: `n` all-reduces on every rank, completed.
@@ -196,11 +230,28 @@ void mismatch(const std::string& dir) {
   destroy(ranks);
 }
 
-// Ranks other than `stuck_rank` submit seq n+1 and wait in it; stuck_rank's reads grad,
-// which its 'backward' callback never finishes writing.
+// Waits (bounded) until rank k's state dump says `what`.
+void wait_for_state(Rank& k, const std::string& what) {
+  const auto until = Clock::now() + kBound;
+  for (;;) {
+    static char buf[1 << 16];
+    uint64_t need = 0;
+    ok(fl_engine_dump(k.engine, buf, sizeof buf, &need), "fl_engine_dump");
+    if (std::strstr(buf, what.c_str()) != nullptr) return;
+    if (Clock::now() > until) die("the state dump never said: " + what);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// stuck_rank's next collective reads grad, which its 'backward' callback never finishes
+// writing: once its lane shows it blocked (a loaded machine may take a while to run the
+// lane), the other ranks submit theirs and wait in it.
 void stuck_at(std::vector<Rank>& ranks, size_t stuck_rank) {
   submit_backward(ranks[stuck_rank]);
-  for (size_t r = 0; r < ranks.size(); ++r) submit(ranks[r], 0, {allreduce(ranks[r], 4)}, "grad.allreduce", r == stuck_rank);
+  submit(ranks[stuck_rank], 0, {allreduce(ranks[stuck_rank], 4)}, "grad.allreduce", true);
+  wait_for_state(ranks[stuck_rank], "collective) BLOCKED");
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (r != stuck_rank) submit(ranks[r], 0, {allreduce(ranks[r], 4)}, "grad.allreduce");
 }
 
 void stuck(const std::string& dir) {
@@ -213,9 +264,16 @@ void stuck(const std::string& dir) {
   const double ms = wait_for_dumps(dir, 4, t0);
   std::printf("latency_ms comm_timeout+request %.1f (timeout 300 ms; the 4th dump %.1f ms after the timeout)\n", ms,
               ms - 300.0);
+  for (int r : {0, 2, 3}) wait_for_dump_saying(dir, r, "\"state\":\"issued\"");
+  freeze(dir);
   g_release = true;
   sync_all(ranks);
   destroy(ranks);
+}
+
+// Waits (bounded) until rank k's collective `seq` is issued (it waits in the rendezvous).
+void wait_issued(Rank& k, int seq) {
+  wait_for_state(k, "sequence numbers: queued " + std::to_string(seq) + ", issued " + std::to_string(seq));
 }
 
 void dead(const std::string& dir) {
@@ -223,16 +281,8 @@ void dead(const std::string& dir) {
   warm_up(ranks, 2);
   for (size_t r = 0; r < 3; ++r) submit(ranks[r], 0, {allreduce(ranks[r], 4)}, "grad.allreduce");
   // Ranks 0-2 wait in seq 3 (their dumps show it issued); rank 3 never comes.
-  const auto until = Clock::now() + kBound;
   for (size_t r = 0; r < 3; ++r) {
-    for (;;) {
-      char buf[1 << 16];
-      uint64_t need = 0;
-      ok(fl_engine_dump(ranks[r].engine, buf, sizeof buf, &need), "fl_engine_dump");
-      if (std::strstr(buf, "sequence numbers: queued 3, issued 3") != nullptr) break;
-      if (Clock::now() > until) die("rank " + std::to_string(r) + " did not issue seq 3");
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    wait_issued(ranks[r], 3);
     const std::string path = dir + "/rank" + std::to_string(r) + ".json";
     ok(fl_comm_dump(ranks[r].comms[0], path.c_str()), "fl_comm_dump");
   }
@@ -249,6 +299,8 @@ void crossed(const std::string& dir) {
   submit(ranks[1], 0, {allreduce(ranks[1], 4)}, "layer.allreduce");
   const double ms = wait_for_dumps(dir, 2, Clock::now());
   std::printf("latency_ms comm_timeout %.1f (timeout 300 ms)\n", ms);
+  for (int r : {0, 1}) wait_for_dump_saying(dir, r, "\"state\":\"issued\"");
+  freeze(dir);
   destroy(ranks);  // the deadlock is broken by the abort: every collective is cancelled
 }
 
@@ -261,6 +313,8 @@ void truncated(const std::string& dir) {
   stuck_at(ranks, 1);
   for (int s = 0; s < 19; ++s) submit(ranks[0], 0, {allreduce(ranks[0], 4)}, "grad.next");
   wait_for_dumps(dir, 2, Clock::now());
+  wait_for_dump_saying(dir, 0, "collective seq 41");  // rank 0's own timeout
+  freeze(dir);
   g_release = true;
   for (int s = 0; s < 19; ++s) submit(ranks[1], 0, {allreduce(ranks[1], 4)}, "grad.next");
   sync_all(ranks);
@@ -298,6 +352,7 @@ void sigterm(const std::string& dir, bool chain) {
   auto ranks = make_ranks(2, 1);
   warm_up(ranks, 2);
   stuck_at(ranks, 1);
+  wait_issued(ranks[0], 3);  // rank 0 waits in seq 3: what the dumps are to show
   std::printf("READY\n");
   std::fflush(stdout);
   std::this_thread::sleep_for(kBound * 2);  // the SIGTERM ends the process before this returns
