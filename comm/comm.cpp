@@ -1,10 +1,14 @@
-// What the collective backends share: names, signatures, validation, the flight recorder,
-// the per-engine registry of communicators and the backend dispatch (comm/comm.hpp).
+// What the collective backends share: names, signatures, validation, the settings, the
+// per-engine registry of communicators and the backend dispatch (comm/comm.hpp).
 #include "comm/comm.hpp"
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+
+#include "comm/dump.hpp"
 
 namespace flowlane::comm {
 
@@ -108,42 +112,78 @@ void check_desc(const Engine& e, const fl_comm_desc_t& d) {
   if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, fn + ": the engine is being destroyed");
 }
 
-// ---- the flight recorder ---------------------------------------------------------------
+// ---- settings ----------------------------------------------------------------------------
 
-void FlightRecorder::push(uint64_t seq, std::string signature, int64_t t_issued_ns) {
-  CollRecord r;
-  r.seq = seq;
-  r.signature = std::move(signature);
-  r.t_issued_ns = t_issued_ns;
-  records_.push_back(std::move(r));
-  if (records_.size() > kSize) records_.pop_front();
+namespace {
+
+// The variable `name` as a whole number in [lo, hi]; `fallback` when unset or empty.
+uint64_t env_number(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(v, &end, 10);
+  if (*v == '-' || end == v || *end != 0 || errno != 0 || x < lo || x > hi)
+    fail(FL_ERR_INVALID_ARGUMENT, std::string("fl_comm_create: ") + name + "='" + v + "' is not a whole number in " +
+                                      std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
 }
 
-void FlightRecorder::pop(uint64_t seq) {
-  if (!records_.empty() && records_.back().seq == seq) records_.pop_back();
-}
-
-CollRecord* FlightRecorder::find(uint64_t seq) {
-  if (records_.empty() || seq < records_.front().seq) return nullptr;
-  size_t k = size_t(seq - records_.front().seq);
-  return k < records_.size() ? &records_[k] : nullptr;
-}
-
-void FlightRecorder::dump(std::string& out) const {
-  auto ms = [](int64_t ns) {
-    if (ns < 0) return std::string("-");
-    char b[32];
-    std::snprintf(b, sizeof b, "+%.3f ms", double(ns) / 1e6);
-    return std::string(b);
-  };
-  out += "    flight recorder (last " + std::to_string(records_.size()) + " of at most " + std::to_string(kSize) + "):\n";
-  for (const CollRecord& r : records_) {
-    char b[96];
-    std::snprintf(b, sizeof b, "      seq %-4" PRIu64 " #%-6" PRIu64 " %-9s ", r.seq, r.instr, r.state);
-    out += b + r.signature + "  issued " + ms(r.t_issued_ns) + ", started " + ms(r.t_started_ns) + ", done " +
-           ms(r.t_done_ns) + "\n";
+uint32_t env_signals() {
+  const char* v = std::getenv("FLOWLANE_COMM_DUMP_ON_SIGNAL");
+  if (v == nullptr || *v == 0) return 0;
+  uint32_t bits = 0;
+  std::string list = v;
+  for (size_t at = 0; at <= list.size();) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    std::string word = list.substr(at, end - at);
+    if (word.rfind("SIG", 0) == 0) word = word.substr(3);
+    if (word == "TERM")
+      bits |= kSignalTerm;
+    else if (word == "USR1")
+      bits |= kSignalUsr1;
+    else
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_DUMP_ON_SIGNAL='" + list + "' names '" + word +
+                                        "'; the signals it takes are TERM and USR1, separated by commas");
+    at = end + 1;
   }
+  return bits;
 }
+
+}  // namespace
+
+Settings read_settings() {
+  Settings s;
+  s.trace_size = size_t(env_number("FLOWLANE_COMM_TRACE_SIZE", FlightRecorder::kDefaultSize, 1, FlightRecorder::kMaxSize));
+  s.timeout_ms = env_number("FLOWLANE_COMM_TIMEOUT_MS", 0, 1, 86'400'000);
+  if (const char* d = std::getenv("FLOWLANE_COMM_DUMP_DIR"); d != nullptr) s.dump_dir = d;
+  s.signals = env_signals();
+  if (s.signals != 0 && s.dump_dir.empty())
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_DUMP_ON_SIGNAL is set but FLOWLANE_COMM_DUMP_DIR is "
+                                  "not: set the folder the dumps go to");
+  return s;
+}
+
+uint64_t comm_id(const fl_comm_unique_id_t& id) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (char c : id.internal) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Communicator::Communicator(const char* backend, Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid,
+                           const Settings& s)
+    : engine(e),
+      lane(uint32_t(d.lane)),
+      rank(uint32_t(d.rank)),
+      nranks(uint32_t(d.nranks)),
+      id(comm_id(uid)),
+      backend_name(backend),
+      timeout_ms(s.timeout_ms),
+      recorder(s.trace_size) {}
 
 // ---- the per-engine registry -------------------------------------------------------------
 
@@ -151,11 +191,16 @@ namespace {
 
 const char kRegistryKey = 0;  // its address keys the extension
 
-// Every communicator of one engine. At destroy their handles go stale and they are aborted
-// before the drain (a collective waiting for a peer that never comes would hold it up).
+// Every communicator of one engine, and the engine's dumps (comm/dump.hpp). At destroy a
+// dump is written if collectives are pending, then their handles go stale and they are
+// aborted before the drain (a collective waiting for a peer that never comes would hold it
+// up).
 class Registry : public core::Extension {
  public:
-  explicit Registry(Engine* e) : engine_(e) {}
+  explicit Registry(Engine* e) : engine_(e), dumps_(std::make_shared<EngineDumps>(e, dump_dir(), next_serial())) {}
+  // No lock here: the engine destroys its extensions holding its extension lock, which a
+  // dump takes after EngineDumps::mu; begin_shutdown (always before) forgot the engine.
+  const std::shared_ptr<EngineDumps>& dumps() const { return dumps_; }
   void add(std::shared_ptr<Communicator> c) {
     std::lock_guard<std::mutex> lk(mu_);
     comms_.push_back(std::move(c));
@@ -175,12 +220,22 @@ class Registry : public core::Extension {
     return comms_;
   }
   void begin_shutdown() override {
-    for (auto& c : list()) {
-      engine_->forget_handle(c->handle);
+    auto all = list();
+    uint64_t pending = 0;
+    for (auto& c : all) pending += c->recorder.queued_seq() - c->recorder.finished_seq();
+    if (pending > 0)
+      dump_triggered(dumps_, DumpReason::kAbort,
+                     "engine " + hex(engine_->handle()) + " destroyed (fl_engine_destroy) with " +
+                         std::to_string(pending) + " collective(s) pending",
+                     /*request_all=*/true);
+    forget_engine();
+    for (auto& c : all) {
+      engine_->forget_handle(c->handle.load(std::memory_order_relaxed));
       c->abort("rank " + std::to_string(c->rank) + "'s engine was destroyed (fl_engine_destroy)", true);
     }
   }
   void end_shutdown() override {
+    forget_engine();  // a second time: this registry may have been made during the drain
     std::vector<std::shared_ptr<Communicator>> gone;
     std::lock_guard<std::mutex> lk(mu_);
     gone.swap(comms_);
@@ -193,9 +248,27 @@ class Registry : public core::Extension {
   void lane_waits(std::vector<core::LaneWait>& out) override {
     for (auto& c : list()) c->lane_waits(out);
   }
+  void on_watchdog(const std::string& reason) override {
+    if (!list().empty()) dump_triggered(dumps_, DumpReason::kWatchdog, reason, /*request_all=*/true);
+  }
 
  private:
+  static std::string dump_dir() {
+    const char* d = std::getenv("FLOWLANE_COMM_DUMP_DIR");
+    return d != nullptr ? d : "";
+  }
+  static uint64_t next_serial() {
+    static std::atomic<uint64_t> n{0};
+    return n.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  // Nothing dumps this engine from now on (waits for a dump under way).
+  void forget_engine() {
+    std::lock_guard<std::mutex> lk(dumps_->mu);
+    dumps_->engine = nullptr;
+  }
+
   Engine* engine_;
+  std::shared_ptr<EngineDumps> dumps_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Communicator>> comms_;
 };
@@ -209,6 +282,8 @@ Registry& registry(Engine& e) {
 
 std::vector<std::shared_ptr<Communicator>> communicators(Engine& e) { return registry(e).list(); }
 
+std::shared_ptr<EngineDumps> engine_dumps(Engine& e) { return registry(e).dumps(); }
+
 void unique_id(uint32_t backend, fl_comm_unique_id_t* out) {
   if (backend == FL_COMM_HOST_FAKE) return host_unique_id(out);
   if (backend != FL_COMM_NCCL)
@@ -221,26 +296,36 @@ void unique_id(uint32_t backend, fl_comm_unique_id_t* out) {
 
 Communicator* create(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& id) {
   check_desc(*e, d);
+  const Settings settings = read_settings();
   std::shared_ptr<Communicator> c;
   if (d.backend == FL_COMM_HOST_FAKE) {
-    c = create_host(e, d, id);
+    c = create_host(e, d, id, settings);
   } else if (d.backend == FL_COMM_NCCL) {
     std::string why;
     if (!nccl_usable(&why)) fail(FL_ERR_UNSUPPORTED, "fl_comm_create: the NCCL backend is not available: " + why);
     if (is_host_unique_id(id))
       fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: the unique id was made by fl_comm_get_unique_id(FL_COMM_HOST_FAKE); "
                                     "an NCCL communicator needs fl_comm_get_unique_id(FL_COMM_NCCL)");
-    c = create_nccl(e, d, id);
+    c = create_nccl(e, d, id, settings);
   } else {
     fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: backend " + std::to_string(d.backend) +
                                       " is unknown (FL_COMM_NCCL = 0, FL_COMM_HOST_FAKE = 1)");
   }
   Communicator* raw = c.get();
-  registry(*e).add(std::move(c));
+  Registry& reg = registry(*e);
+  reg.add(std::move(c));
+  if (settings.signals != 0) monitor_install_signals(settings.signals);
+  if (!reg.dumps()->dir.empty() || settings.timeout_ms != 0) monitor_watch(reg.dumps());
   return raw;
 }
 
 void destroy(Communicator* c) {
+  const uint64_t pending = c->recorder.queued_seq() - c->recorder.finished_seq();
+  if (pending > 0)
+    dump_triggered(engine_dumps(*c->engine), DumpReason::kAbort,
+                   "rank " + std::to_string(c->rank) + " destroyed communicator " + hex(c->id) + " with " +
+                       std::to_string(pending) + " collective(s) pending (fl_comm_destroy)",
+                   /*request_all=*/true);
   std::shared_ptr<Communicator> keep = registry(*c->engine).remove(c);  // dropped after the abort
   c->abort("rank " + std::to_string(c->rank) + " destroyed its communicator (fl_comm_destroy)", false);
 }

@@ -1,8 +1,11 @@
 // Collectives: what both communicator backends share, and the interface the C API uses.
 //
 //   comm.hpp/.cpp      names of ops, dtypes and reductions; operation signatures; validation
-//                      of a collective's parts; the flight recorder; the per-engine registry
-//                      of communicators (an engine extension: abort at destroy, dumps, waits)
+//                      of a collective's parts; the per-engine registry of communicators (an
+//                      engine extension: abort at destroy, dumps, waits); the settings
+//   recorder.hpp/.cpp  the flight recorder: each communicator's last collectives
+//   dump.hpp/.cpp      communicator dumps: one JSON file per rank, and their triggers
+//   dump_monitor.cpp   the process's dump monitor thread: timeouts, dump requests, signals
 //   host.cpp           FL_COMM_HOST_FAKE: ranks of one process over host memory
 //   nccl.cpp           FL_COMM_NCCL: NCCL over CUDA devices (CUDA builds): entry points,
 //                      NcclComm's methods
@@ -15,11 +18,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/recorder.hpp"
 #include "engine/engine.hpp"
 #include "flowlane/flowlane.h"
 
@@ -48,33 +53,17 @@ std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_
 // Checks the fields of fl_comm_desc_t every backend shares (flags, nranks, rank, lane).
 void check_desc(const Engine& e, const fl_comm_desc_t& d);
 
-// ---- the flight recorder ---------------------------------------------------------------
-
-// The last kSize collectives of one communicator, for dumps and messages.
-struct CollRecord {
-  uint64_t seq = 0;
-  fl_instr_id instr = 0;
-  std::string signature;
-  const char* state = "issued";  // the backend's words: issued, waiting, launched, done, failed, ...
-  int64_t t_issued_ns = 0, t_started_ns = -1, t_done_ns = -1;  // since the communicator's creation; -1: not yet
+// What the environment asks of new communicators (read by each fl_comm_create; a bad value
+// is FL_ERR_INVALID_ARGUMENT naming the variable): comm/README.md, "Dumps".
+struct Settings {
+  size_t trace_size = FlightRecorder::kDefaultSize;  // FLOWLANE_COMM_TRACE_SIZE
+  uint64_t timeout_ms = 0;                           // FLOWLANE_COMM_TIMEOUT_MS
+  std::string dump_dir;                              // FLOWLANE_COMM_DUMP_DIR
+  uint32_t signals = 0;                              // FLOWLANE_COMM_DUMP_ON_SIGNAL (dump.hpp's kSignal*)
 };
-
-class FlightRecorder {
- public:
-  static constexpr size_t kSize = 32;
-  void push(uint64_t seq, std::string signature, int64_t t_issued_ns);
-  void pop(uint64_t seq);  // the submission of `seq` failed: forget it
-  CollRecord* find(uint64_t seq);
-  void set(uint64_t seq, const char* state) {
-    if (CollRecord* r = find(seq)) r->state = state;
-  }
-  // One line per record: "      seq 4    #17     done      all_reduce(...)  issued +0.1 ms, ..."
-  void dump(std::string& out) const;
-  size_t size() const { return records_.size(); }
-
- private:
-  std::deque<CollRecord> records_;
-};
+Settings read_settings();
+// The communicator id of a unique id (FNV-1a of its 128 bytes).
+uint64_t comm_id(const fl_comm_unique_id_t& id);
 
 // ---- communicators -----------------------------------------------------------------------
 
@@ -82,12 +71,33 @@ class FlightRecorder {
 // shared_ptr), and by every collective instruction in flight (they keep a shared_ptr).
 class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
+  using Clock = std::chrono::steady_clock;
+  // This engine's membership as rank d.rank of d.nranks in the communicator of `uid`.
+  Communicator(const char* backend, Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid,
+               const Settings& s);
   virtual ~Communicator() = default;
-  Engine* engine = nullptr;
-  uint64_t handle = 0;  // the caller's fl_comm_t* value; set by the C API
-  uint32_t lane = 0;
-  uint32_t rank = 0;
-  uint32_t nranks = 0;
+  Engine* const engine;
+  // The caller's fl_comm_t* value, set by the C API once create() returned: dumps on other
+  // threads may read it meanwhile (0 until then). Relaxed: it publishes nothing else.
+  std::atomic<uint64_t> handle{0};
+  const uint32_t lane;
+  const uint32_t rank;
+  const uint32_t nranks;
+  const uint64_t id;                // equal on every rank: a hash of the unique id
+  const char* const backend_name;   // "host", "nccl": in dumps
+  const Clock::time_point created = Clock::now();
+  const int64_t created_unix_ns = unix_now_ns();
+  const uint64_t timeout_ms;        // FLOWLANE_COMM_TIMEOUT_MS at creation; 0: none
+  uint64_t timeout_seen = 0;        // the dump monitor's own: the last seq it found timed out
+  FlightRecorder recorder;          // written under the backend's lock, read by anyone
+
+  int64_t since_created_ns() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - created).count();
+  }
+  static int64_t unix_now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
 
   // fl_submit_collective on stream s: `i` (a record of s's engine with the caller's
   // operands) becomes the collective's instruction. Throws; on error i has been recycled.
@@ -98,6 +108,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual void abort(const std::string& why, bool engine_destroy) = 0;
   // The state dump's section for this communicator.
   virtual void dump(std::string& out) = 0;
+  // "active", "broken" or "aborted", and why (for JSON dumps).
+  virtual const char* state_word(std::string* reason) = 0;
   // Lanes of this engine whose running collective waits for peer ranks.
   virtual void lane_waits(std::vector<core::LaneWait>& out) { (void)out; }
 };
@@ -111,8 +123,10 @@ Communicator* create(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id
 void destroy(Communicator* c);
 
 // The backends, for create() (host.cpp, nccl.cpp).
-std::shared_ptr<Communicator> create_host(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& id);
-std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& id);
+std::shared_ptr<Communicator> create_host(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& id,
+                                          const Settings& s);
+std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& id,
+                                          const Settings& s);
 void host_unique_id(fl_comm_unique_id_t* out);
 void nccl_unique_id(fl_comm_unique_id_t* out);
 bool is_host_unique_id(const fl_comm_unique_id_t& id);

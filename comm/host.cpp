@@ -2,9 +2,9 @@
 // comm/README.md, "The host backend".
 //
 // Every collective instruction of a communicator gets the next sequence number of that rank
-// at submission (`issued`). Its callback runs on the comm's lane COLLECTIVE stream, in
+// at submission (`queued`). Its callback runs on the comm's lane COLLECTIVE stream, in
 // submission order, and blocks — as a NCCL kernel would — until every rank has reached the
-// same sequence number on that communicator (`started` of each rank). The last rank to
+// same sequence number on that communicator (`issued` of each rank). The last rank to
 // arrive compares the operation signatures: equal → it moves the data for every rank
 // (inputs staged first, so in-place buffers are safe) and wakes the others; different →
 // every rank's instruction fails with a message naming both signatures. A rank that never
@@ -15,9 +15,9 @@
 // or later — fails with FL_ERR_CANCELLED naming the rank that left. Matched collectives
 // complete normally.
 //
-// Locking: one mutex per group guards the rendezvous rounds, every rank's counters and
-// flight recorder. Dumps take it briefly; nothing blocks while holding it except the data
-// movement of one matched round.
+// Locking: one mutex per group guards the rendezvous rounds and every rank's counters, and
+// serializes the writes of their flight recorders (readers take no lock). Dumps take it
+// briefly; nothing blocks while holding it except the data movement of one matched round.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -40,20 +40,21 @@ struct FakeGroup;
 
 // One rank's communicator.
 struct HostComm final : Communicator {
+  HostComm(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid, const Settings& s)
+      : Communicator("host", e, d, uid, s) {}
   std::shared_ptr<FakeGroup> group;
-  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   std::mutex submit_mu;  // sequence assignment + queueing, in one order
 
-  // Guarded by group->mu.
-  uint64_t issued = 0;     // collectives submitted
-  uint64_t started = 0;    // collectives whose callback reached the rendezvous
+  // Guarded by group->mu (which also serializes the writes of `recorder`).
+  uint64_t queued = 0;     // collectives submitted
+  uint64_t issued = 0;     // collectives whose callback reached the rendezvous
   uint64_t completed = 0;  // collectives finished (any outcome)
   bool aborted = false;
-  FlightRecorder recorder;
 
   fl_instr_id submit(Stream* s, core::Instr* i, const fl_collective_instr_t& in) override;
   void abort(const std::string& why, bool engine_destroy) override;
   void dump(std::string& out) override;
+  const char* state_word(std::string* reason) override;
   void lane_waits(std::vector<core::LaneWait>& out) override;
 };
 
@@ -95,12 +96,9 @@ Groups& groups() {
 }
 
 std::string comm_name(const HostComm& c) {
-  return "communicator " + hex(c.handle) + " (rank " + std::to_string(c.rank) + " of " + std::to_string(c.nranks) + ")";
+  return "communicator " + hex(c.handle.load(std::memory_order_relaxed)) + " (rank " + std::to_string(c.rank) + " of " + std::to_string(c.nranks) + ")";
 }
 
-int64_t since(const HostComm& c) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c.created).count();
-}
 
 // ---- data movement -----------------------------------------------------------------
 
@@ -237,12 +235,9 @@ struct CollWork {
 };
 
 // Under the group lock.
-void finish(HostComm& c, uint64_t seq, const char* state) {
+void finish(HostComm& c, uint64_t seq, CollState state, fl_status_t st) {
   c.completed = std::max(c.completed, seq);
-  if (CollRecord* rec = c.recorder.find(seq)) {
-    rec->state = state;
-    rec->t_done_ns = since(c);
-  }
+  c.recorder.finished(seq, state, st, c.since_created_ns());
 }
 
 fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
@@ -253,13 +248,10 @@ fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
   const std::string where = comm_name(c);
   w->posting.instr = fl_instr_get_id(ctx);
   std::unique_lock<std::mutex> lk(g.mu);
-  c.started = std::max(c.started, w->seq);
-  if (CollRecord* rec = c.recorder.find(w->seq)) {
-    rec->state = "waiting";
-    rec->t_started_ns = since(c);
-  }
+  c.issued = std::max(c.issued, w->seq);
+  c.recorder.issued(w->seq, c.since_created_ns());
   if (g.aborted) {
-    finish(c, w->seq, "cancelled");
+    finish(c, w->seq, CollState::kFailed, FL_ERR_CANCELLED);
     std::string msg = "collective seq " + std::to_string(w->seq) + " " + w->posting.signature + " on " + where +
                       " was cancelled: " + g.abort_reason;
     lk.unlock();
@@ -279,7 +271,7 @@ fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
   if (!r.done) {  // aborted while waiting: this rank leaves the round
     r.posts[c.rank] = nullptr;
     --r.arrived;
-    finish(c, w->seq, "cancelled");
+    finish(c, w->seq, CollState::kFailed, FL_ERR_CANCELLED);
     std::string msg = "collective seq " + std::to_string(w->seq) + " " + w->posting.signature + " on " + where +
                       " was cancelled while waiting for its peers: " + g.abort_reason;
     lk.unlock();
@@ -288,7 +280,8 @@ fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
   }
   std::string err = r.error;
   if (++r.left == g.nranks) g.rounds.erase(w->seq);
-  finish(c, w->seq, err.empty() ? "done" : "failed");
+  finish(c, w->seq, err.empty() ? CollState::kCompleted : CollState::kFailed,
+         err.empty() ? FL_OK : FL_ERR_INSTRUCTION_FAILED);
   lk.unlock();
   if (!err.empty()) {
     fl_instr_set_error(ctx, err.c_str());
@@ -306,8 +299,8 @@ void coll_cleanup(void* ud) {
     HostComm& c = *w->comm;
     FakeGroup& g = *c.group;
     std::lock_guard<std::mutex> lk(g.mu);
-    c.started = std::max(c.started, w->seq);
-    finish(c, w->seq, "failed");
+    c.issued = std::max(c.issued, w->seq);
+    finish(c, w->seq, CollState::kSkipped, FL_ERR_DEPENDENCY_FAILED);
     if (!g.aborted) {
       FakeGroup::Round& r = g.rounds[w->seq];
       if (r.posts.empty()) r.posts.assign(g.nranks, nullptr);
@@ -347,7 +340,8 @@ void host_unique_id(fl_comm_unique_id_t* out) {
   *out = id;
 }
 
-std::shared_ptr<Communicator> create_host(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid) {
+std::shared_ptr<Communicator> create_host(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid,
+                                          const Settings& settings) {
   const std::string fn = "fl_comm_create";
   // FL_COMM_UNORDERED is accepted: host-fake collectives are never in the NCCL order anyway.
   if (d.device != 0)
@@ -357,11 +351,7 @@ std::shared_ptr<Communicator> create_host(Engine* e, const fl_comm_desc_t& d, co
   std::array<char, 128> key;
   std::memcpy(key.data(), uid.internal, 128);
 
-  auto c = std::make_shared<HostComm>();
-  c->engine = e;
-  c->lane = uint32_t(d.lane);
-  c->rank = uint32_t(d.rank);
-  c->nranks = uint32_t(d.nranks);
+  auto c = std::make_shared<HostComm>(e, d, uid, settings);
   Groups& reg = groups();
   std::lock_guard<std::mutex> lk(reg.mu);
   for (auto it = reg.by_id.begin(); it != reg.by_id.end();)  // forget groups nobody uses
@@ -453,8 +443,8 @@ fl_instr_id HostComm::submit(Stream* s, core::Instr* i, const fl_collective_inst
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lk(group->mu);
-    seq = ++issued;
-    recorder.push(seq, w->posting.signature, since(*this));
+    seq = ++queued;
+    recorder.queued(seq, w->parts, in.name, since_created_ns());
   }
   w->seq = seq;
   core::SubmitArgs a;
@@ -469,13 +459,13 @@ fl_instr_id HostComm::submit(Stream* s, core::Instr* i, const fl_collective_inst
     id = engine->submit(s, i, a);
   } catch (...) {  // not queued: give the sequence number back
     std::lock_guard<std::mutex> lk(group->mu);
-    --issued;
-    recorder.pop(seq);
+    --queued;
+    recorder.forget(seq);
     throw;
   }
   w.release();  // owned by the instruction now (coll_cleanup deletes it)
   std::lock_guard<std::mutex> lk(group->mu);
-  if (CollRecord* rec = recorder.find(seq)) rec->instr = id;
+  recorder.set_instr(seq, id);
   return id;
 }
 
@@ -509,11 +499,18 @@ void HostComm::lane_waits(std::vector<core::LaneWait>& out) {
   }
 }
 
+const char* HostComm::state_word(std::string* reason) {
+  std::lock_guard<std::mutex> lk(group->mu);
+  if (!group->aborted) return "active";
+  *reason = group->abort_reason;
+  return "aborted";
+}
+
 void HostComm::dump(std::string& out) {
   FakeGroup& g = *group;
   std::lock_guard<std::mutex> lk(g.mu);
   out += "  " + comm_name(*this) + ", host-fake, collectives on lane " + std::to_string(lane) + " (collective stream)\n";
-  out += "    sequence numbers: issued " + std::to_string(issued) + ", started " + std::to_string(started) +
+  out += "    sequence numbers: queued " + std::to_string(queued) + ", issued " + std::to_string(issued) +
          ", completed " + std::to_string(completed) + (g.aborted ? "; ABORTED: " + g.abort_reason : "") + "\n";
   for (uint32_t q = 0; q < g.nranks; ++q) {
     if (q == rank) continue;
@@ -523,38 +520,39 @@ void HostComm::dump(std::string& out) {
       continue;
     }
     out += "    rank " + std::to_string(q) + " (lane " + std::to_string(p->lane) +
-           (p->engine == engine ? "" : " of engine " + hex(p->engine->handle())) + "): issued " +
-           std::to_string(p->issued) + ", started " + std::to_string(p->started) + ", completed " +
+           (p->engine == engine ? "" : " of engine " + hex(p->engine->handle())) + "): queued " +
+           std::to_string(p->queued) + ", issued " + std::to_string(p->issued) + ", completed " +
            std::to_string(p->completed) + "\n";
   }
-  // The oldest unfinished collective of this rank against what each peer issued at that
-  // sequence number: differing signatures (or a peer that has not issued it, or is busy
+  // The oldest unfinished collective of this rank against what each peer submitted at that
+  // sequence number: differing signatures (or a peer that has not submitted it, or is busy
   // elsewhere) are what keeps the ranks apart.
-  if (completed < issued) {
+  if (completed < queued) {
     uint64_t seq = completed + 1;
-    CollRecord* mine = recorder.find(seq);
-    out += "    oldest unfinished: seq " + std::to_string(seq) + " " + (mine ? mine->signature : "?") + " (" +
-           (mine ? mine->state : "?") + ")\n";
+    CollRecord mine;
+    const bool have_mine = recorder.read(seq, mine);
+    out += "    oldest unfinished: seq " + std::to_string(seq) + " " + (have_mine ? record_signature(mine) : "?") +
+           " (" + (have_mine ? coll_state_name(mine.state) : "?") + ")\n";
     for (uint32_t q = 0; q < g.nranks; ++q) {
       if (q == rank) continue;
       HostComm* p = g.ranks[q];
       if (p == nullptr) continue;
-      CollRecord* theirs = p->recorder.find(seq);
+      CollRecord theirs;
       std::string line = "      rank " + std::to_string(q) + " at seq " + std::to_string(seq) + ": ";
-      if (theirs == nullptr) {
-        line += p->issued < seq ? "not issued yet (rank " + std::to_string(q) + " has issued " +
-                                      std::to_string(p->issued) + " collectives on this communicator)"
+      if (!p->recorder.read(seq, theirs)) {
+        line += p->queued < seq ? "not submitted yet (rank " + std::to_string(q) + " has submitted " +
+                                      std::to_string(p->queued) + " collectives on this communicator)"
                                 : "not in its flight recorder";
       } else {
-        line += theirs->signature + " (" + theirs->state + ")";
-        if (mine && theirs->signature != mine->signature) line += "  <-- SIGNATURES DISAGREE";
-        if (std::string(theirs->state) == "issued")
-          line += "; not started: its lane " + std::to_string(p->lane) + " is busy with earlier work";
+        line += record_signature(theirs) + " (" + coll_state_name(theirs.state) + ")";
+        if (have_mine && theirs.fingerprint != mine.fingerprint) line += "  <-- SIGNATURES DISAGREE";
+        if (theirs.state == CollState::kQueued)
+          line += "; not issued: its lane " + std::to_string(p->lane) + " is busy with earlier work";
       }
       out += line + "\n";
     }
   }
-  recorder.dump(out);
+  recorder.dump_text(out);
 }
 
 }  // namespace flowlane::comm

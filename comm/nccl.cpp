@@ -110,74 +110,77 @@ void nccl_unique_id(fl_comm_unique_id_t* out) {
   std::memcpy(out->internal, &id, sizeof id);
 }
 
-std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid) {
-  const std::string fn = "fl_comm_create";
-  if (d.device >= e->device_count())
-    fail(FL_ERR_NO_DEVICE, fn + ": CUDA device " + std::to_string(d.device) + " does not exist: this process sees " +
-                               std::to_string(e->device_count()) + " CUDA device(s)");
-  static const std::array<char, 128> kZero{};
-  if (std::memcmp(uid.internal, kZero.data(), kZero.size()) == 0)
-    fail(FL_ERR_INVALID_ARGUMENT, fn + ": the unique id is all zero (not made by fl_comm_get_unique_id)");
+namespace {
 
-  auto owner = std::make_shared<NcclComm>();
-  NcclComm* c = owner.get();
-  c->engine = e;
-  c->lane = uint32_t(d.lane);
-  c->device = int(d.device);
-  c->rank = uint32_t(d.rank);
-  c->nranks = uint32_t(d.nranks);
-  std::memcpy(c->uid.data(), uid.internal, c->uid.size());
+// fl_comm_create's NCCL init, step by step: refuse a second rank of one communicator on
+// one engine and enter reg.joining; create the NCCL communicator (bounded); move it to
+// reg.comms and start the watchdog.
+
+// Under reg.mu: the rank of this unique id that already lives on c's engine (and would wait
+// for c through the engine's collective order), or -1.
+int64_t rank_on_same_engine(Registry& reg, const NcclComm* c, bool ordered) {
+  // Unordered ranks do not wait for each other through the order: allowed together.
+  auto same = [&](const NcclComm* o) {
+    return o->engine == c->engine && o->uid == c->uid && (ordered || o->order != nullptr);
+  };
+  int64_t other = -1;
+  for (NcclComm* o : reg.joining)
+    if (same(o)) other = o->rank;
+  for (auto& w : reg.comms) {
+    auto o = w.lock();
+    if (!o || !same(o.get())) continue;
+    std::lock_guard<std::mutex> olk(o->mu);  // lock order: registry, then a communicator
+    if (!o->stale) other = o->rank;
+  }
+  return other;
+}
+
+void join(NcclComm* c, const fl_comm_desc_t& d) {
   Registry& reg = registry();
-  {
-    std::lock_guard<std::mutex> lk(reg.mu);
-    // Unordered ranks do not wait for each other through the order: allowed together.
-    const bool ordered = (d.flags & FL_COMM_UNORDERED) == 0;
-    auto same = [&](NcclComm* o) {
-      return o->engine == c->engine && o->uid == c->uid && (ordered || o->order != nullptr);
-    };
-    int64_t other = -1;
-    for (NcclComm* o : reg.joining)
-      if (same(o)) other = o->rank;
-    for (auto& w : reg.comms) {
-      auto o = w.lock();
-      if (!o || !same(o.get())) continue;
-      std::lock_guard<std::mutex> olk(o->mu);  // lock order: registry, then a communicator
-      if (!o->stale) other = o->rank;
-    }
-    if (other >= 0)
-      fail(FL_ERR_INVALID_ARGUMENT,
-           fn + ": rank " + std::to_string(other) + " of this unique id already lives on this engine; an engine issues "
-                "all its collectives in one order (comm/README.md, NCCL), so two ranks of one communicator on one "
-                "engine would wait for each other forever: give each rank its own engine (normally its own process)");
-    c->order = ordered ? order_object(e) : nullptr;
-    reg.joining.push_back(c);
-  }
-  // Leaves reg.joining if the init fails (destroyed before `owner`, so nobody sees a
-  // deleted communicator there); on success the move to reg.comms happens under one lock.
-  struct Joining {
-    NcclComm* c;
-    ~Joining() {
-      if (c == nullptr) return;
-      Registry& reg = registry();
-      std::lock_guard<std::mutex> lk(reg.mu);
-      reg.joining.erase(std::find(reg.joining.begin(), reg.joining.end(), c));
-    }
-  } joining{c};
+  std::lock_guard<std::mutex> lk(reg.mu);
+  const bool ordered = (d.flags & FL_COMM_UNORDERED) == 0;
+  int64_t other = rank_on_same_engine(reg, c, ordered);
+  if (other >= 0)
+    fail(FL_ERR_INVALID_ARGUMENT,
+         "fl_comm_create: rank " + std::to_string(other) + " of this unique id already lives on this engine; an engine "
+         "issues all its collectives in one order (comm/README.md, NCCL), so two ranks of one communicator on one "
+         "engine would wait for each other forever: give each rank its own engine (normally its own process)");
+  c->order = ordered ? order_object(c->engine) : nullptr;
+  reg.joining.push_back(c);
+}
 
-  // Create on the communicator's device; the caller's current device is restored.
-  int saved = -1;
-  (void)cu().cudaGetDevice(&saved);
-  cudaError_t cr = cu().cudaSetDevice(c->device);
-  if (cr != cudaSuccess) {
-    (void)cu().cudaGetLastError();
-    fail(FL_ERR_CUDA, fn + ": " + gpu::cuda_message(cr, "cudaSetDevice"));
+// Leaves reg.joining if the init fails (destroyed before the owner, so nobody sees a
+// deleted communicator there); on success publish() moves it to reg.comms under one lock.
+struct Joining {
+  NcclComm* c;
+  ~Joining() {
+    if (c == nullptr) return;
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> lk(reg.mu);
+    reg.joining.erase(std::find(reg.joining.begin(), reg.joining.end(), c));
   }
-  struct RestoreDevice {
-    int dev, saved;
-    ~RestoreDevice() {
-      if (saved >= 0 && saved != dev) (void)cu().cudaSetDevice(saved);
+};
+
+// Makes `device` current until the scope ends; the caller's device is restored.
+struct DeviceScope {
+  int dev, saved = -1;
+  explicit DeviceScope(int device) : dev(device) {
+    (void)cu().cudaGetDevice(&saved);
+    cudaError_t cr = cu().cudaSetDevice(dev);
+    if (cr != cudaSuccess) {
+      (void)cu().cudaGetLastError();
+      fail(FL_ERR_CUDA, "fl_comm_create: " + gpu::cuda_message(cr, "cudaSetDevice"));
     }
-  } restore{c->device, saved};
+  }
+  ~DeviceScope() {
+    if (saved >= 0 && saved != dev) (void)cu().cudaSetDevice(saved);
+  }
+};
+
+// ncclCommInitRank(Config) on c's device: the new NCCL communicator, once every rank joined.
+ncclComm_t init_rank(const NcclComm* c, const fl_comm_unique_id_t& uid) {
+  const std::string fn = "fl_comm_create";
+  DeviceScope on_device(c->device);
   ncclUniqueId id;
   std::memcpy(&id, uid.internal, sizeof id);
   const std::string who = "rank " + std::to_string(c->rank) + " of " + std::to_string(c->nranks) + " on cuda:" +
@@ -210,17 +213,42 @@ std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, co
     if (comm != nullptr) (void)nccl().ncclCommAbort(comm);
     fail(FL_ERR_NCCL, fn + ": " + who + ": " + nccl_message(r, call) + detail);
   }
-  c->comm = comm;
-  {
-    std::lock_guard<std::mutex> lk(reg.mu);
-    reg.joining.erase(std::find(reg.joining.begin(), reg.joining.end(), c));
-    joining.c = nullptr;
-    reg.comms.push_back(owner);
-    if (!reg.watching) {
-      reg.watching = true;
-      std::thread(watch_loop).detach();  // exits by itself once no communicator is left
-    }
+  return comm;
+}
+
+// The communicator leaves reg.joining for reg.comms; the watchdog runs from now on.
+void publish(const std::shared_ptr<NcclComm>& owner, Joining& joining) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  reg.joining.erase(std::find(reg.joining.begin(), reg.joining.end(), owner.get()));
+  joining.c = nullptr;
+  reg.comms.push_back(owner);
+  if (!reg.watching) {
+    reg.watching = true;
+    std::thread(watch_loop).detach();  // exits by itself once no communicator is left
   }
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> create_nccl(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid,
+                                          const Settings& settings) {
+  const std::string fn = "fl_comm_create";
+  if (d.device >= e->device_count())
+    fail(FL_ERR_NO_DEVICE, fn + ": CUDA device " + std::to_string(d.device) + " does not exist: this process sees " +
+                               std::to_string(e->device_count()) + " CUDA device(s)");
+  static const std::array<char, 128> kZero{};
+  if (std::memcmp(uid.internal, kZero.data(), kZero.size()) == 0)
+    fail(FL_ERR_INVALID_ARGUMENT, fn + ": the unique id is all zero (not made by fl_comm_get_unique_id)");
+
+  auto owner = std::make_shared<NcclComm>(e, d, uid, settings);
+  NcclComm* c = owner.get();
+  c->device = int(d.device);
+  std::memcpy(c->uid.data(), uid.internal, c->uid.size());
+  join(c, d);
+  Joining joining{c};
+  c->comm = init_rank(c, uid);
+  publish(owner, joining);
   return owner;
 }
 
@@ -283,7 +311,7 @@ fl_instr_id NcclComm::submit(Stream* s, Instr* i, const fl_collective_instr_t& i
     std::lock_guard<std::mutex> lk(mu);
     w->seq = ++issued;
     ++pending;
-    recorder.push(w->seq, w->signature, 0);
+    recorder.queued(w->seq, w->parts, in.name, since_created_ns());
   }
   core::SubmitArgs a;
   a.fn = &launch_collective;
@@ -302,13 +330,13 @@ fl_instr_id NcclComm::submit(Stream* s, Instr* i, const fl_collective_instr_t& i
       std::lock_guard<std::mutex> lk(mu);
       --issued;
       --pending;
-      recorder.pop(seq);
+      recorder.forget(seq);
     }
     delete work;
     throw;
   }
   std::lock_guard<std::mutex> lk(mu);
-  if (CollRecord* rec = recorder.find(seq)) rec->instr = id;
+  recorder.set_instr(seq, id);
   return id;
 }
 
@@ -318,7 +346,13 @@ void NcclComm::dump(std::string& out) {
   out += "  " + name() + ": " + st + (reason.empty() ? "" : " (" + reason + ")") + "\n";
   out += "    sequence numbers: issued " + std::to_string(issued) + ", launched " + std::to_string(launched) +
          ", completed " + std::to_string(completed) + "; in flight on the GPU " + std::to_string(inflight) + "\n";
-  recorder.dump(out);
+  recorder.dump_text(out);
+}
+
+const char* NcclComm::state_word(std::string* why) {
+  std::lock_guard<std::mutex> lk(mu);
+  *why = reason;
+  return state == CommState::kActive ? "active" : state == CommState::kBroken ? "broken" : "aborted";
 }
 
 }  // namespace flowlane::comm
@@ -332,7 +366,7 @@ bool nccl_usable(std::string* why_not) {
   return false;
 }
 void nccl_unique_id(fl_comm_unique_id_t*) { fail(FL_ERR_UNSUPPORTED, "NCCL is not available in this build"); }
-std::shared_ptr<Communicator> create_nccl(Engine*, const fl_comm_desc_t&, const fl_comm_unique_id_t&) {
+std::shared_ptr<Communicator> create_nccl(Engine*, const fl_comm_desc_t&, const fl_comm_unique_id_t&, const Settings&) {
   fail(FL_ERR_UNSUPPORTED, "fl_comm_create: NCCL is not available in this build");
 }
 

@@ -75,13 +75,16 @@ enum class CommState : uint8_t {
 };
 
 struct NcclComm final : Communicator {
+  NcclComm(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid, const Settings& s)
+      : Communicator("nccl", e, d, uid, s) {}
   ~NcclComm() override;
   fl_instr_id submit(Stream* s, Instr* i, const fl_collective_instr_t& in) override;
   void abort(const std::string& why, bool engine_destroy) override;
   void dump(std::string& out) override;
+  const char* state_word(std::string* reason) override;
   // "NCCL communicator 0x... (rank 0 of 2, cuda:0, lane 3)"
   std::string name() const {
-    return "NCCL communicator " + hex(handle) + " (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+    return "NCCL communicator " + hex(handle.load(std::memory_order_relaxed)) + " (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
            ", cuda:" + std::to_string(device) + ", lane " + std::to_string(lane) + ")";
   }
 
@@ -110,7 +113,7 @@ struct NcclComm final : Communicator {
   uint64_t inflight = 0;             // issued to NCCL, not settled yet
   uint64_t last_settled = 0;         // highest launched seq settled (launches settle in seq order)
   uint64_t abort_cut = 0;            // last_settled at the abort: launched seqs above it failed
-  FlightRecorder recorder;
+  // (mu also serializes the writes of `recorder`.)
 };
 
 // One collective instruction's state (its user_data).

@@ -59,8 +59,9 @@ fl_status_t refuse(CollWork* w, Instr* i) {
   i->error = coll_name(*w) + " was not issued: " +
              (c->state == CommState::kBroken ? "the communicator is broken: " : "the communicator was aborted: ") +
              c->reason;
-  c->recorder.set(w->seq, "not issued");
-  return c->abort_status != FL_OK ? c->abort_status : FL_ERR_CANCELLED;
+  const fl_status_t st = c->abort_status != FL_OK ? c->abort_status : FL_ERR_CANCELLED;
+  c->recorder.finished(w->seq, CollState::kFailed, st, c->since_created_ns());
+  return st;
 }
 
 // Under c->nccl_mu: aborts the communicator after an NCCL failure during this launch.
@@ -70,7 +71,7 @@ fl_status_t fail_launch(CollWork* w, Instr* i, ncclResult_t r, const char* call)
   {
     std::lock_guard<std::mutex> lk(c->mu);
     request_abort(c, FL_ERR_NCCL, why);
-    c->recorder.set(w->seq, "not issued");
+    c->recorder.finished(w->seq, CollState::kFailed, FL_ERR_NCCL, c->since_created_ns());
   }
   abort_locked(c);
   i->error = coll_name(*w) + " failed: " + why + "; the communicator was aborted";
@@ -147,7 +148,7 @@ fl_status_t launch_collective(fl_instr_ctx_t* ctx, void* ud) {
     c->launched = std::max(c->launched, w->seq);
     ++c->inflight;
     w->launched = true;
-    c->recorder.set(w->seq, "launched");
+    c->recorder.issued(w->seq, c->since_created_ns());
     gpu::on_completion(i, &settle_hook);  // an abort may have cut the kernel short
     return FL_OK;
   }
@@ -173,7 +174,7 @@ fl_status_t settle(CollWork* w, std::string* detail) {
       *detail = coll_name(*w) + " was in flight when the communicator was aborted (" + c->reason +
                 "); its output is undefined";
     }
-    c->recorder.set(w->seq, st == FL_OK ? "done" : "failed");
+    c->recorder.finished(w->seq, st == FL_OK ? CollState::kCompleted : CollState::kFailed, st, c->since_created_ns());
     if (c->state == CommState::kBroken && c->inflight == 0) {
       request_abort(c, FL_ERR_CANCELLED, c->reason);
       abort = true;
@@ -210,7 +211,7 @@ void coll_cleanup(void* ud) {
       // Skipped (poisoned input) or failed before the trampoline: this rank never issues
       // seq w->seq, so its peers would wait for it and its later collectives would pair
       // with their earlier ones. Break the communicator; abort once nothing is in flight.
-      c->recorder.set(w->seq, "skipped");
+      c->recorder.finished(w->seq, CollState::kSkipped, FL_ERR_DEPENDENCY_FAILED, c->since_created_ns());
       if (c->state == CommState::kActive) {
         c->state = CommState::kBroken;
         c->abort_status = FL_ERR_CANCELLED;

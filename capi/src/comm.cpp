@@ -4,6 +4,7 @@
 #include <string>
 
 #include "boundary.hpp"
+#include "comm/dump.hpp"
 #include "submit.hpp"
 #include "tables.hpp"
 
@@ -35,7 +36,7 @@ FL_API fl_status_t fl_comm_create(fl_engine_t* engine, const fl_comm_desc_t* des
       comm::destroy(c);
       fail(FL_ERR_NO_MEMORY, "fl_comm_create: the process-wide communicator table is full");
     }
-    c->handle = h;
+    c->handle.store(h, std::memory_order_relaxed);
     *out_comm = handle_cast<fl_comm_t>(h);
     return FL_OK;
   });
@@ -62,6 +63,14 @@ FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm, co
     core::Instr* i = begin_submit(*s->engine, instr->operands, instr->num_operands, fn);
     fl_instr_id id = c->submit(s, i, *instr);
     if (out_instr_id) *out_instr_id = id;
+    return FL_OK;
+  });
+}
+
+FL_API fl_status_t fl_comm_dump(fl_comm_t* comm, const char* path) {
+  return guard([&]() -> fl_status_t {
+    comm::Communicator* c = comm_from(comm, "fl_comm_dump");
+    comm::dump_on_demand(*c, path);
     return FL_OK;
   });
 }

@@ -29,6 +29,14 @@ using core::Engine;
 // The dump text. `reason` (may be empty) is the first line's explanation.
 std::string build_dump(Engine& e, const std::string& reason);
 
+// The structured form of the dump's lanes, as JSON members: `,"lanes":[...],"wait_cycles":[...]`.
+// Each lane with pending work: {"lane","pending","head":{"instr","name","lane","stream","state",
+// "lane_state": BLOCKED | RUNNING | NOT_RUN | COMPLETING, "waits_for":[{"object","writer":{..}} |
+// {"call","object","writer"} | {"call"}], "waits_not_shown", "collective_wait"} | null,
+// "queued":[{..}], "more_queued"}. Size: at most kQueuedShown + kMaxWaitsShown + 1
+// instructions per lane with pending work, and at most 8 cycles (dump_json.cpp).
+std::string lanes_json(Engine& e);
+
 // Engine destroy: cancels the waits of running callbacks (fl_object_wait,
 // fl_stream_synchronize, fl_instr_wait_for) that lie on a wait cycle (they would never
 // return): each returns FL_ERR_CANCELLED. Returns how many were cancelled.

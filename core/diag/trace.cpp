@@ -5,8 +5,6 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
-#include <map>
-#include <unordered_map>
 
 #include "diag/watchdog.hpp"
 
@@ -18,8 +16,6 @@ using core::Stream;
 
 namespace {
 
-constexpr uint32_t kThreadTrackBase = 1000000;  // tids of submitter/waiter thread tracks
-
 uint32_t thread_token() {
   static std::atomic<uint32_t> next{1};
   thread_local uint32_t token = next.fetch_add(1, std::memory_order_relaxed);
@@ -29,17 +25,6 @@ uint32_t thread_token() {
 uint32_t track_of(const Stream* s) {
   uint32_t slot = s->device.type == FL_DEVICE_CPU ? 0 : 1 + uint32_t(s->device.index);
   return (s->lane->id * 16 + slot) * kStreamKinds + uint32_t(s->kind) + 1;
-}
-
-std::string track_name(uint32_t track) {
-  static const char* kKinds[] = {"host", "compute", "h2d", "d2h", "collective"};
-  uint32_t t = track - 1;
-  uint32_t kind = t % kStreamKinds;
-  uint32_t slot = (t / kStreamKinds) % 16;
-  uint32_t lane = t / kStreamKinds / 16;
-  std::string s = "lane " + std::to_string(lane) + " ";
-  if (slot > 0) s += "cuda:" + std::to_string(slot - 1) + " ";
-  return s + kKinds[kind];
 }
 
 template <size_t N>
@@ -64,34 +49,9 @@ void copy_instr_name(char (&dst)[N], const Instr& i) {
     copy_name(dst, i.name.data(), i.name.size());
 }
 
-void put_escaped(std::string& out, const char* s) {
-  for (; *s; ++s) {
-    unsigned char c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += char(c);
-    }
-  }
-}
-
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-const char* end_state(uint64_t s) {
-  switch (InstrState(s)) {
-    case InstrState::kDone: return "done";
-    case InstrState::kFailed: return "failed";
-    case InstrState::kSkipped: return "skipped";
-    default: return "?";
-  }
 }
 
 }  // namespace
@@ -231,165 +191,34 @@ void TraceObserver::push_thread_event(Kind kind, const char* what, uint64_t id2,
   push(ev);
 }
 
+// Takes the recorded events (oldest first), the failures' texts and the drop count, and
+// closes the trace; false if it was closed already. Both branches leave ring_ without
+// storage (the observer outlives the trace).
+bool TraceObserver::take_events(std::vector<Event>& events, std::vector<std::string>& details, uint64_t& dropped) {
+  std::lock_guard<SpinLock> lock(mu_);
+  if (closed_) return false;
+  closed_ = true;
+  if (ring_.size() < kCapacity) {
+    events.swap(ring_);
+  } else {
+    events.reserve(ring_.size());
+    events.insert(events.end(), ring_.begin() + long(next_), ring_.end());
+    events.insert(events.end(), ring_.begin(), ring_.begin() + long(next_));
+    std::vector<Event>().swap(ring_);
+  }
+  dropped = dropped_;
+  details.swap(details_);
+  return true;
+}
+
 bool TraceObserver::finish(std::string& error) {
   std::vector<Event> events;
   std::vector<std::string> details;
-  uint64_t dropped;
-  {
-    std::lock_guard<SpinLock> lock(mu_);
-    if (closed_) return true;
-    closed_ = true;
-    // Both branches leave ring_ without storage (the observer outlives the trace).
-    if (ring_.size() < kCapacity) {
-      events.swap(ring_);
-    } else {
-      events.reserve(ring_.size());
-      events.insert(events.end(), ring_.begin() + long(next_), ring_.end());
-      events.insert(events.end(), ring_.begin(), ring_.begin() + long(next_));
-      std::vector<Event>().swap(ring_);
-    }
-    dropped = dropped_;
-    details.swap(details_);
-  }
+  uint64_t dropped = 0;
+  if (!take_events(events, details, dropped)) return true;
   const int64_t t_end = now();
-  auto us = [](int64_t ns) {
-    char b[40];
-    std::snprintf(b, sizeof b, "%.3f", double(ns) / 1000.0);
-    return std::string(b);
-  };
-  std::string out;
-  out.reserve(events.size() * 120 + 4096);
-  out += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"flowlane\",\"dropped_events\":" +
-         std::to_string(dropped) + ",\"capacity\":" + std::to_string(kCapacity) + "},\n\"traceEvents\":[\n";
   pid_ = engine_->handle() & 0xffffffffu;  // set after construction (FLOWLANE_TRACE starts in the constructor)
-  const std::string pid = std::to_string(pid_);
-  bool first = true;
-  auto emit = [&](const std::string& ev) {
-    if (!first) out += ",\n";
-    first = false;
-    out += ev;
-  };
-  emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":\"flowlane engine " +
-       pid + "\"}}");
-  std::map<uint32_t, std::string> tracks;  // tid -> name
-
-  struct Slice {
-    int64_t start = -1, end = -1;
-    uint32_t track = 0;
-  };
-  std::unordered_map<uint64_t, Slice> slices;
-  std::unordered_map<uint64_t, Event> open;                  // running instructions
-  std::unordered_map<uint64_t, std::vector<Event>> waits;    // per thread token: begin stack
-  std::unordered_map<uint64_t, Event> stalls;                // per thread token
-  std::vector<Event> edges;
-  for (const Event& ev : events) {
-    switch (ev.kind) {
-      case Kind::kStart:
-        open[ev.id] = ev;
-        tracks[ev.track] = track_name(ev.track);
-        break;
-      case Kind::kEnd: {
-        tracks[ev.track] = track_name(ev.track);
-        std::string name;
-        put_escaped(name, ev.name);
-        auto it = open.find(ev.id);
-        if (it == open.end()) {
-          if (InstrState(ev.id2) == InstrState::kSkipped)
-            emit("{\"ph\":\"i\",\"s\":\"t\",\"name\":\"skipped: " + name + "\",\"pid\":" + pid + ",\"tid\":" +
-                 std::to_string(ev.track) + ",\"ts\":" + us(ev.ts_ns) + ",\"args\":{\"id\":" + std::to_string(ev.id) + "}}");
-          break;  // started before the trace (or dropped): no slice
-        }
-        std::string error;
-        if (ev.detail != 0 && ev.detail <= details.size()) {
-          error = ",\"error\":\"";
-          put_escaped(error, details[ev.detail - 1].c_str());
-          error += '"';
-        }
-        emit("{\"ph\":\"X\",\"cat\":\"instr\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" +
-             std::to_string(ev.track) + ",\"ts\":" + us(it->second.ts_ns) + ",\"dur\":" + us(ev.ts_ns - it->second.ts_ns) +
-             ",\"args\":{\"id\":" + std::to_string(ev.id) + ",\"state\":\"" + end_state(ev.id2) + "\"" + error + "}}");
-        slices[ev.id] = Slice{it->second.ts_ns, ev.ts_ns, ev.track};
-        open.erase(it);
-        break;
-      }
-      case Kind::kEdge:
-        edges.push_back(ev);
-        break;
-      case Kind::kStallBegin:
-        stalls[ev.id] = ev;
-        tracks[kThreadTrackBase + uint32_t(ev.id)] = "thread " + std::to_string(ev.id) + " (submitter)";
-        emit("{\"ph\":\"i\",\"s\":\"t\",\"name\":\"window full\",\"pid\":" + pid + ",\"tid\":" +
-             std::to_string(kThreadTrackBase + ev.id) + ",\"ts\":" + us(ev.ts_ns) + "}");
-        break;
-      case Kind::kStallEnd: {
-        auto it = stalls.find(ev.id);
-        if (it == stalls.end()) break;
-        emit("{\"ph\":\"X\",\"cat\":\"window\",\"name\":\"window stall\",\"pid\":" + pid + ",\"tid\":" +
-             std::to_string(kThreadTrackBase + ev.id) + ",\"ts\":" + us(it->second.ts_ns) + ",\"dur\":" +
-             us(ev.ts_ns - it->second.ts_ns) + "}");
-        stalls.erase(it);
-        break;
-      }
-      case Kind::kWaitBegin:
-      case Kind::kSpanBegin:
-        waits[ev.id].push_back(ev);
-        break;
-      case Kind::kWaitEnd:
-      case Kind::kSpanEnd: {
-        auto& stack = waits[ev.id];
-        if (stack.empty()) break;
-        Event b = stack.back();
-        stack.pop_back();
-        uint32_t tid = b.track ? b.track : kThreadTrackBase + uint32_t(ev.id);
-        if (!b.track) tracks[tid] = "thread " + std::to_string(ev.id) + " (submitter)";
-        std::string name;
-        put_escaped(name, b.name);
-        const bool span = ev.kind == Kind::kSpanEnd;
-        std::string args;
-        if (span) {
-          const char* outcome = ev.track2 == core::Observer::kSpanUnwound ? "unwound by an exception"
-                                                                            : fl_status_name(fl_status_t(ev.track2));
-          args = ",\"args\":{\"items\":" + std::to_string(ev.id2) + ",\"status\":\"" + outcome + "\"}";
-        }
-        emit("{\"ph\":\"X\",\"cat\":\"" + std::string(span ? "parallel" : "wait") + "\",\"name\":\"" + name +
-             "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + us(b.ts_ns) +
-             ",\"dur\":" + us(ev.ts_ns - b.ts_ns) + args + "}");
-        if (!span)
-          emit("{\"ph\":\"i\",\"s\":\"t\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" +
-               std::to_string(tid) + ",\"ts\":" + us(b.ts_ns) + "}");
-        break;
-      }
-    }
-  }
-  // Still running when the trace stopped.
-  for (auto& [id, ev] : open) {
-    std::string name;
-    put_escaped(name, ev.name);
-    emit("{\"ph\":\"X\",\"cat\":\"instr\",\"name\":\"" + name + "\",\"pid\":" + pid + ",\"tid\":" +
-         std::to_string(ev.track) + ",\"ts\":" + us(ev.ts_ns) + ",\"dur\":" + us(t_end - ev.ts_ns) +
-         ",\"args\":{\"id\":" + std::to_string(id) + ",\"state\":\"running at trace stop\"}}");
-    slices[id] = Slice{ev.ts_ns, t_end, ev.track};
-  }
-  // Flow arrows: from the end of the producer's slice to the start of the consumer's.
-  uint64_t flow = 0;
-  for (const Event& ev : edges) {
-    auto p = slices.find(ev.id2);
-    auto s = slices.find(ev.id);
-    if (p == slices.end() || s == slices.end()) continue;
-    ++flow;
-    int64_t at = std::max(p->second.start, p->second.end - 1);
-    emit("{\"ph\":\"s\",\"cat\":\"dep\",\"name\":\"dep\",\"id\":" + std::to_string(flow) + ",\"pid\":" + pid +
-         ",\"tid\":" + std::to_string(p->second.track) + ",\"ts\":" + us(at) + "}");
-    emit("{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"dep\",\"name\":\"dep\",\"id\":" + std::to_string(flow) + ",\"pid\":" +
-         pid + ",\"tid\":" + std::to_string(s->second.track) + ",\"ts\":" + us(s->second.start) + "}");
-  }
-  for (auto& [tid, name] : tracks) {
-    emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
-         ",\"args\":{\"name\":\"" + name + "\"}}");
-    emit("{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
-         ",\"args\":{\"sort_index\":" + std::to_string(tid) + "}}");
-  }
-  out += "\n]}\n";
+  const std::string out = chrome_trace_json(events, details, dropped, pid_, t_end);
   bool ok = std::fwrite(out.data(), 1, out.size(), file_) == out.size();
   ok = (std::fclose(file_) == 0) && ok;
   file_ = nullptr;

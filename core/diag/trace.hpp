@@ -80,6 +80,7 @@ class TraceObserver : public core::Observer {
   static constexpr size_t kInitialEvents = 1024;  // room reserved at (re)start
 
   void push(const Event& ev, std::string* detail = nullptr);
+  bool take_events(std::vector<Event>& events, std::vector<std::string>& details, uint64_t& dropped);
   Event instr_event(Kind kind, const Instr& i) const;  // an event of `i` on its track, named
   void push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2);
   int64_t now() const;
@@ -98,6 +99,12 @@ class TraceObserver : public core::Observer {
   std::vector<std::string> details_;  // failed instructions' error texts (kMaxDetails at most)
   uint64_t pid_;
 };
+
+// The Chrome trace-event JSON of a trace's events (oldest first), `details` the failed
+// instructions' texts (Event::detail indexes them), `dropped` the events the ring lost,
+// `t_end` when the trace stopped (instructions still open end there) (trace_json.cpp).
+std::string chrome_trace_json(const std::vector<TraceObserver::Event>& events, const std::vector<std::string>& details,
+                              uint64_t dropped, uint64_t pid, int64_t t_end);
 
 // fl_trace_start / fl_trace_stop; FLOWLANE_TRACE at engine creation; engine destroy.
 void trace_start(Engine* e, const char* path);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/json.hpp"
 #include "diag/dump.hpp"
 #include "diag/trace.hpp"
 
@@ -85,18 +86,25 @@ void run(Diagnostics* d) {
       uint64_t waited = uint64_t(std::chrono::duration_cast<milliseconds>(now - last_change).count());
       d->in_callback = true;
       lk.unlock();
-      std::string text;
+      std::string text, reason;
       try {
         int64_t inflight = e.inflight();
-        text = build_dump(e, "watchdog: no instruction completed for " + std::to_string(waited) + " ms while " +
-                                 std::to_string(inflight < 0 ? 0 : inflight) + " were in flight (timeout " +
-                                 std::to_string(timeout_ms) + " ms); it fires once per stall");
+        reason = "watchdog: no instruction completed for " + std::to_string(waited) + " ms while " +
+                 std::to_string(inflight < 0 ? 0 : inflight) + " were in flight (timeout " +
+                 std::to_string(timeout_ms) + " ms); it fires once per stall";
+        text = build_dump(e, reason);
       } catch (...) {
         text = "flowlane watchdog: building the dump failed (out of memory?)\n";
       }
       {
         core::CallbackScope frame(&e, nullptr, core::CallbackKind::kWatchdog);
         deliver(text, cb, ud, path);
+      }
+      for (core::Extension* x : e.extensions()) {  // communicators write their dumps
+        try {
+          x->on_watchdog(reason);
+        } catch (...) {  // out of memory: that extension's reaction is lost, the watchdog goes on
+        }
       }
       lk.lock();
       d->in_callback = false;
@@ -194,6 +202,11 @@ void Diagnostics::end_shutdown() {
   }
   if (thread.joinable()) thread.join();
   trace_stop(engine, /*at_destroy=*/true);
+}
+
+void Diagnostics::dump_json(std::string& out) {
+  out += lanes_json(*engine);
+  out += ",\n\"text\":" + json_string(build_dump(*engine, ""), kMaxJsonText);
 }
 
 Diagnostics::~Diagnostics() {

@@ -38,6 +38,9 @@ struct Diagnostics : core::Extension {
   void end_shutdown() override;
   void begin_drain() override;
   void end_drain() override;
+  // `,"lanes":[...],"wait_cycles":[...],"text":"<the state dump, at most kMaxJsonText bytes>"`.
+  void dump_json(std::string& out) override;
+  static constexpr size_t kMaxJsonText = 64 * 1024;
 
   core::Engine* engine;
 

@@ -1,5 +1,6 @@
 // Services that upper layers attach to an engine (diagnostics, communicators) and the few
-// points at which the engine calls them: destroy, the state dump and the wait-for graph.
+// points at which the engine (or another extension) calls them: destroy, the state dump,
+// its structured form, the watchdog and the wait-for graph.
 // The engine owns them and destroys them last; it knows nothing else about them.
 #pragma once
 
@@ -42,6 +43,12 @@ class Extension {
   virtual void dump(std::string& out) { (void)out; }
   // Adds the lanes this extension knows to be waiting (for the wait-for graph).
   virtual void lane_waits(std::vector<LaneWait>& out) { (void)out; }
+  // Appends this extension's members of a structured (JSON) state dump, each as
+  // `,"name":value` (the diagnostics: the lanes; read by communicator dumps, comm/README.md).
+  virtual void dump_json(std::string& out) { (void)out; }
+  // The engine's watchdog fired (`reason`: its first line); runs on the watchdog's thread
+  // (communicators write their dumps).
+  virtual void on_watchdog(const std::string& reason) { (void)reason; }
 };
 
 }  // namespace flowlane::core

@@ -213,7 +213,7 @@ void check_collectives(uint32_t dtype) {
         for (uint64_t k = 0; k < count; ++k) EXPECT_EQ(ag[r][q * count + k], in[q][k]) << "all_gather";
     }
     std::string dump = dump_now(f.engine);
-    EXPECT_TRUE(contains(dump, "sequence numbers: issued 5, started 5, completed 5")) << dump;
+    EXPECT_TRUE(contains(dump, "sequence numbers: queued 5, issued 5, completed 5")) << dump;
     EXPECT_TRUE(contains(dump, "reduce_scatter(")) << dump;
     for (auto* c : comms) ASSERT_FL_OK(fl_comm_destroy(c));
   }
@@ -343,14 +343,14 @@ TEST(Comm, CollectivesInDifferentOrdersDeadlockIsExplained) {
   std::snprintf(ha, sizeof ha, "0x%016llx", (unsigned long long)(uintptr_t)a0);
   std::snprintf(hb, sizeof hb, "0x%016llx", (unsigned long long)(uintptr_t)b1);
   EXPECT_TRUE(contains(dump, std::string("communicator ") + ha + " (rank 0 of 2)")) << dump;
-  EXPECT_TRUE(contains(dump, "sequence numbers: issued 1, started 1, completed 0")) << dump;
+  EXPECT_TRUE(contains(dump, "sequence numbers: queued 1, issued 1, completed 0")) << dump;
   EXPECT_TRUE(contains(dump, "'rank0.A.all_reduce' (#" + std::to_string(ra) + ", lane 1, collective) RUNNING")) << dump;
   EXPECT_TRUE(contains(dump, "collective seq 1 all_reduce(float32, sum, count=4) of communicator " + std::string(ha) +
                                  " (rank 0 of 2) waits for rank 1 (lane 2)")) << dump;
   EXPECT_TRUE(contains(dump, "'rank1.B.all_gather' (#" + std::to_string(rb) + ", lane 2, collective) RUNNING")) << dump;
   EXPECT_TRUE(contains(dump, "collective seq 1 all_gather(float32, count=2) of communicator " + std::string(hb) +
                                  " (rank 1 of 2) waits for rank 0 (lane 1)")) << dump;
-  EXPECT_TRUE(contains(dump, "rank 1 at seq 1: all_reduce(float32, sum, count=4) (issued); not started: its lane 2 is busy")) << dump;
+  EXPECT_TRUE(contains(dump, "rank 1 at seq 1: all_reduce(float32, sum, count=4) (queued); not issued: its lane 2 is busy")) << dump;
   EXPECT_TRUE(contains(dump, "DEADLOCK: cycle of waits lane 1 -> lane 2 -> lane 1")) << dump;
   EXPECT_TRUE(contains(dump, "flight recorder")) << dump;
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import os
 from ctypes import byref, c_int32, c_uint64, c_void_p
 from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 
@@ -374,6 +375,13 @@ class Comm(Managed):
                 check(lib.fl_comm_destroy(handle), "Comm.close")
         except ClosedError:
             pass  # the engine is closed or being closed: its destroy aborts the communicator
+
+    def dump(self, path: Union[str, "os.PathLike[str]", None] = None) -> None:
+        """Writes this rank's communicator dump (JSON, for ``flowlane-comm-analyze``): to
+        ``path``, or with None to its file in ``FLOWLANE_COMM_DUMP_DIR`` (fl_comm_dump)."""
+        name = None if path is None else _ffi.encode_name(os.fspath(path))
+        with self.engine._call("Comm.dump"):
+            check(lib.fl_comm_dump(self._ptr(), name), "Comm.dump")
 
     def stream(self) -> Stream:
         """The COLLECTIVE stream this communicator issues on."""

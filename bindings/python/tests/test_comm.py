@@ -3,6 +3,9 @@ two ranks of one process as two lanes of one engine, collectives over ctypes buf
 errors a bad group gets, and the FL_COMM_UNORDERED option."""
 
 import ctypes
+import json
+import os
+import tempfile
 import unittest
 
 from _support import flowlane
@@ -53,6 +56,33 @@ class HostFakeComm(unittest.TestCase):
                 c.all_reduce(addr(send[r]), addr(out[r]), 2, flowlane.DType.FLOAT32, op=flowlane.RedOp.MAX)
             e.synchronize()
             self.assertEqual([list(o) for o in out], [[3.0, 4.0], [3.0, 4.0]])
+            for c in comms:
+                c.close()
+
+    def test_dump_writes_the_json_the_analyzer_reads(self):
+        with flowlane.Engine(workers=2, lanes=4) as e:
+            comms = self.make(e, 2)
+            send = [floats(1, 2), floats(3, 4)]
+            out = [floats(0, 0), floats(0, 0)]
+            for r, c in enumerate(comms):
+                c.all_reduce(addr(send[r]), addr(out[r]), 2, flowlane.DType.FLOAT32, name="grad")
+            e.synchronize()
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "rank.json")
+                comms[0].dump(path)
+                with open(path, encoding="utf-8") as f:
+                    doc = json.load(f)
+                self.assertEqual(doc["schema"], "flowlane.comm_dump/1")
+                # Both ranks live on this engine: its dump has both communicators.
+                self.assertEqual(sorted(c["rank"] for c in doc["communicators"]), [0, 1])
+                self.assertEqual(len({c["id"] for c in doc["communicators"]}), 1)
+                records = doc["communicators"][0]["records"]
+                self.assertEqual([(r["name"], r["state"]) for r in records], [("grad", "completed")])
+                with self.assertRaises(flowlane.InvalidArgument):
+                    comms[0].dump(os.path.join(d, "no", "such", "folder.json"))
+                if "FLOWLANE_COMM_DUMP_DIR" not in os.environ:
+                    with self.assertRaises(flowlane.InvalidArgument):
+                        comms[0].dump()  # no path, no dump folder
             for c in comms:
                 c.close()
 

@@ -671,6 +671,23 @@ typedef struct fl_collective_instr {
 FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm,
                                         const fl_collective_instr_t* instr, fl_instr_id* out_instr_id);
 
+/* METHOD: fl_comm_t, EXPERIMENTAL (see above) — writes the communicator dump of the rank
+   `comm` belongs to: a JSON file (schema "flowlane.comm_dump/1", comm/README.md in the
+   source) with every communicator of comm's engine — its id (equal on every rank), rank,
+   counters and flight recorder (its last FLOWLANE_COMM_TRACE_SIZE collectives: sequence
+   number, signature, state, times) — and the engine's lanes with pending work (each head
+   instruction, what it waits for and who writes that). Written to `path`, or with NULL to
+   this engine's file in the folder FLOWLANE_COMM_DUMP_DIR named when the engine created its
+   first communicator ("flowlane-comm-rank<R>-pid<P>-e<N>.json"); an existing file is
+   replaced atomically. flowlane-comm-analyze reads the files of every rank and explains a
+   hang. Safe while collectives run and from callbacks; it takes no lock a collective holds
+   while waiting for its peers. Dumps are also written without this call (on a collective
+   timeout, by the watchdog, at an abort, on request, on signals): comm/README.md.
+   FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (empty path, NULL path without
+   FLOWLANE_COMM_DUMP_DIR, a file that cannot be written: the message names it and the
+   system's reason), FL_ERR_SHUTDOWN (the engine is being destroyed), FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_comm_dump(fl_comm_t* comm, const char* path);
+
 /* ======================================================================== */
 /* Diagnostics: watchdog, state dump, traces, counters                        */
 /* ======================================================================== */

@@ -910,6 +910,9 @@ class communicator {
     check(fl_submit_collective(collective_stream().get(), c_, &in, &id));
     return id;
   }
+  // Writes the communicator dump of this rank (fl_comm_dump): to `path`, or with nullptr to
+  // its file in FLOWLANE_COMM_DUMP_DIR.
+  void dump(const char* path = nullptr) const { check(fl_comm_dump(c_, path)); }
 
   void reset() noexcept {
     if (c_ != nullptr) fl_comm_destroy(c_);

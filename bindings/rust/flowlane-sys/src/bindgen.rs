@@ -2057,6 +2057,9 @@ extern "C" {
         out_instr_id: *mut fl_instr_id,
     ) -> fl_status_t;
 }
+extern "C" {
+    pub fn fl_comm_dump(comm: *mut fl_comm_t, path: *const ::std::os::raw::c_char) -> fl_status_t;
+}
 pub type fl_dump_fn = ::std::option::Option<
     unsafe extern "C" fn(
         dump: *const ::std::os::raw::c_char,

@@ -365,6 +365,15 @@ impl Comm {
         Ok(Comm { raw, lane, device, engine })
     }
 
+    /// Writes this rank's communicator dump (JSON, for `flowlane-comm-analyze`): to `path`,
+    /// or with `None` to its file in `FLOWLANE_COMM_DUMP_DIR` (`fl_comm_dump`).
+    pub fn dump(&self, path: Option<&std::path::Path>) -> Result<()> {
+        let p = path.map(|p| cstring(&p.to_string_lossy())).transpose()?;
+        let at = p.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        // SAFETY: the comm is live; `at` is NULL or a NUL-terminated string alive across the call.
+        check(unsafe { sys::fl_comm_dump(self.raw.as_ptr(), at) })
+    }
+
     /// The COLLECTIVE stream this communicator issues on.
     pub fn stream(&self) -> Result<Stream> {
         self.engine.stream_on(self.lane, self.device, StreamKind::Collective)

@@ -596,6 +596,15 @@ fn host_fake_collectives_on_two_ranks() -> Result<(), Error> {
             assert_eq!(reduced[r], [11.0, 22.0, 33.0], "unordered: {unordered}");
             assert_eq!(gathered[r], [1.0, 2.0, 3.0, 10.0, 20.0, 30.0]);
         }
+        // The rank's communicator dump (fl_comm_dump): this engine's communicators and records.
+        let path = std::env::temp_dir().join(format!("flowlane-rust-dump-{}-{unordered}.json", std::process::id()));
+        comms[0].dump(Some(&path))?;
+        let text = std::fs::read_to_string(&path).expect("the dump file");
+        assert!(text.starts_with("{\"schema\":\"flowlane.comm_dump/1\""), "{text}");
+        assert!(text.contains("\"name\":\"ag\""), "{text}");
+        std::fs::remove_file(&path).ok();
+        let bad = comms[0].dump(Some(std::path::Path::new("/nonexistent-flowlane-dir/x.json")));
+        assert_eq!(bad.err().map(|x| x.kind()), Some(ErrorKind::InvalidArgument));
     }
     Ok(())
 }
