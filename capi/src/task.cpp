@@ -90,9 +90,12 @@ FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads) 
     core::Engine* e = engine_from(handle_cast<fl_engine_t>(g->engine_handle), "fl_taskgraph_run (the graph's engine)");
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_taskgraph_run: the engine is being destroyed");
     unsigned n = sched::resolve_thread_count(num_threads, e->worker_count());
+    // A thread of the caller's takes part in the run (sched::Participation) when it can be
+    // one of the n threads without a pool of its own: n is the engine's workers plus one.
+    const bool caller_helps = sched::Pool::current() == nullptr && n == e->worker_count() + 1;
     core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // tasks may run on this thread too
     core::SpanScope span(e->observer(), "fl_taskgraph_run", g->graph.size());
-    return span.end(g->graph.run(e->pool_for_threads(n)));
+    return span.end(g->graph.run(e->pool_for_threads(caller_helps ? n - 1 : n), caller_helps));
   });
 }
 
