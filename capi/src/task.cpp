@@ -42,7 +42,15 @@ FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t
     if (e->shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_parallel_for: the engine is being destroyed");
     core::CallbackScope frame(e, nullptr, core::CallbackKind::kLoop);  // bodies run on this thread too
     core::SpanScope span(e->observer(), "fl_parallel_for", end - begin);
-    sched::ParallelForResult r = sched::parallel_for(e->pool(), begin, end, grain, body, user_data);
+    // Traced: each thread's shares of the loop, on its own track (the load balance).
+    struct Shares final : sched::LoopObserver {
+      core::Observer* ob;
+      explicit Shares(core::Observer* o) : ob(o) {}
+      void begin() override { ob->on_share(true, 0); }
+      void end(uint64_t items) override { ob->on_share(false, items); }
+    } shares(e->observer());
+    sched::ParallelForResult r = sched::parallel_for(e->pool(), begin, end, grain, body, user_data,
+                                                     shares.ob != nullptr ? &shares : nullptr);
     if (span.end(r.status) == FL_OK) return FL_OK;
     return report(r.status, "fl_parallel_for: the body failed on " + range_text(r.failed_lo, r.failed_hi) +
                                 " with " + fl_status_name(r.status) + "; chunks not yet started were skipped");

@@ -4,7 +4,13 @@
 // callbacks" rules apply there).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,6 +196,60 @@ TEST(ProgramThreadGroups, FibFromSeveralProgramThreadsAtOnce) {
   for (auto& th : ts) th.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+}
+
+// A traced loop shows who ran how much: a slice per share (a range a thread started with or
+// stole) on the track of the thread that ran it, with the number of indices; the shares add
+// up to the loop. Each thread's first body call waits until two threads have one, so the
+// loop really is shared.
+TEST(LoopTrace, EachThreadsShareOfALoopIsASliceOnItsOwnTrack) {
+  EngineFixture f(2);
+  std::string path = unique_temp_path("flowlane_trace_shares.json");
+  ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
+  struct Ctx {
+    std::mutex mu;
+    std::set<std::thread::id> threads;
+    std::atomic<bool> gave_up{false};
+  } c;
+  const uint64_t n = 20000;
+  ASSERT_FL_OK(fl_parallel_for(f.engine, 0, n, 1, [](uint64_t, uint64_t, void* p) {
+    auto* c = static_cast<Ctx*>(p);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (!c->threads.insert(std::this_thread::get_id()).second) return FL_OK;
+    }
+    for (auto until = Clock::now() + std::chrono::seconds(20);;) {
+      {
+        std::lock_guard<std::mutex> lock(c->mu);
+        if (c->threads.size() >= 2) return FL_OK;
+      }
+      if (Clock::now() > until) {
+        c->gave_up = true;
+        return FL_OK;
+      }
+      std::this_thread::yield();
+    }
+  }, &c));
+  ASSERT_FL_OK(fl_trace_stop(f.engine));
+  ASSERT_FALSE(c.gave_up.load());
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string json = ss.str();
+  std::remove(path.c_str());
+  const std::string name = "\"name\":\"fl_parallel_for share\"";
+  uint64_t items = 0;
+  std::set<std::string> tids;
+  for (size_t at = json.find(name); at != std::string::npos; at = json.find(name, at + 1)) {
+    size_t tid = json.find("\"tid\":", at), end = json.find(',', tid);
+    tids.insert(json.substr(tid, end - tid));
+    const std::string key = "\"args\":{\"items\":";
+    size_t arg = json.find(key, at);
+    ASSERT_NE(arg, std::string::npos) << json;
+    items += std::stoull(json.substr(arg + key.size()));
+  }
+  EXPECT_EQ(items, n) << json;
+  EXPECT_GE(tids.size(), 2u) << json;
 }
 
 }  // namespace
