@@ -122,20 +122,20 @@ void Pool::Impl::release_slots() {
 }
 
 Participation::Participation(Pool& pool) {
-  if (tls_pool != nullptr) return;  // a worker (of any pool), or taking part already
+  if (detail::t_pool != nullptr) return;  // a worker (of any pool), or taking part already
   Worker* s = pool.impl_->leased_slot();
   if (s == nullptr) return;  // every slot is leased: wait as a stranger does
   slot_ = s;
-  tls_pool = pool.impl_.get();
+  detail::t_pool = pool.impl_.get();
   tls_worker = s;
-  tls_pool_object = &pool;
+  detail::t_pool_object = &pool;
 }
 
 Participation::~Participation() {
   if (slot_ == nullptr) return;
-  tls_pool = nullptr;
+  detail::t_pool = nullptr;
   tls_worker = nullptr;
-  tls_pool_object = nullptr;
+  detail::t_pool_object = nullptr;
   // The owner's view of its deque is exact on its side (bottom_); a stale top_ only makes
   // it look non-empty, and the lease is kept until a later wait or the thread's exit.
   if (slot_->deque.empty()) drop_lease();

@@ -52,9 +52,11 @@ std::atomic<uint64_t> g_pool_ids{1};
 }  // namespace
 
 // The current thread's worker and pool (sched/pool_impl.hpp).
-FL_TLS thread_local const void* tls_pool = nullptr;
-FL_TLS thread_local Worker* tls_worker = nullptr;
-FL_TLS thread_local Pool* tls_pool_object = nullptr;
+namespace detail {
+constinit FL_TLS thread_local const void* t_pool = nullptr;
+constinit FL_TLS thread_local Pool* t_pool_object = nullptr;
+}  // namespace detail
+constinit FL_TLS thread_local Worker* tls_worker = nullptr;
 
 namespace {
 
@@ -73,11 +75,6 @@ uint64_t new_region() {
     t_region_end = t_next_region + kRegionBlock;
   }
   return t_next_region++;
-}
-
-uint64_t current_region() {
-  if (detail::t_region == RegionScope::kFresh) detail::t_region = new_region();
-  return detail::t_region;
 }
 
 namespace detail {
@@ -111,7 +108,7 @@ void Pool::Impl::park_spare(Worker& w) {
 }
 
 void Pool::Impl::worker_main(Worker& w) {
-  tls_pool = this;
+  detail::t_pool = this;
   tls_worker = &w;
   InjectionQueue::Token token(injection);
   w.token = &token;
@@ -164,8 +161,8 @@ void Pool::Impl::worker_main(Worker& w) {
   }
   w.token = nullptr;
   tls_worker = nullptr;
-  tls_pool = nullptr;
-  tls_pool_object = nullptr;
+  detail::t_pool = nullptr;
+  detail::t_pool_object = nullptr;
 }
 
 Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Impl>()) {
@@ -189,7 +186,7 @@ Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Imp
     Worker* wp = impl_->workers[i].get();
     Impl* impl = impl_.get();
     wp->thread = std::thread([impl, wp, this] {
-      tls_pool_object = this;
+      detail::t_pool_object = this;
       impl->worker_main(*wp);
     });
   }
@@ -217,28 +214,24 @@ Pool::~Pool() {
 
 unsigned Pool::size() const { return impl_->base; }
 
-bool Pool::on_worker() const { return tls_pool == impl_.get(); }
-
 int64_t caller_spin_ns() {
   static const int64_t ns = env_count("FLOWLANE_WAIT_SPIN_NS", kCallerSpinNs, 10'000'000);  // at most 10 ms
   return ns;
 }
 
-Pool* Pool::current() { return tls_pool_object; }
-
-const void* Pool::current_owner() { return tls_pool_object != nullptr ? tls_pool_object->impl_->owner : nullptr; }
+const void* Pool::current_owner() { return detail::t_pool_object != nullptr ? detail::t_pool_object->impl_->owner : nullptr; }
 
 int worker_index(const Pool& pool) {
-  return tls_pool == pool.impl_.get() ? int(tls_worker->index) : -1;
+  return detail::t_pool == pool.impl_.get() ? int(tls_worker->index) : -1;
 }
 
 void Pool::submit(Task* t) {
   const bool lane = t->tag == kLaneTag;
   if (!lane) t->tag = current_region();
   Worker* w = nullptr;
-  if (tls_pool == impl_.get()) {
+  if (detail::t_pool == impl_.get()) {
     w = tls_worker;  // a worker, or a program thread taking part
-  } else if (!lane && tls_pool == nullptr) {
+  } else if (!lane && detail::t_pool == nullptr) {
     // A program thread's fork–join spawn goes to the deque it leases (participation.cpp).
     // A worker of another pool keeps to the injection queue: it never takes part here.
     w = impl_->leased_slot();
@@ -255,7 +248,7 @@ void Pool::submit(Task* t) {
 }
 
 void Pool::yield(Task* t) {
-  if (tls_pool != impl_.get()) {
+  if (detail::t_pool != impl_.get()) {
     submit(t);
     return;
   }
@@ -267,7 +260,7 @@ void Pool::yield(Task* t) {
 }
 
 bool Pool::run_one() {
-  if (tls_pool != impl_.get()) return false;
+  if (detail::t_pool != impl_.get()) return false;
   Task* t = impl_->find_in_region(*tls_worker, current_region());
   if (t == nullptr) return false;
   Impl::run(*tls_worker, t);
@@ -300,7 +293,7 @@ Pool::BlockedScope::BlockedScope(Pool& p) {
       Pool* pool = &p;
       Impl* impl = &im;
       wp->thread = std::thread([impl, wp, pool] {
-        tls_pool_object = pool;
+        detail::t_pool_object = pool;
         impl->worker_main(*wp);
       });
     }

@@ -16,6 +16,7 @@
 
 #include "base/cpu.hpp"
 #include "base/deadline.hpp"
+#include "base/error.hpp"  // FL_TLS
 #include "sched/task.hpp"
 
 namespace flowlane::sched {
@@ -31,6 +32,13 @@ struct PoolStats {
 // one of pool's workers.
 class Pool;
 struct Worker;
+
+namespace detail {
+// The calling thread's pool (its Pool::Impl and the Pool), set on the pool's threads and on a
+// program thread taking part (sched/pool_impl.hpp); read inline on the waits' paths.
+extern constinit FL_TLS thread_local const void* t_pool;
+extern constinit FL_TLS thread_local Pool* t_pool_object;
+}  // namespace detail
 int worker_index(const Pool& pool);
 
 class Pool {
@@ -70,9 +78,9 @@ class Pool {
 
   // True when the calling thread is one of this pool's workers (base or spare), or a
   // program thread taking part in it (inside a Participation).
-  bool on_worker() const;
+  bool on_worker() const { return detail::t_pool == impl_.get(); }
   // The pool whose worker the calling thread is, or null.
-  static Pool* current();
+  static Pool* current() { return detail::t_pool_object; }
   // The owner tag of the pool whose worker the calling thread is, or null.
   static const void* current_owner();
 

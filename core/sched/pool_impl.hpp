@@ -210,12 +210,12 @@ struct Pool::Impl {
 
 // The calling thread's pool and worker (a pool's thread, or a program thread while it
 // takes part: participation.cpp), for on_worker(), submit() and the waits.
-extern FL_TLS thread_local const void* tls_pool;  // the Pool::Impl this thread works for
-extern FL_TLS thread_local Worker* tls_worker;    // initial-exec: read on every submit
-extern FL_TLS thread_local Pool* tls_pool_object;
+// detail::t_pool (pool.hpp): the Pool::Impl this thread works for; detail::t_pool_object:
+// that Pool; tls_worker: its deque (initial-exec TLS: read on every submit).
+extern constinit FL_TLS thread_local Worker* tls_worker;
 
 // The calling thread's deque in `pool` (a worker's, or the slot of a program thread taking
 // part), or null.
-inline Worker* local_worker(const Pool& pool) { return tls_pool == pool.impl_.get() ? tls_worker : nullptr; }
+inline Worker* local_worker(const Pool& pool) { return detail::t_pool == pool.impl_.get() ? tls_worker : nullptr; }
 
 }  // namespace flowlane::sched

@@ -30,12 +30,8 @@ struct Task {
   uint64_t tag = kRegionTop;
 };
 
-// The calling thread's region: inside a RegionScope, the scope's region (one opened with
-// kFresh: a region of its own, allocated on first use); outside every scope, a region of the
-// thread's own, allocated on first use (cheap: no shared atomic). kRegionTop is the tag of
-// a task not submitted yet; no code runs in it.
-uint64_t current_region();
-// A region nobody has used yet (a task group's: sched/task_group.hpp).
+// A region nobody has used yet (a task group's: sched/task_group.hpp). No shared atomic:
+// regions are handed out to threads in blocks.
 uint64_t new_region();
 
 // Opens a region for the lifetime of the scope and restores the previous one at its end.
@@ -45,11 +41,21 @@ uint64_t new_region();
 namespace detail {
 extern constinit FL_TLS thread_local uint64_t t_region;       // defined in pool.cpp
 extern constinit FL_TLS thread_local const void* t_context;  // defined in pool.cpp
+inline constexpr uint64_t kRegionFresh = ~uint64_t(0);       // RegionScope::kFresh
 }  // namespace detail
+
+// The calling thread's region: inside a RegionScope, the scope's region (one opened with
+// kFresh: a region of its own, allocated on first use); outside every scope, a region of the
+// thread's own, allocated on first use. kRegionTop is the tag of a task not submitted yet;
+// no code runs in it.
+inline uint64_t current_region() {
+  if (__builtin_expect(detail::t_region == detail::kRegionFresh, 0)) detail::t_region = new_region();
+  return detail::t_region;
+}
 
 class RegionScope {
  public:
-  static constexpr uint64_t kFresh = ~uint64_t(0);
+  static constexpr uint64_t kFresh = detail::kRegionFresh;
   explicit RegionScope(uint64_t region) : saved_(detail::t_region) { detail::t_region = region; }
   ~RegionScope() { detail::t_region = saved_; }
   RegionScope(const RegionScope&) = delete;

@@ -455,7 +455,9 @@ TEST_P(PoolThreads, ParallelForWithGrainZeroCallsTheBodyOnFewBoundedRanges) {
   EXPECT_EQ(v.back().second, n);
   const uint64_t grain = auto_grain(n, pool.size());  // (the caller may count as one more: a smaller grain)
   for (size_t k = 0; k < v.size(); ++k) {
-    if (k > 0) ASSERT_EQ(v[k].first, v[k - 1].second) << "ranges are contiguous and disjoint";
+    if (k > 0) {
+      ASSERT_EQ(v[k].first, v[k - 1].second) << "ranges are contiguous and disjoint";
+    }
     EXPECT_LE(v[k].second - v[k].first, grain) << "call " << k;
   }
   EXPECT_LT(v.size(), 4 * 64 * (pool.size() + 1)) << "too many calls";
