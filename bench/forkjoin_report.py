@@ -2,7 +2,8 @@
 """The "Fork-join from any thread" section of BENCHMARKS.md, from bench/run_forkjoin.sh's
 results: per workload, flowlane's and oneTBB's median real time over rounds (each round's
 figure is the median of its repetitions), with min and max over rounds; the median, min and
-max over rounds of flowlane / oneTBB; and the goal it is held to (issue 36).
+max over rounds of flowlane / oneTBB; and the goal it is held to (issue 36). A notes.md
+beside the results (hand-written: the profiles behind a run) is copied under the table.
 
 The section lies between FORKJOIN_BEGIN and FORKJOIN_END in --out; the rest of the file is
 kept as it is (the section is appended if the file has none).
@@ -134,7 +135,13 @@ def section(results):
               "bench/run_forkjoin.sh %s   # FJ_THREADS=%s FJ_REPS=%s" % (meta.get("rounds", "?"), meta.get("threads", "?"),
                                                                        meta.get("reps", "?"))]
     lines += meta.get("commands", [])
-    lines += ["```", "", table(per, items), "", FORKJOIN_END]
+    lines += ["```", "", table(per, items), ""]
+    # Hand-written notes on the run (the profiles behind the figures), kept beside the results.
+    notes = os.path.join(results, "notes.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += [f.read().strip("\n"), ""]
+    lines += [FORKJOIN_END]
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,7 @@ if [[ ! -x "$exe" ]]; then
   cmake --build "$build" -j "$(nproc)" --target bench_capi_forkjoin
 fi
 mkdir -p "$results"
-rm -f "$results"/round*.json "$results"/meta.json
+rm -f "$results"/round*.json "$results"/meta.json  # (notes.md is kept)
 
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 [[ -n "$(git status --porcelain --untracked-files=no -- . ':!BENCHMARKS.md' ':!bench/results' 2>/dev/null)" ]] &&
