@@ -30,6 +30,7 @@
 #include "sched/taskgraph.hpp"
 #include "sched/topology.hpp"
 #include "parallel_compile/lstm_graph.hpp"
+#include "tbb_peers.hpp"
 
 #ifdef FL_HAVE_TBB
 #include <tbb/flow_graph.h>
@@ -112,15 +113,7 @@ void BM_FibFlowlane(benchmark::State& state) {
 BENCHMARK(BM_FibFlowlane)->Arg(30)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #ifdef FL_HAVE_TBB
-long fib_tbb(int n) {
-  if (n < 2) return n;
-  long a = 0;
-  tbb::task_group tg;
-  tg.run([&] { a = fib_tbb(n - 1); });
-  long b = fib_tbb(n - 2);
-  tg.wait();
-  return a + b;
-}
+using flbench::fib_tbb;
 
 void BM_FibTbb(benchmark::State& state) {
   tbb_threads();

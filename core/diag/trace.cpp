@@ -172,6 +172,19 @@ void TraceObserver::on_span(bool begin, const char* what, uint64_t items, uint32
   push_thread_event(begin ? Kind::kSpanBegin : Kind::kSpanEnd, what, begin ? 0 : items, status);
 }
 
+void TraceObserver::on_share(bool begin, uint64_t items) {
+  // A span on the thread's own track (not the instruction's it runs for: a loop's shares
+  // run at once on several threads), so a loop's load balance shows thread by thread.
+  Event ev{};
+  ev.ts_ns = now();
+  ev.kind = begin ? Kind::kSpanBegin : Kind::kSpanEnd;
+  ev.id = thread_token();
+  ev.id2 = begin ? 0 : items;
+  ev.track2 = FL_OK;
+  copy_name(ev.name, "fl_parallel_for share");
+  push(ev);
+}
+
 // An event of the calling thread (a wait or a span): on the track of the instruction it runs
 // inside, if any, else on the thread's own track. End events carry id2/track2 as given.
 void TraceObserver::push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2) {

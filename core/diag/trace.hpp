@@ -7,7 +7,8 @@
 // (fl_object_wait inside a callback nests under the instruction's slice; waits of other
 // threads and window stalls go on a track per submitting thread) and an instant event at
 // each window stall; a slice per fl_parallel_for and fl_taskgraph_run on the calling
-// thread's track (nested under the instruction that ran it), with its size and outcome. A
+// thread's track (nested under the instruction that ran it), with its size and outcome, and
+// a slice per share of a loop on the track of each thread that ran it, with its count. A
 // failed instruction's slice carries its error text (the first kMaxDetails failures). Memory is bounded: at most kCapacity events are kept (oldest dropped,
 // the number dropped is written into the file's metadata). Cost when off: the engine's one
 // pointer load per hook point; when on: a short critical section per event.
@@ -55,6 +56,7 @@ class TraceObserver : public core::Observer {
   void on_window_stall(bool begin) override;
   void on_wait(bool begin, const char* what) override;
   void on_span(bool begin, const char* what, uint64_t items, uint32_t status) override;
+  void on_share(bool begin, uint64_t items) override;
 
   // Writes the JSON file and frees the buffer; later hooks are ignored. Returns false (with
   // `error` set) if writing failed.

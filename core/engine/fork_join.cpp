@@ -12,7 +12,15 @@ sched::ParallelForResult parallel_for(Engine& e, uint64_t begin, uint64_t end, u
   if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_parallel_for: the engine is being destroyed");
   CallbackScope frame(&e, nullptr, CallbackKind::kLoop);  // bodies run on this thread too
   SpanScope span(e.observer(), "fl_parallel_for", end - begin);
-  sched::ParallelForResult r = sched::parallel_for(e.pool(), begin, end, grain, body, user_data);
+  // Traced: each thread's shares of the loop, on its own track (the load balance).
+  struct Shares final : sched::LoopObserver {
+    Observer* ob;
+    explicit Shares(Observer* o) : ob(o) {}
+    void begin() override { ob->on_share(true, 0); }
+    void end(uint64_t items) override { ob->on_share(false, items); }
+  } shares(e.observer());
+  sched::ParallelForResult r =
+      sched::parallel_for(e.pool(), begin, end, grain, body, user_data, shares.ob != nullptr ? &shares : nullptr);
   span.end(r.status);
   return r;
 }
@@ -20,9 +28,12 @@ sched::ParallelForResult parallel_for(Engine& e, uint64_t begin, uint64_t end, u
 fl_status_t run_graph(Engine& e, sched::TaskGraph& graph, int64_t num_threads) {
   if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_taskgraph_run: the engine is being destroyed");
   unsigned n = sched::resolve_thread_count(num_threads, e.worker_count());
+  // A thread of the caller's takes part in the run (sched::Participation) when it can be
+  // one of the n threads without a pool of its own: n is the engine's workers plus one.
+  const bool caller_helps = sched::Pool::current() == nullptr && n == e.worker_count() + 1;
   CallbackScope frame(&e, nullptr, CallbackKind::kLoop);  // tasks may run on this thread too
   SpanScope span(e.observer(), "fl_taskgraph_run", graph.size());
-  return span.end(graph.run(e.pool_for_threads(n)));
+  return span.end(graph.run(e.pool_for_threads(caller_helps ? n - 1 : n), caller_helps));
 }
 
 void EngineTaskGroup::open(Engine& e) {

@@ -44,6 +44,10 @@ class Observer {
   virtual void on_span(bool begin, const char* what, uint64_t items, uint32_t status) {
     (void)begin, (void)what, (void)items, (void)status;
   }
+  // The calling thread started / finished running its share of an fl_parallel_for: a range
+  // it started with or stole; `items` (end only) is how many indices of it it ran. Shares
+  // of one loop run at once on several threads (each on its own track in a trace).
+  virtual void on_share(bool begin, uint64_t items) { (void)begin, (void)items; }
 };
 
 // Reports one span (Observer::on_span) around a region run from the calling thread: begin

@@ -1,13 +1,15 @@
-// Fork–join parallel loop on the pool (fl_parallel_for): [begin, end) is cut into chunks of
-// at most `grain` indices, claimed dynamically from one atomic counter by up to size()
-// participants: the calling thread and size() - 1 helper tasks. grain 0 claims guided
-// ranges instead: each claim takes a share of what remains (remaining / (2 * participants),
-// at least guided_min_claim()), so the last claims are small and the participants finish
-// together. When the chunks run out the
-// caller waits until no participant is inside a body (not for helpers that have not
-// started): on a worker of the pool it helps (runs other tasks), from any other thread it
-// blocks. The first failing chunk's status is returned and no participant claims a chunk
-// after it.
+// Fork–join parallel loop on the pool (fl_parallel_for), by lazy binary splitting (Tzannes,
+// Caragea, Barua and Vishkin, PPoPP 2010): the calling thread starts with all of
+// [begin, end) and calls the body on pieces of at most `grain` indices from its front.
+// Before each call, if the range is still longer than the split threshold and the thread's
+// own deque is empty (nobody can steal anything of it), it splits off the upper half as a
+// task on its deque. A thief that steals such a half runs it the same way, so halves are
+// split again exactly when other threads are looking for work: no shared counter is touched
+// per index, only per split. The caller takes part as a worker of the pool
+// (sched::Participation) when it is a program thread; when it has run its share it waits
+// for the halves that were stolen, helping meanwhile, and never for a worker to wake up (a
+// half nobody stole is on its own deque, and it runs it itself). The first failing piece's
+// status is returned and no piece starts after the failure is seen.
 #pragma once
 
 #include <cstdint>
@@ -21,16 +23,28 @@ using RangeFn = fl_status_t (*)(uint64_t lo, uint64_t hi, void* user_data);
 
 struct ParallelForResult {
   fl_status_t status = FL_OK;  // FL_OK, or the first failure a body returned
-  uint64_t failed_lo = 0;      // the failing chunk, when status != FL_OK
+  uint64_t failed_lo = 0;      // the failing piece, when status != FL_OK
   uint64_t failed_hi = 0;
 };
 
-// grain == 0 claims guided ranges (a share of what remains, shrinking towards the end); the
-// smallest claim is about 1/64 of a worker's share, at least 1 index.
-uint64_t guided_min_claim(uint64_t count, unsigned workers);
+// Who ran how much of a loop, for traces: on the thread that runs them, begin() before and
+// end(items) after each run of a range the thread started with or stole (items: the
+// indices it ran of it). Called outside the bodies; must not throw.
+class LoopObserver {
+ public:
+  virtual void begin() = 0;
+  virtual void end(uint64_t items) = 0;
 
-// Requires begin <= end and body != nullptr (checked by the C layer).
+ protected:
+  ~LoopObserver() = default;
+};
+
+// grain == 0 chooses the grain: about 1/64 of a participant's share, at least 1 index (the
+// pieces split further while threads are idle).
+uint64_t auto_grain(uint64_t count, unsigned participants);
+
+// Requires begin <= end and body != nullptr (checked by the C layer). `observer` may be null.
 ParallelForResult parallel_for(Pool& pool, uint64_t begin, uint64_t end, uint64_t grain, RangeFn body,
-                               void* user_data);
+                               void* user_data, LoopObserver* observer = nullptr);
 
 }  // namespace flowlane::sched

@@ -20,22 +20,11 @@
 #include <thread>
 #include <vector>
 
-#ifndef FL_UNDER_TSAN
-#define FL_UNDER_TSAN 0
-#endif
-#if FL_UNDER_TSAN
-#include <deque>
-#include <mutex>
-#else
-#include <concurrentqueue.h>
-#endif
-
 #include "base/cpu.hpp"
 #include "base/env.hpp"
 #include "base/error.hpp"  // FL_TLS
-#include "sched/notifier.hpp"
+#include "sched/pool_impl.hpp"
 #include "sched/topology.hpp"
-#include "sched/wsq.hpp"
 
 namespace flowlane::sched {
 
@@ -56,163 +45,20 @@ constexpr int kSpinRounds = 512;
 constexpr int64_t kSpinMaxNs = 100'000;
 constexpr int kClockEvery = 32;  // rounds between two reads of the clock while not yielding
 
-// xorshift64* (Vigna): victim selection.
-inline uint64_t xorshift(uint64_t& s) {
-  s ^= s >> 12;
-  s ^= s << 25;
-  s ^= s >> 27;
-  return s * 2685821657736338717ull;
-}
-
-#if FL_UNDER_TSAN
-// moodycamel::ConcurrentQueue synchronizes through standalone fences, which
-// ThreadSanitizer does not model: it reports races inside the queue that are not there
-// (cameron314/concurrentqueue discussions of TSan). Under TSan the injection queue is a
-// locked deque so that TSan checks everything else (our deque, notifier, latch, tasks).
-class InjectionQueue {
- public:
-  struct Token {
-    explicit Token(InjectionQueue&) {}
-  };
-  void enqueue(Task* t) {
-    std::lock_guard<std::mutex> lock(mu_);
-    q_.push_back(t);
-  }
-  bool try_dequeue(Token&, Task*& out) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (q_.empty()) return false;
-    out = q_.front();
-    q_.pop_front();
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::deque<Task*> q_;
-};
-#else
-// Lock-free MPMC queue. Consumers (workers) hold a ConsumerToken, which makes them rotate
-// over producers cheaply. Producers are arbitrary outside threads, so no producer tokens:
-// the queue's implicit per-thread producers already give each thread its own sub-queue
-// and a token would have to be looked up per (thread, pool) anyway.
-class InjectionQueue {
- public:
-  struct Token {
-    explicit Token(InjectionQueue& q) : token(q.q_) {}
-    moodycamel::ConsumerToken token;
-  };
-  void enqueue(Task* t) { q_.enqueue(t); }
-  bool try_dequeue(Token& t, Task*& out) { return q_.try_dequeue(t.token, out); }
-
- private:
-  moodycamel::ConcurrentQueue<Task*> q_{256};
-};
-#endif
+// Pool ids (Pool::Impl::id): never reused, so a lease naming a destroyed pool never
+// matches a new one made at the same address.
+std::atomic<uint64_t> g_pool_ids{1};
 
 }  // namespace
 
-struct Worker {
-  WorkStealingQueue deque;
-  InjectionQueue::Token* token = nullptr;  // for the injection queue
-  uint64_t rng = 0;
-  unsigned index = 0;
-  // Written by the owning worker only (load + store, no locked RMW), read by stats() and
-  // quiescent(). `submitted` counts tasks this worker submitted, `finished` tasks it ran.
-  std::atomic<uint64_t> steals{0};
-  std::atomic<uint64_t> parks{0};
-  std::atomic<uint64_t> submitted{0};
-  std::atomic<uint64_t> finished{0};
-  static void bump(std::atomic<uint64_t>& c, std::memory_order mo = std::memory_order_relaxed) {
-    c.store(c.load(std::memory_order_relaxed) + 1, mo);
-  }
-  std::thread thread;
-};
-
-struct Pool::Impl {
-  const void* owner = nullptr;
-  unsigned base = 0;  // the pool's parallelism: workers 0 .. base-1 always run
-  // Every worker, base then spares, created on demand; slots are never emptied while the
-  // pool lives, so thieves index them without a lock. `started` (release store after a
-  // slot is filled, acquire loads by thieves) says how many slots are valid.
-  std::unique_ptr<std::unique_ptr<Worker>[]> workers;
-  unsigned capacity = 0;
-  std::atomic<unsigned> started{0};
-  std::mutex spawn_mu;  // creating spare workers
-  InjectionQueue injection;
-  Notifier notifier;
-  std::atomic<bool> stop{false};
-  // Tasks submitted from outside the pool (to the injection queue).
-  std::atomic<uint64_t> injected{0};
-  // Workers blocked in Pool::wait(); spare worker k (index base + k) runs while k < blocked.
-  std::atomic<unsigned> blocked{0};
-  // Futex word of parked spares: bumped whenever `blocked` grows, and at shutdown.
-  std::atomic<uint32_t> spare_epoch{0};
-
-  bool may_run(const Worker& w) const {
-    // seq_cst: pairs with the seq_cst increment in BlockedScope (see park_spare()).
-    return w.index < base || w.index - base < blocked.load(std::memory_order_seq_cst);
-  }
-
-  Task* find_local(Worker& w) {
-    if (Task* t = w.deque.pop()) return t;
-    Task* t = nullptr;
-    if (injection.try_dequeue(*w.token, t)) return t;
-    return nullptr;
-  }
-
-  // One pass over the other workers' deques starting at a random victim, taking only
-  // tasks tagged `want` (kAnyTag: any). Sets *retry when a steal lost a race (the victim
-  // may still hold work).
-  Task* steal_round(Worker& w, bool* retry, uint64_t want) {
-    size_t n = started.load(std::memory_order_acquire);  // pairs with the release stores in Pool() and BlockedScope()
-    if (n <= 1) return nullptr;
-    size_t first = size_t(xorshift(w.rng) % n);
-    for (size_t k = 0; k < n; ++k) {
-      Worker& v = *workers[(first + k) % n];
-      if (&v == &w) continue;
-      Task* t = nullptr;
-      StealResult r = v.deque.steal(&t, want);
-      if (r == StealResult::Success) {
-        Worker::bump(w.steals);
-        return t;
-      }
-      if (r == StealResult::Retry) *retry = true;
-    }
-    return nullptr;
-  }
-
-  Task* find_any(Worker& w, bool* retry) {
-    if (Task* t = find_local(w)) return t;
-    return steal_round(w, retry, kAnyTag);
-  }
-
-  // A waiter's search: its own region only; lane tasks and the injection queue never.
-  Task* find_in_region(Worker& w, uint64_t region) {
-    if (region == kLaneTag) return nullptr;  // not inside a task: nothing of ours to help with
-    if (Task* t = w.deque.pop(region)) return t;
-    bool retry = false;
-    return steal_round(w, &retry, region);
-  }
-
-  static void run(Worker& w, Task* t) {
-    {
-      RegionScope scope(t->tag);  // the task's code runs in its region (children inherit it)
-      t->run(t);
-    }
-    // release: every submit the task made (counted before its push) happens-before this
-    // count; pairs with the acquire loads in quiescent().
-    Worker::bump(w.finished, std::memory_order_release);
-  }
-
-  void worker_main(Worker& w);
-  void park_spare(Worker& w);
-};
+// The current thread's worker and pool (sched/pool_impl.hpp).
+namespace detail {
+constinit FL_TLS thread_local const void* t_pool = nullptr;
+constinit FL_TLS thread_local Pool* t_pool_object = nullptr;
+}  // namespace detail
+constinit FL_TLS thread_local Worker* tls_worker = nullptr;
 
 namespace {
-// The current thread's worker and pool, for on_worker() and submit().
-FL_TLS thread_local const void* tls_pool = nullptr;  // the Pool::Impl this thread works for
-FL_TLS thread_local Worker* tls_worker = nullptr;  // initial-exec: read on every submit (base/error.hpp)
-FL_TLS thread_local Pool* tls_pool_object = nullptr;
 
 // The calling thread's region (sched/task.hpp). kFresh until a fresh scope's region is
 // first asked for; regions are handed out in blocks per thread, so opening one touches no
@@ -223,19 +69,18 @@ std::atomic<uint64_t> g_region_blocks{kFirstRegion};
 constexpr uint64_t kRegionBlock = uint64_t(1) << 16;
 }  // namespace
 
-uint64_t current_region() {
-  if (detail::t_region == RegionScope::kFresh) {
-    if (t_next_region == t_region_end) {
-      t_next_region = g_region_blocks.fetch_add(kRegionBlock, std::memory_order_relaxed);
-      t_region_end = t_next_region + kRegionBlock;
-    }
-    detail::t_region = t_next_region++;
+uint64_t new_region() {
+  if (t_next_region == t_region_end) {
+    t_next_region = g_region_blocks.fetch_add(kRegionBlock, std::memory_order_relaxed);
+    t_region_end = t_next_region + kRegionBlock;
   }
-  return detail::t_region;
+  return t_next_region++;
 }
 
 namespace detail {
-constinit FL_TLS thread_local uint64_t t_region = kRegionTop;      // sched/task.hpp: RegionScope
+// kFresh: a thread's work outside every scope is a region of its own, allocated when it
+// first submits (a program thread's fork–join work is isolated from another's).
+constinit FL_TLS thread_local uint64_t t_region = RegionScope::kFresh;  // sched/task.hpp: RegionScope
 constinit FL_TLS thread_local const void* t_context = nullptr;  // sched/task.hpp: current_context()
 }  // namespace detail
 
@@ -263,7 +108,7 @@ void Pool::Impl::park_spare(Worker& w) {
 }
 
 void Pool::Impl::worker_main(Worker& w) {
-  tls_pool = this;
+  detail::t_pool = this;
   tls_worker = &w;
   InjectionQueue::Token token(injection);
   w.token = &token;
@@ -316,14 +161,15 @@ void Pool::Impl::worker_main(Worker& w) {
   }
   w.token = nullptr;
   tls_worker = nullptr;
-  tls_pool = nullptr;
-  tls_pool_object = nullptr;
+  detail::t_pool = nullptr;
+  detail::t_pool_object = nullptr;
 }
 
 Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Impl>()) {
   unsigned n = num_workers ? num_workers : logical_core_count();
   n = std::min<unsigned>(n, Notifier::kMaxWaiters - kMaxSpareWorkers);
   impl_->owner = owner;
+  impl_->id = g_pool_ids.fetch_add(1, std::memory_order_relaxed);
   impl_->base = n;
   impl_->capacity = n + kMaxSpareWorkers;
   impl_->workers.reset(new std::unique_ptr<Worker>[impl_->capacity]);
@@ -340,7 +186,7 @@ Pool::Pool(unsigned num_workers, const void* owner) : impl_(std::make_unique<Imp
     Worker* wp = impl_->workers[i].get();
     Impl* impl = impl_.get();
     wp->thread = std::thread([impl, wp, this] {
-      tls_pool_object = this;
+      detail::t_pool_object = this;
       impl->worker_main(*wp);
     });
   }
@@ -363,31 +209,37 @@ Pool::~Pool() {
   }
   for (unsigned i = 0; i < n; ++i)
     if (impl_->workers[i]->thread.joinable()) impl_->workers[i]->thread.join();
+  impl_->release_slots();
 }
 
 unsigned Pool::size() const { return impl_->base; }
-
-bool Pool::on_worker() const { return tls_pool == impl_.get(); }
 
 int64_t caller_spin_ns() {
   static const int64_t ns = env_count("FLOWLANE_WAIT_SPIN_NS", kCallerSpinNs, 10'000'000);  // at most 10 ms
   return ns;
 }
 
-Pool* Pool::current() { return tls_pool_object; }
-
-const void* Pool::current_owner() { return tls_pool_object != nullptr ? tls_pool_object->impl_->owner : nullptr; }
+const void* Pool::current_owner() { return detail::t_pool_object != nullptr ? detail::t_pool_object->impl_->owner : nullptr; }
 
 int worker_index(const Pool& pool) {
-  return tls_pool == pool.impl_.get() ? int(tls_worker->index) : -1;
+  return detail::t_pool == pool.impl_.get() ? int(tls_worker->index) : -1;
 }
 
 void Pool::submit(Task* t) {
-  if (t->tag != kLaneTag) t->tag = current_region();
+  const bool lane = t->tag == kLaneTag;
+  if (!lane) t->tag = current_region();
+  Worker* w = nullptr;
+  if (detail::t_pool == impl_.get()) {
+    w = tls_worker;  // a worker, or a program thread taking part
+  } else if (!lane && detail::t_pool == nullptr) {
+    // A program thread's fork–join spawn goes to the deque it leases (participation.cpp).
+    // A worker of another pool keeps to the injection queue: it never takes part here.
+    w = impl_->leased_slot();
+  }
   // Counted before it is published (see quiescent()).
-  if (tls_pool == impl_.get()) {
-    Worker::bump(tls_worker->submitted);
-    tls_worker->deque.push(t);
+  if (w != nullptr) {
+    Worker::bump(w->submitted);
+    w->deque.push(t);
   } else {
     impl_->injected.fetch_add(1, std::memory_order_relaxed);
     impl_->injection.enqueue(t);
@@ -396,7 +248,7 @@ void Pool::submit(Task* t) {
 }
 
 void Pool::yield(Task* t) {
-  if (tls_pool != impl_.get()) {
+  if (detail::t_pool != impl_.get()) {
     submit(t);
     return;
   }
@@ -408,7 +260,7 @@ void Pool::yield(Task* t) {
 }
 
 bool Pool::run_one() {
-  if (tls_pool != impl_.get()) return false;
+  if (detail::t_pool != impl_.get()) return false;
   Task* t = impl_->find_in_region(*tls_worker, current_region());
   if (t == nullptr) return false;
   Impl::run(*tls_worker, t);
@@ -420,7 +272,9 @@ void Pool::relax(unsigned n) {
   if ((n & 63) == 0) std::this_thread::yield();
 }
 
-Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
+Pool::BlockedScope::BlockedScope(Pool& p) {
+  if (tls_worker->external) return;  // a program thread taking part: the pool lacks no worker
+  pool_ = &p;
   Impl& im = *p.impl_;
   // seq_cst: pairs with the seq_cst loads in may_run() (see park_spare()).
   unsigned nb = im.blocked.fetch_add(1, std::memory_order_seq_cst) + 1;
@@ -439,7 +293,7 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
       Pool* pool = &p;
       Impl* impl = &im;
       wp->thread = std::thread([impl, wp, pool] {
-        tls_pool_object = pool;
+        detail::t_pool_object = pool;
         impl->worker_main(*wp);
       });
     }
@@ -451,23 +305,34 @@ Pool::BlockedScope::BlockedScope(Pool& p) : pool_(p) {
 }
 
 Pool::BlockedScope::~BlockedScope() {
+  if (pool_ == nullptr) return;
   // The spare standing in for us notices at its next task boundary and parks again.
   // Pairs with the seq_cst load of blocked in may_run().
-  pool_.impl_->blocked.fetch_sub(1, std::memory_order_seq_cst);
+  pool_->impl_->blocked.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 unsigned Pool::parked_workers() const { return impl_->notifier.waiters(); }
 unsigned Pool::blocked_workers() const { return impl_->blocked.load(std::memory_order_relaxed); }
 unsigned Pool::spare_workers() const { return impl_->started.load(std::memory_order_relaxed) - impl_->base; }
+unsigned Pool::external_slots() const { return impl_->ext_count.load(std::memory_order_relaxed); }
+unsigned Pool::leased_slots() const {
+  // pairs with the release store in lease_slot() (the slots below the count are valid)
+  unsigned n = impl_->ext_count.load(std::memory_order_acquire), leased = 0;
+  for (unsigned i = 0; i < n; ++i) leased += impl_->ext[i]->leased.load(std::memory_order_relaxed) ? 1 : 0;
+  return leased;
+}
 
 PoolStats Pool::stats() const {
   PoolStats s;
+  auto add = [&s](const Worker& w) {
+    s.steals += w.steals.load(std::memory_order_relaxed);
+    s.parks += w.parks.load(std::memory_order_relaxed);
+    s.tasks += w.finished.load(std::memory_order_relaxed);
+  };
   unsigned n = impl_->started.load(std::memory_order_acquire);  // pairs with release in Pool(), BlockedScope()
-  for (unsigned i = 0; i < n; ++i) {
-    s.steals += impl_->workers[i]->steals.load(std::memory_order_relaxed);
-    s.parks += impl_->workers[i]->parks.load(std::memory_order_relaxed);
-    s.tasks += impl_->workers[i]->finished.load(std::memory_order_relaxed);
-  }
+  for (unsigned i = 0; i < n; ++i) add(*impl_->workers[i]);
+  n = impl_->ext_count.load(std::memory_order_acquire);  // pairs with the release store in lease_slot()
+  for (unsigned i = 0; i < n; ++i) add(*impl_->ext[i]);
   return s;
 }
 
@@ -475,16 +340,24 @@ bool Pool::quiescent() const {
   // Finished counts first, submitted counts second. A task's submits are counted before
   // its own finish (release), so a finish we count carries its children's submits into
   // the sums read after it (acquire): equal sums mean every task submitted so far ran.
-  // started: pairs with the release stores in Pool() and BlockedScope() (slots are valid).
-  unsigned n = impl_->started.load(std::memory_order_acquire);
+  // External slots count as workers: their lessees count what they submit and run.
+  const Impl& im = *impl_;
+  // started and ext_count: pair with the release stores in Pool(), BlockedScope() and
+  // lease_slot() (the slots below them are valid).
+  unsigned n = im.started.load(std::memory_order_acquire);
+  unsigned x = im.ext_count.load(std::memory_order_acquire);
   uint64_t finished = 0, submitted = 0;
   // Pairs with the release bump of finished in Impl::run().
-  for (unsigned i = 0; i < n; ++i) finished += impl_->workers[i]->finished.load(std::memory_order_acquire);
-  n = impl_->started.load(std::memory_order_acquire);  // pairs with the release stores of started, as above
-  // These two pair with no release (submit() and yield() count relaxed): the acquire loads
-  // of finished above are what order them after the counted tasks' submits.
-  for (unsigned i = 0; i < n; ++i) submitted += impl_->workers[i]->submitted.load(std::memory_order_acquire);
-  submitted += impl_->injected.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < n; ++i) finished += im.workers[i]->finished.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < x; ++i) finished += im.ext[i]->finished.load(std::memory_order_acquire);  // pairs as above
+  // Pairs with the release stores of started and ext_count, as above.
+  n = im.started.load(std::memory_order_acquire);
+  x = im.ext_count.load(std::memory_order_acquire);  // pairs as the line above
+  // These pair with no release (submit() and yield() count relaxed): the acquire loads of
+  // finished above are what order them after the counted tasks' submits.
+  for (unsigned i = 0; i < n; ++i) submitted += im.workers[i]->submitted.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < x; ++i) submitted += im.ext[i]->submitted.load(std::memory_order_acquire);  // see above
+  submitted += im.injected.load(std::memory_order_acquire);  // pairs with nothing either: see above
   return submitted == finished;
 }
 

@@ -13,10 +13,11 @@ namespace flowlane::sched {
 // region of the code that submitted it; a worker that waits helps only with tasks of its
 // own region, so it never runs, on top of a suspended frame, work that could wait for that
 // frame.
-//   kRegionTop   fork–join work started outside every engine callback (and its children)
+//   kRegionTop   a task not submitted yet (no code runs in it)
 //   kLaneTag     an engine lane's task: run only by a worker's top-level loop, never by a
 //                waiter
-//   >= kFirstRegion  a region opened by an engine callback (RegionScope), and its children
+//   >= kFirstRegion  a region opened by an engine callback (RegionScope), a program thread's
+//                own, a task group's (spawns from a program thread), and their children
 inline constexpr uint64_t kRegionTop = 0;
 inline constexpr uint64_t kLaneTag = 1;
 inline constexpr uint64_t kFirstRegion = 2;
@@ -29,9 +30,9 @@ struct Task {
   uint64_t tag = kRegionTop;
 };
 
-// The calling thread's region: kRegionTop outside every scope; inside a RegionScope opened
-// with kFresh, a region of its own, allocated on first use (cheap: no shared atomic).
-uint64_t current_region();
+// A region nobody has used yet (a task group's: sched/task_group.hpp). No shared atomic:
+// regions are handed out to threads in blocks.
+uint64_t new_region();
 
 // Opens a region for the lifetime of the scope and restores the previous one at its end.
 // kFresh: a new region (an engine callback, whose waits must not run other callbacks'
@@ -40,11 +41,21 @@ uint64_t current_region();
 namespace detail {
 extern constinit FL_TLS thread_local uint64_t t_region;       // defined in pool.cpp
 extern constinit FL_TLS thread_local const void* t_context;  // defined in pool.cpp
+inline constexpr uint64_t kRegionFresh = ~uint64_t(0);       // RegionScope::kFresh
 }  // namespace detail
+
+// The calling thread's region: inside a RegionScope, the scope's region (one opened with
+// kFresh: a region of its own, allocated on first use); outside every scope, a region of the
+// thread's own, allocated on first use. kRegionTop is the tag of a task not submitted yet;
+// no code runs in it.
+inline uint64_t current_region() {
+  if (__builtin_expect(detail::t_region == detail::kRegionFresh, 0)) detail::t_region = new_region();
+  return detail::t_region;
+}
 
 class RegionScope {
  public:
-  static constexpr uint64_t kFresh = ~uint64_t(0);
+  static constexpr uint64_t kFresh = detail::kRegionFresh;
   explicit RegionScope(uint64_t region) : saved_(detail::t_region) { detail::t_region = region; }
   ~RegionScope() { detail::t_region = saved_; }
   RegionScope(const RegionScope&) = delete;

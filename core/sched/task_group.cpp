@@ -40,7 +40,24 @@ void TaskGroup::spawn(fl_task_fn fn, void* user_data, fl_release_fn cleanup) {
   item->cleanup = cleanup;
   // The unit is taken before the task can run (its drop is the task's last access).
   latch_.add(1);
+  if (Pool::current() != nullptr) {
+    pool_->submit(item);  // from a task (or a thread taking part): the task's region
+    return;
+  }
+  // From a program thread: the group's own region, so that a wait for this group helps
+  // with its tasks and their children only (core/sched/README.md, "Program threads").
+  RegionScope scope(region());
   pool_->submit(item);
+}
+
+uint64_t TaskGroup::region() {
+  // Relaxed: the value is only ever compared with tags, which carry it to other threads
+  // through the pool's own publication (submit/steal); two threads racing here agree on
+  // the first one stored.
+  uint64_t r = region_.load(std::memory_order_relaxed);
+  if (r != 0) return r;
+  uint64_t mine = new_region();
+  return region_.compare_exchange_strong(r, mine, std::memory_order_relaxed) ? mine : r;
 }
 
 void TaskGroup::run_item(Task* t) {
@@ -98,7 +115,20 @@ void TaskGroup::run_item(Task* t) {
 }
 
 fl_status_t TaskGroup::wait(std::string* message, const Deadline& deadline) {
-  if (!latch_.wait(deadline)) return FL_ERR_TIMEOUT;
+  if (!latch_.done()) {
+    bool done;
+    if (Pool::current() == nullptr && deadline.infinite()) {
+      // A program thread takes part while it waits: it runs the group's tasks and their
+      // children (the group's region) instead of sleeping (core/sched/README.md, "Program
+      // threads"). Not in a timed wait: a task it ran could hold it past its deadline.
+      RegionScope scope(region());
+      Participation part(*pool_);
+      done = latch_.wait(deadline);
+    } else {
+      done = latch_.wait(deadline);
+    }
+    if (!done) return FL_ERR_TIMEOUT;
+  }
   latch_.rearm();
   // Fast path, no failure: a failure recorded concurrently (by a task spawned meanwhile from
   // another thread) is left to the next wait. The record itself is read under the lock.

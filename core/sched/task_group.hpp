@@ -2,6 +2,9 @@
 // rayon::scope. spawn() hands a function to the pool; wait() waits until every task of the
 // group (including those its tasks spawn into it while it waits) has finished, helping with
 // tasks of the caller's own region meanwhile (sched::wait), and returns the first failure.
+// A program thread's spawns carry the group's own region, and its untimed wait takes part
+// in the pool (sched::Participation) helping with that region only: the group's tasks and
+// their children.
 //
 // Counting: `count_` holds one unit per spawned, unfinished task. A task's unit is dropped
 // by the task itself, after it ran (and after any spawn it made into the group, which took
@@ -31,6 +34,7 @@ class TaskGroup {
   void reset(Pool& pool) {
     pool_ = &pool;
     failed_.store(false, std::memory_order_relaxed);
+    region_.store(0, std::memory_order_relaxed);  // idle: no task carries it
   }
 
   // Schedules fn(user_data); cleanup(user_data) (may be null) runs once after fn ran or
@@ -58,8 +62,14 @@ class TaskGroup {
   struct Item;
   static void run_item(Task* t);
 
+  // The group's isolation region (sched/task.hpp), allocated by the first spawn from a
+  // program thread: its tasks carry it, and a program thread waiting for the group helps
+  // with that region only. 0: none yet. Tasks spawned from other tasks keep theirs.
+  uint64_t region();
+
   Pool* pool_ = nullptr;
   const void* context_ = nullptr;
+  std::atomic<uint64_t> region_{0};
   Latch latch_{0};
   std::atomic<bool> failed_{false};  // a task failed: unstarted ones are skipped
   // The first failure's record. Written by a failing task and taken (and reset) by wait(),

@@ -1,6 +1,7 @@
 // Task graph execution with dependency counters. See sched/taskgraph.hpp.
 #include "sched/taskgraph.hpp"
 
+#include <optional>
 #include <string>
 
 #include "base/error.hpp"
@@ -135,7 +136,7 @@ void TaskGraph::run_node(Task* t) {
   }
 }
 
-fl_status_t TaskGraph::run(Pool& pool) {
+fl_status_t TaskGraph::run(Pool& pool, bool caller_helps) {
   if (running_.exchange(true, std::memory_order_acquire))  // pairs with the release below
     return report(FL_ERR_INVALID_ARGUMENT,
                   "fl_taskgraph_run: this graph is already running (a graph runs on one thread at a time)");
@@ -173,10 +174,19 @@ fl_status_t TaskGraph::run(Pool& pool) {
 
   RunState rs(pool, int64_t(n));
   run_ = &rs;
+  // A program thread takes part in the run (core/sched/README.md, "Program threads"): the
+  // roots go to its own deque, and it runs tasks while it waits.
+  // The run is a region of its own, so that the wait helps with the graph's tasks only.
+  std::optional<RegionScope> region;
+  std::optional<Participation> part;
+  if (caller_helps && Pool::current() == nullptr) {
+    region.emplace(RegionScope::kFresh);
+    part.emplace(pool);
+  }
   // pool.submit() publishes everything above to the worker that runs each root. From
-  // outside the pool, many roots are handed to one spawner task instead: pushing onto a
-  // worker's own deque is much cheaper than the injection queue, and the other workers
-  // steal from there.
+  // outside the pool (a caller that does not take part), many roots are handed to one
+  // spawner task instead: pushing onto a worker's own deque is much cheaper than the
+  // injection queue, and the other workers steal from there.
   struct Spawner : Task {
     TaskGraph* graph;
   } spawner;

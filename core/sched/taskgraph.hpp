@@ -40,11 +40,12 @@ class TaskGraph {
   // is allowed (it is stored twice and released twice: harmless).
   void precede(uint64_t before, uint64_t after);
 
-  // Runs every node once on `pool`; the caller helps if it is one of pool's workers, else
-  // it blocks. Returns FL_OK or a failure with the thread's last error set (cycle:
+  // Runs every node once on `pool`; the caller helps if it is one of pool's workers, or
+  // takes part as one if it is no pool's worker and `caller_helps` (sched::Participation),
+  // else it blocks. Returns FL_OK or a failure with the thread's last error set (cycle:
   // FL_ERR_INVALID_ARGUMENT naming a node on the cycle; concurrent run of this graph:
   // FL_ERR_INVALID_ARGUMENT; a failing node: its status).
-  fl_status_t run(Pool& pool);
+  fl_status_t run(Pool& pool, bool caller_helps = true);
 
   size_t size() const { return nodes_.size(); }
   size_t edge_count() const { return edges_; }

@@ -430,11 +430,11 @@ TEST_P(PoolThreads, ParallelForCoversEveryIndexOnceForOddSizesAndGrains) {
   }
 }
 
-// grain 0: guided claims. Every claim takes a share of what remains, so in index order the
-// ranges never grow, the last ones are much smaller than the first (the participants finish
-// together), and there are few of them (fixed chunks of the smallest size would be 64 per
-// participant).
-TEST_P(PoolThreads, ParallelForWithGrainZeroClaimsShrinkingRanges) {
+// grain 0: the loop picks the grain (auto_grain: about 1/64 of a participant's share) and
+// splits further only while threads are idle. The body calls cover the range contiguously
+// and disjointly, none longer than the grain for the pool's size, and there are few of them
+// (calls of one index each would be a million).
+TEST_P(PoolThreads, ParallelForWithGrainZeroCallsTheBodyOnFewBoundedRanges) {
   Pool pool(GetParam());
   struct Ranges {
     std::mutex mu;
@@ -453,16 +453,50 @@ TEST_P(PoolThreads, ParallelForWithGrainZeroClaimsShrinkingRanges) {
   ASSERT_FALSE(v.empty());
   EXPECT_EQ(v.front().first, 0u);
   EXPECT_EQ(v.back().second, n);
-  for (size_t k = 1; k < v.size(); ++k) {
-    ASSERT_EQ(v[k].first, v[k - 1].second) << "ranges are contiguous and disjoint";
-    if (k + 1 < v.size()) {  // (the last one takes what is left)
-      EXPECT_LE(v[k].second - v[k].first, v[k - 1].second - v[k - 1].first) << "claim " << k << " grew";
+  const uint64_t grain = auto_grain(n, pool.size());  // (the caller may count as one more: a smaller grain)
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (k > 0) {
+      ASSERT_EQ(v[k].first, v[k - 1].second) << "ranges are contiguous and disjoint";
     }
+    EXPECT_LE(v[k].second - v[k].first, grain) << "call " << k;
   }
-  if (pool.size() > 1) {
-    EXPECT_LT((v.back().second - v.back().first) * 8, v.front().second - v.front().first);
-    EXPECT_LT(v.size(), 64u * pool.size()) << "too many claims";
-  }
+  EXPECT_LT(v.size(), 4 * 64 * (pool.size() + 1)) << "too many calls";
+}
+
+// Lazy splitting hands work to every thread that looks for it: each thread blocks in its
+// first body call until all of them have one, which happens only if each one split its
+// range before running it (its deque was empty) and the next thief stole that half.
+TEST_P(PoolThreads, ParallelForGivesEveryThreadAPieceWhileTheOthersAreBusy) {
+  Pool pool(GetParam());
+  struct Ctx {
+    std::mutex mu;
+    std::vector<std::thread::id> threads;
+    size_t want = 0;
+    std::atomic<bool> gave_up{false};
+  } c;
+  c.want = std::min<size_t>(GetParam() + 1, 3);  // the caller and up to two workers
+  auto body = [](uint64_t, uint64_t, void* ud) -> fl_status_t {
+    auto* c = static_cast<Ctx*>(ud);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (std::find(c->threads.begin(), c->threads.end(), std::this_thread::get_id()) != c->threads.end())
+        return FL_OK;  // only a thread's first call waits
+      c->threads.push_back(std::this_thread::get_id());
+    }
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);;) {
+      {
+        std::lock_guard<std::mutex> lock(c->mu);
+        if (c->threads.size() >= c->want) return FL_OK;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        c->gave_up = true;
+        return FL_OK;
+      }
+      std::this_thread::yield();
+    }
+  };
+  ASSERT_EQ(parallel_for(pool, 0, 100000, 1, body, &c).status, FL_OK);
+  EXPECT_FALSE(c.gave_up.load()) << "only " << c.threads.size() << " of " << c.want << " threads got a piece";
 }
 
 TEST_P(PoolThreads, ParallelForStopsAfterFirstFailure) {
@@ -479,8 +513,8 @@ TEST_P(PoolThreads, ParallelForStopsAfterFirstFailure) {
   EXPECT_EQ(r.status, FL_ERR_CANCELLED);
   EXPECT_EQ(r.failed_lo, 10u);
   EXPECT_EQ(r.failed_hi, 11u);
-  // Chunks are claimed in order; after the failing one only chunks already claimed by
-  // other participants may run: far fewer than all.
+  // The caller runs its share from the front; after the failing call only calls already
+  // under way on other threads may run: far fewer than all.
   EXPECT_LT(ctx.started.load(), 100000);
 }
 

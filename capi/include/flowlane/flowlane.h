@@ -421,9 +421,11 @@ typedef fl_status_t (*fl_range_fn)(uint64_t lo, uint64_t hi, void* user_data);
 
 /* METHOD: fl_engine_t
    Calls body on disjoint subranges [lo, hi) covering [begin, end), each at most `grain`
-   long (grain 0: guided, each claim a share of what remains, so that the participants
-   finish together), in parallel on the engine's workers; the calling thread helps. Returns the first failure a body returned (remaining chunks are not
-   started). May be called from inside a task or instruction. FL_ERR_INVALID_HANDLE,
+   long (grain 0: chosen by the library, about 1/64 of a thread's share), in parallel on the
+   engine's workers; the calling thread helps. Ranges are split in halves only while other
+   threads look for work, so a small grain costs little. Returns the first failure a body
+   returned (remaining subranges are not started). May be called from inside a task or
+   instruction. FL_ERR_INVALID_HANDLE,
    FL_ERR_INVALID_ARGUMENT (NULL body, begin > end), FL_ERR_SHUTDOWN. */
 FL_API fl_status_t fl_parallel_for(fl_engine_t* engine, uint64_t begin, uint64_t end, uint64_t grain,
                                    fl_range_fn body, void* user_data);
@@ -847,7 +849,11 @@ FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);
    the engine's workers; a task may spawn more tasks into any group, including its own, and
    wait for groups it created. A thread waiting for a group on one of the engine's workers
    helps run tasks of its own (a callback's or task's) work meanwhile, never an unrelated
-   instruction, so a group can be used from inside instructions without deadlocking. */
+   instruction, so a group can be used from inside instructions without deadlocking. A
+   thread of the program's own (the main thread, say) takes part too: its spawns are as
+   cheap as a worker's, and its fl_task_group_wait (not _wait_for with a timeout) runs the
+   group's tasks and the tasks they spawn, nothing else, instead of sleeping; so does its
+   fl_parallel_for. */
 typedef struct fl_task_group fl_task_group_t;
 
 /* CONSTRUCTOR: fl_task_group_t — an empty group of `engine`. FL_ERR_INVALID_HANDLE,
