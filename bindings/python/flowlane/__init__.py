@@ -13,23 +13,14 @@ See bindings/README.md for the model (lanes, streams, objects), errors and threa
 """
 
 from . import _ffi
-from ._core import (
-    CPU,
-    KEEP,
-    Access,
-    Device,
-    DeviceType,
-    Engine,
-    EngineStats,
-    InstrContext,
-    Lane,
-    Object,
-    Stream,
-    StreamKind,
-    current_instruction,
-)
+from ._context import InstrContext, current_instruction
+from ._engine import Engine
 from ._ffi import LibraryNotFound, LibraryVersionMismatch
 from ._future import Future, InstrState
+from ._object import Object
+from ._stream import Lane, Stream
+from ._types import CPU, KEEP, Access, Device, DeviceType, EngineStats, StreamKind
+from .comm import CollOp, CollPart, Comm, CommBackend, CommUniqueId, DType, RedOp
 from .errors import (
     Cancelled,
     ClosedError,
@@ -51,19 +42,7 @@ from .errors import (
     Unsupported,
     WouldBlock,
 )
-from .gpu import (
-    CollOp,
-    CollPart,
-    Comm,
-    CommBackend,
-    CommUniqueId,
-    DType,
-    MemcpyKind,
-    PinnedBuffer,
-    RedOp,
-    cuda_device_count,
-    cuda_priority_range,
-)
+from .gpu import MemcpyKind, PinnedBuffer, cuda_device_count, cuda_priority_range
 from .graph import Task, TaskGraph, TaskGroup, parallel_for
 
 __version__ = "0.1.0"

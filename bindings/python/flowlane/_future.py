@@ -29,7 +29,6 @@ import collections
 import ctypes
 import concurrent.futures
 import enum
-import logging
 import threading
 import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
@@ -37,15 +36,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Deque, Generator, Generic, Optional, Tuple, TypeVar
 
 from . import _capi
+from ._context import current_instruction
+from ._failures import _user_traceback, _without_traceback, exception_text, logger
 from ._ffi import lib
 from ._managed import callback_depth
-from .errors import ClosedError, DependencyFailed, FlowlaneError, InstructionFailed, error_for
+from .errors import ClosedError, DependencyFailed, FlowlaneError, InstructionFailed, InvalidArgument, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._core import Engine, Stream
+    from ._engine import Engine
+    from ._stream import Stream
 
 T = TypeVar("T")
-logger = logging.getLogger("flowlane")
 
 #: How long one slice of a blocking wait lasts on the main thread: between slices the
 #: interpreter runs signal handlers, so Ctrl-C interrupts a wait within about this long.
@@ -233,13 +234,9 @@ class Future(_FutureBase[T]):
 
     def _wait_done(self, timeout: Optional[float], where: str) -> None:
         timeout = _check_timeout(timeout, where)
-        from ._base import current_instruction
-
         me = current_instruction()
         if me is not None and me.engine is self.stream.engine and self._id > me.id and self.stream.lane == me.lane \
                 and self._state not in _DONE_STATES:
-            from .errors import InvalidArgument
-
             raise InvalidArgument("called from inside instruction #%d for instruction #%d, queued behind it on its "
                                   "own lane: it cannot start before the caller returns" % (me.id, self._id),
                                   function=where)
@@ -406,8 +403,6 @@ class Future(_FutureBase[T]):
     def _provisional(self, exc: Optional[BaseException], state: Optional[int]) -> BaseException:
         what = "instruction %r (#%d, lane %d)" % (self.name, self._id, self.stream.lane)
         if exc is not None:
-            from ._base import _user_traceback, exception_text
-
             err = InstructionFailed("%s failed: Python %s: %s" % (what, type(exc).__qualname__, exception_text(exc)),
                                     _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
             err.original = exc
@@ -468,8 +463,6 @@ class Future(_FutureBase[T]):
             original, tb = engine._original(err.message)
         if original is None and not isinstance(provisional, FlowlaneError):
             original, tb = provisional, self._tb
-        from ._base import _without_traceback
-
         if original is not None and isinstance(err, InstructionFailed):
             err.original = original
             err.message = _without_traceback(err.message)

@@ -1,18 +1,23 @@
-"""Objects: dependence objects carrying a Python value, and their waits."""
+"""Objects: dependence objects carrying a Python value, their waits, and their use as an
+instruction's operands."""
 
 from __future__ import annotations
 
 import threading
 from ctypes import byref
-from typing import Any, Generic, Optional
+from typing import TYPE_CHECKING, Any, Generic, List, Optional, Sequence, Tuple
 
 from . import _capi, _ffi
-from ._base import Access, AccessLike, T, _access, _keep, _register, _release_trampoline
-from ._core import Engine
+from ._base import _keep, _register, _release_trampoline
+from ._engine_base import EngineBase
 from ._ffi import lib
 from ._future import run_blocking_async, wait_sliced
 from ._managed import Managed, callback_depth
+from ._types import Access, AccessLike, T, _access
 from .errors import ClosedError, check, error_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine import Engine
 
 # --------------------------------------------------------------------------------------
 # Object
@@ -23,7 +28,7 @@ class _Box:
 
     __slots__ = ("value", "engine")
 
-    def __init__(self, value: Any, engine: Engine):
+    def __init__(self, value: Any, engine: EngineBase):
         self.value = value
         self.engine = engine
 
@@ -48,9 +53,9 @@ class Object(Managed, Generic[T]):
     __slots__ = ("engine", "_box", "_key")
     _kind = "object"
 
-    def __init__(self, engine: Engine, value: T = None):  # type: ignore[assignment]
+    def __init__(self, engine: "Engine", value: T = None):  # type: ignore[assignment]
         super().__init__()
-        if not isinstance(engine, Engine):
+        if not isinstance(engine, EngineBase):
             raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         engine._ptr()
         #: The engine.
@@ -144,3 +149,31 @@ class Object(Managed, Generic[T]):
         return "<flowlane.Object %s #%d>" % (state, self._key)
 
 
+def _objects(what: str, items: Any, engine: EngineBase, where: str) -> List["Object[Any]"]:
+    if isinstance(items, Object):
+        items = (items,)
+    try:
+        seq = list(items)
+    except TypeError:
+        raise TypeError("%s: %s must be a list of flowlane.Object, not %s"
+                        % (where, what, type(items).__name__)) from None
+    for o in seq:
+        if not isinstance(o, Object):
+            raise TypeError("%s: %s must contain flowlane.Object instances, got %s"
+                            % (where, what, type(o).__name__))
+        if o.engine is not engine:
+            raise ValueError("%s: %s: %r belongs to another engine" % (where, what, o))
+    return seq
+
+
+def _operands(reads: Sequence["Object[Any]"], writes: Sequence["Object[Any]"]) -> Tuple[Any, int]:
+    """A ctypes array of fl_operand_t for reads then writes (None, 0 when empty)."""
+    n = len(reads) + len(writes)
+    if not n:
+        return None, 0
+    ops = (_capi.fl_operand * n)()
+    for i, o in enumerate(reads):
+        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
+    for j, o in enumerate(writes):
+        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
+    return ops, n

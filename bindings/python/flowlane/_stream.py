@@ -7,17 +7,17 @@ from ctypes import byref, c_uint32, c_uint64
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _capi, _ffi
-from ._base import Device, DeviceType, StreamKind, T, _host_trampoline, _Instr, _keep, _register, \
-    _release_trampoline
-from ._core import Engine
+from ._base import _keep, _register, _release_trampoline
+from ._device import MemcpyKind, stream_set_priority, submit_device, submit_kernel, submit_memcpy
 from ._ffi import lib
 from ._future import Future, run_blocking_async, wait_sliced
+from ._instr import _host_trampoline, _Instr
+from ._object import Object, _objects, _operands
+from ._types import Device, DeviceType, StreamKind, T
 from .errors import ClosedError, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .gpu import MemcpyKind
-
-# At the end: _object imports _core, which imports this module.
+    from ._engine import Engine
 
 # --------------------------------------------------------------------------------------
 # Lane
@@ -32,7 +32,7 @@ class Lane:
 
     __slots__ = ("engine", "id", "owned", "_released", "__weakref__")
 
-    def __init__(self, engine: Engine, lane_id: int, owned: bool):
+    def __init__(self, engine: "Engine", lane_id: int, owned: bool):
         #: The engine.
         self.engine = engine
         #: The lane id.
@@ -117,7 +117,7 @@ class Stream:
 
     __slots__ = ("engine", "_handle", "lane", "device", "kind")
 
-    def __init__(self, engine: Engine, handle: Any, lane: int, device: Device, kind: int):
+    def __init__(self, engine: "Engine", handle: Any, lane: int, device: Device, kind: int):
         #: The engine.
         self.engine = engine
         self._handle = handle
@@ -266,12 +266,10 @@ class Stream:
         with self.engine._call("Stream.cancel"):
             check(lib.fl_stream_cancel(self._ptr()), "Stream.cancel")
 
-    # GPU entry points live in gpu.py; bound here so streams grow with the API.
+    # GPU work (_device.py), bound here so streams grow with the API.
     def set_priority(self, priority: int) -> int:
         """Sets a CUDA stream's priority before its first instruction; returns the applied
         (clamped) value."""
-        from .gpu import stream_set_priority
-
         return stream_set_priority(self, priority)
 
     def submit_kernel(self, func: int, *, grid: Union[int, Sequence[int]] = (1, 1, 1),
@@ -279,64 +277,23 @@ class Stream:
                       reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
                       name: Optional[str] = None, nonblocking: bool = False) -> int:
         """Launches a ``__global__`` function; see :func:`flowlane.gpu.submit_kernel`."""
-        from .gpu import submit_kernel
-
         return submit_kernel(self, func, grid=grid, block=block, args=args, shared_mem=shared_mem,
                              reads=reads, writes=writes, name=name, nonblocking=nonblocking)
 
     def submit_device(self, fn: Callable[[int], Any], reads: Iterable["Object[Any]"] = (),
                       writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
         """Submits ``fn(cuda_stream)``; see :func:`flowlane.gpu.submit_device`."""
-        from .gpu import submit_device
-
         return submit_device(self, fn, reads=reads, writes=writes, name=name, block=block)
 
-    def memcpy(self, dst: int, src: int, nbytes: int, kind: Union["MemcpyKind", int], *,
+    def memcpy(self, dst: int, src: int, nbytes: int, kind: Union[MemcpyKind, int], *,
                reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
                name: Optional[str] = None, block: bool = True) -> int:
         """Copies ``nbytes`` from ``src`` to ``dst`` (addresses as ints) on this CUDA stream."""
-        from .gpu import submit_memcpy
-
         return submit_memcpy(self, kind, dst, src, nbytes, 0, reads=reads, writes=writes, name=name, block=block,
                              where="Stream.memcpy")
 
     def memset(self, dst: int, value: int, nbytes: int, *, reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, block: bool = True) -> int:
         """Sets ``nbytes`` at ``dst`` to the byte ``value`` on this CUDA stream."""
-        from .gpu import submit_memcpy
-
         return submit_memcpy(self, _capi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
                              name=name, block=block, where="Stream.memset")
-
-
-def _objects(what: str, items: Any, engine: Engine, where: str) -> List["Object[Any]"]:
-    if isinstance(items, Object):
-        items = (items,)
-    try:
-        seq = list(items)
-    except TypeError:
-        raise TypeError("%s: %s must be a list of flowlane.Object, not %s"
-                        % (where, what, type(items).__name__)) from None
-    for o in seq:
-        if not isinstance(o, Object):
-            raise TypeError("%s: %s must contain flowlane.Object instances, got %s"
-                            % (where, what, type(o).__name__))
-        if o.engine is not engine:
-            raise ValueError("%s: %s: %r belongs to another engine" % (where, what, o))
-    return seq
-
-
-def _operands(reads: Sequence["Object[Any]"], writes: Sequence["Object[Any]"]) -> Tuple[Any, int]:
-    """A ctypes array of fl_operand_t for reads then writes (None, 0 when empty)."""
-    n = len(reads) + len(writes)
-    if not n:
-        return None, 0
-    ops = (_capi.fl_operand * n)()
-    for i, o in enumerate(reads):
-        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
-    for j, o in enumerate(writes):
-        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
-    return ops, n
-
-
-from ._object import Object  # noqa: E402

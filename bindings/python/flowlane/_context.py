@@ -1,0 +1,47 @@
+"""The running instruction as its callable sees it: :class:`InstrContext` and
+:func:`current_instruction`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from ._ffi import lib
+from ._managed import _tls
+from ._types import Device, StreamKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine import Engine
+    from ._stream import Stream
+
+
+class InstrContext:
+    """What a running instruction knows about itself; see :func:`current_instruction`.
+
+    Valid only while the callable runs (afterwards its attributes still read, but it can
+    no longer be used to submit)."""
+
+    __slots__ = ("engine", "lane", "id", "name", "_ctx")
+
+    def __init__(self, engine: "Engine", ctx: Any, name: Optional[str]):
+        #: The engine running the instruction.
+        self.engine = engine
+        self._ctx = ctx
+        #: The lane the instruction runs on.
+        self.lane = int(lib.fl_instr_get_lane(ctx))
+        #: The instruction's id (as returned by submit).
+        self.id = int(lib.fl_instr_get_id(ctx))
+        #: The instruction's name.
+        self.name = name
+
+    def stream(self, kind: Union[StreamKind, int, str, None] = None, device: Optional[Device] = None) -> "Stream":
+        """A stream on this instruction's lane (host by default), to submit follow-up work
+        (which never blocks on the window from inside a callback)."""
+        return self.engine.stream(self.lane, device=device, kind=kind)
+
+    def __repr__(self) -> str:
+        return "<InstrContext %r #%d lane %d>" % (self.name, self.id, self.lane)
+
+
+def current_instruction() -> Optional[InstrContext]:
+    """The instruction whose callable runs on this thread, or None outside callbacks."""
+    return getattr(_tls, "instr", None)
