@@ -75,10 +75,11 @@ def _release(key: int) -> None:
     try:
         payload = _keep.pop(key, None)
         if payload is not None:
-            _pin_thread_state(getattr(payload, "engine", None))
-            future = getattr(payload, "future", None)
-            if future is not None:
-                future._on_cleanup()  # fn ran, or the instruction was skipped/cancelled
+            if not getattr(_tls, "pinned", False):
+                _pin_thread_state(getattr(payload, "engine", None))
+            cleanup = getattr(payload, "_cleanup", None)
+            if cleanup is not None:
+                cleanup()  # an instruction's: fn ran, or the instruction was skipped/cancelled
         # Dropping the payload may drop the last reference to an engine (or to anything
         # whose __del__ calls flowlane): count as "inside a callback" while it happens,
         # so an engine collected here is destroyed by a helper thread, not by a worker.

@@ -116,7 +116,8 @@ def _device(ctx: Any, cuda_stream: Optional[int], key: int) -> int:
             payload.fn(cuda_stream or 0)
             return _capi.FL_OK
         except BaseException as exc:
-            fail_instruction(payload.engine, ctx, int(lib.fl_instr_get_id(ctx)), payload.name, exc)
+            fail_instruction(payload.engine, ctx, int(lib.fl_instr_get_id(ctx)), int(lib.fl_instr_get_lane(ctx)),
+                             payload.name, exc)
             return _capi.FL_ERR_INSTRUCTION_FAILED
         finally:
             _tls.depth -= 1

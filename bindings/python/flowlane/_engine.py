@@ -9,13 +9,14 @@ import os
 import threading
 import traceback
 from ctypes import byref, c_uint32, c_uint64
-from typing import Any, Callable, Iterable, Optional, Union, overload
+from typing import Any, Callable, Dict, Iterable, Optional, Union, overload
 
 from . import _capi, _ffi
 from ._context import current_instruction
 from ._engine_base import EngineBase
 from ._ffi import lib
-from ._future import Future, run_blocking_async, wait_sliced
+from ._future import Future
+from ._waits import run_blocking_async, wait_sliced
 from ._object import Object
 from ._stream import Lane, Stream
 from ._types import _U32_MAX, _U64_MAX, CPU, Device, DeviceType, EngineStats, StreamKind, T, _int
@@ -54,6 +55,7 @@ class Engine(EngineBase):
         out = _ffi.engine_p()
         check(lib.fl_engine_create(byref(desc), byref(out)), "Engine")
         super().__init__(out)
+        self._streams: Dict[int, Stream] = {}  # host streams by lane (interned by C anyway)
 
     def __repr__(self) -> str:
         try:
@@ -78,21 +80,33 @@ class Engine(EngineBase):
     # -- lanes and streams -----------------------------------------------------------
 
     def lane(self, id: Optional[int] = None) -> Lane:
-        """``engine.lane()`` acquires a fresh lane (the smallest free id >= 1), released
-        when the ``with`` block ends or on close(); ``engine.lane(k)`` names lane k
-        without acquiring it. Inside ``with engine.lane() as lane:`` the lane is this
-        thread's current lane: ``engine.stream()`` and ``engine.submit()`` use it."""
+        """``engine.lane()`` acquires a fresh lane, released when the ``with`` block ends
+        or on close(): one with none of this engine's Python instructions in flight when
+        there is one (so a loop that takes a new lane per iteration gets an idle lane each
+        time, not the one it has just released), else the least loaded of those it tried.
+        ``engine.lane(k)`` names lane k without acquiring it. Inside ``with engine.lane()
+        as lane:`` the lane is this thread's current lane: ``engine.stream()`` and
+        ``engine.submit()`` use it. Raises :class:`Exhausted` when every lane is held."""
         lane_id = None if id is None else _int("lane", id, 0, _U32_MAX)
         with self._admitted("Engine.lane") as h:
             if lane_id is None:
-                out = c_uint32()
-                check(lib.fl_lane_acquire(h, byref(out)), "Engine.lane")
-                return Lane(self, int(out.value), owned=True)
+                return Lane(self, self._lanes.fresh(self._acquire_lane, self._release_lane), owned=True)
             if lane_id >= int(lib.fl_engine_lane_count(h)):
                 # Ask C for the exact error text.
                 check(lib.fl_stream_get(h, lane_id, CPU._c(), _capi.FL_STREAM_HOST, byref(_ffi.stream_p())),
                       "Engine.lane")
+            self._lanes.named(lane_id)
             return Lane(self, lane_id, owned=False)
+
+    def _acquire_lane(self) -> int:
+        out = c_uint32()
+        with self._call("Engine.lane") as h:
+            check(lib.fl_lane_acquire(h, byref(out)), "Engine.lane")
+        return int(out.value)
+
+    def _release_lane(self, lane: int) -> None:
+        with self._call("Engine.lane") as h:
+            check(lib.fl_lane_release(h, lane), "Engine.lane")
 
     @property
     def current_lane(self) -> int:
@@ -123,13 +137,25 @@ class Engine(EngineBase):
                kind: Union[StreamKind, int, str, None] = None) -> Stream:
         """The stream (lane, device, kind); lane defaults to the current lane, device to
         the CPU, kind to HOST (or COMPUTE for a CUDA device). Streams are interned: the
-        same triple is the same stream."""
-        self._ptr()
+        same triple is the same stream. A lane named here (an int) is left out of the
+        lanes ``engine.submit(fn)`` spreads over (see :meth:`submit`)."""
         if lane is None:
-            lane = self.current_lane
+            lane_id = self.current_lane
         elif isinstance(lane, Lane):
-            lane = lane.id
-        lane_id = _int("lane", lane, 0, _U32_MAX)
+            lane_id = lane.id
+        else:
+            lane_id = _int("lane", lane, 0, _U32_MAX)
+            self._lanes.named(lane_id)
+        return self._stream(lane_id, device, kind)
+
+    def _stream(self, lane_id: int, device: Optional[Device] = None,
+                kind: Union[StreamKind, int, str, None] = None) -> Stream:
+        """stream() of a lane id, without naming it."""
+        if device is None and kind is None:
+            cached = self._streams.get(lane_id)  # host streams, by lane: the common case
+            if cached is not None and self._handle is not None:
+                return cached
+        self._ptr()
         if device is None:
             device = CPU
         elif not isinstance(device, Device):
@@ -145,7 +171,10 @@ class Engine(EngineBase):
         out = _ffi.stream_p()
         with self._admitted("Engine.stream") as h:
             check(lib.fl_stream_get(h, lane_id, device._c(), kind_v, byref(out)), "Engine.stream")
-        return Stream(self, out, lane_id, device, kind_v)
+        s = Stream(self, out, lane_id, device, kind_v)
+        if device == CPU and kind_v == StreamKind.HOST:
+            self._streams[lane_id] = s
+        return s
 
     # -- objects ---------------------------------------------------------------------
 
@@ -171,8 +200,30 @@ class Engine(EngineBase):
     def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
                lane: Optional[int] = None, block: bool = True, inline: bool = False) -> "Future[T]":
-        """Submits ``fn`` on the host stream of ``lane`` (default: the current lane) and
-        returns its :class:`Future`; see :meth:`Stream.submit`."""
+        """Submits ``fn`` and returns its :class:`Future`; see :meth:`Stream.submit`.
+
+        Where it runs, and in which order:
+
+        * with ``lane=`` (or inside a ``with engine.lane()`` block), on that lane's host
+          stream: after everything submitted to that stream before it;
+        * with operands (``reads``/``writes``) and no lane, on the current lane (lane 0,
+          or the lane of the instruction whose callback submits): in that stream's order,
+          and after what it depends on through its objects;
+        * with neither, as on a thread pool: on a lane the bindings pick (the least loaded
+          of the lanes they hold for this, see ``engine.lane()``), so such submissions run
+          in parallel, up to one per worker. It is ordered against nothing: it may start
+          before work submitted earlier, with or without operands, and run alongside
+          anything. synchronize(), drain(), cancel() and close() cover it like any other
+          instruction; its future's ``result()`` may run it on the waiting thread (see
+          :meth:`Future.result`). An engine with fewer than three lanes has no lane to
+          spread over: such submissions go to lane 0, in order.
+        """
+        if lane is None and not reads and not writes and not getattr(self._tls, "lanes", None):
+            if self._handle is None:
+                raise ClosedError("this engine is closed", function="Engine.submit")
+            picked = self._lanes.spread()
+            return self._stream(picked)._submit(fn, (), (), name, block, "Engine.submit", inline,
+                                               spread=picked != 0, counted=True)
         return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit", inline)
 
     def synchronize(self, timeout: Optional[float] = None) -> None:

@@ -19,7 +19,9 @@ from . import _capi
 from ._base import _unpin_thread_states
 from ._failures import Unretrieved, _user_traceback, raise_failure, report_unretrieved
 from ._ffi import lib
-from ._future import WAIT_SLICE_S, Completer, wait_sliced
+from ._completer import Completer
+from ._waits import WAIT_SLICE_S, wait_sliced
+from ._lanes import LanePool
 from ._managed import Managed, callback_depth
 from .errors import ClosedError, InstructionFailed, InvalidArgument, Shutdown, check, error_for
 
@@ -59,11 +61,15 @@ class EngineBase(Managed):
         self._close_lock = threading.Lock()
         self._pinned: List[int] = []
         self._completer = Completer()
+        self._futures_lock = threading.RLock()  # every Future of the engine (see _future.py)
         # Admission of Python submissions: close() stops it, then waits for those under
         # way, so the drain that follows covers every instruction with a future.
-        self._admit = threading.Condition()
+        # (A plain lock, and an event only close() waits on: cheaper per submission than a
+        # condition notified each time the count drops to zero.)
+        self._admit = threading.Lock()
         self._submitting = 0
         self._closing = False
+        self._admit_idle = threading.Event()
         # Calls into the library from the program's threads (_call): close() refuses new
         # ones once drained, then waits for those in progress before destroying.
         # (A plain lock and an event: cheaper per call than the condition above.)
@@ -72,6 +78,7 @@ class EngineBase(Managed):
         self._calls_closed = False
         self._calls_idle = threading.Event()
         self._handle = handle
+        self._lanes = LanePool(int(lib.fl_engine_lane_count(handle)), int(lib.fl_engine_worker_count(handle)))
         _live_engines.add(self)
 
     # -- lifetime -------------------------------------------------------------------
@@ -144,8 +151,8 @@ class EngineBase(Managed):
     def _leave_submit(self) -> None:
         with self._admit:
             self._submitting -= 1
-            if not self._submitting:
-                self._admit.notify_all()
+            if self._closing and not self._submitting:
+                self._admit_idle.set()
 
     @contextlib.contextmanager
     def _admitted(self, where: str) -> Iterator[Any]:
@@ -169,8 +176,10 @@ class EngineBase(Managed):
         room again)."""
         with self._admit:
             self._closing = True
-            while self._submitting:
-                self._admit.wait(WAIT_SLICE_S)
+            if not self._submitting:
+                self._admit_idle.set()
+        while not self._admit_idle.wait(WAIT_SLICE_S):
+            pass
 
     def _call(self, where: str) -> "_InCall":
         """``with engine._call(where) as h:`` around every call into the library on this

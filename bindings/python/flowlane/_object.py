@@ -11,7 +11,7 @@ from . import _capi, _ffi
 from ._base import _keep, _register, _release_trampoline
 from ._engine_base import EngineBase
 from ._ffi import lib
-from ._future import run_blocking_async, wait_sliced
+from ._waits import run_blocking_async, wait_sliced
 from ._managed import Managed, callback_depth
 from ._types import Access, AccessLike, T, _access
 from .errors import ClosedError, check, error_for

@@ -13,7 +13,7 @@ from ._base import _keep, _pin_thread_state, _register
 from ._engine_base import EngineBase
 from ._failures import _describe_exception, _user_traceback, raise_failure
 from ._ffi import encode_name, lib
-from ._future import WAIT_SLICE_S, _check_timeout, wait_sliced
+from ._waits import WAIT_SLICE_S, _check_timeout, wait_sliced
 from ._managed import Managed, _tls, callback_depth
 from ._types import _int
 from .errors import ClosedError, Timeout, check, error_for
