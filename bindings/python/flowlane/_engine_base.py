@@ -21,6 +21,7 @@ from ._failures import Unretrieved, _user_traceback, raise_failure, report_unret
 from ._ffi import lib
 from ._completer import Completer
 from ._waits import WAIT_SLICE_S, wait_sliced
+from ._interrupt import program_was_interrupted, report, say, sigint_exits_at_once
 from ._lanes import LanePool
 from ._managed import Managed, callback_depth
 from .errors import ClosedError, InstructionFailed, InvalidArgument, Shutdown, check, error_for
@@ -36,9 +37,13 @@ _Failure = Tuple[BaseException, Optional[TracebackType]]
 @atexit.register
 def _close_all_engines() -> None:
     # Drain and destroy engines still open at exit, while the interpreter can still run
-    # the callbacks and release functions that destroy calls.
+    # the callbacks and release functions that destroy calls. A program ended by Ctrl-C
+    # waits only for what is running (_interrupt.py).
+    interrupted = program_was_interrupted()
     for e in list(_live_engines):
         try:
+            if interrupted:
+                e._interrupt()
             e.close()
         except Exception:
             pass
@@ -77,6 +82,7 @@ class EngineBase(Managed):
         self._calls = 0
         self._calls_closed = False
         self._calls_idle = threading.Event()
+        self._interrupted = False
         self._handle = handle
         self._lanes = LanePool(int(lib.fl_engine_lane_count(handle)), int(lib.fl_engine_worker_count(handle)))
         _live_engines.add(self)
@@ -90,9 +96,12 @@ class EngineBase(Managed):
         ERROR, with the exception and traceback). Every stream, object, lane and graph of the
         engine is unusable afterwards. Idempotent.
 
-        The drain can be interrupted with Ctrl-C (KeyboardInterrupt): the engine then stays
-        open but refuses new submissions from the program's threads (:class:`Shutdown`);
-        call close() again to finish."""
+        Ctrl-C (KeyboardInterrupt) during the drain cancels every instruction that has not
+        started (``fl_engine_cancel``), says on stderr which it cancelled and which still
+        run, and raises: the engine then stays open but refuses new submissions from the
+        program's threads (:class:`Shutdown`); a later close() (or the exit) waits only for
+        what runs, and meanwhile a second Ctrl-C ends the process at once. A ``with`` block
+        that ends with KeyboardInterrupt closes the engine that way directly."""
         if self._handle is None:
             return
         if callback_depth() > 0:
@@ -109,7 +118,14 @@ class EngineBase(Managed):
             # engine can still answer queries. Callbacks that still run can use the engine,
             # but submitting (from them or any thread) raises Shutdown, as destroy would.
             self._stop_admitting()
-            wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), None, "Engine.close")
+            try:
+                if self._interrupted:
+                    self._drain_running(h)
+                else:
+                    wait_sliced(lambda ns: lib.fl_engine_drain(h, ns), None, "Engine.close")
+            except KeyboardInterrupt:
+                self._interrupt()
+                raise
             self._completer.flush()
             # Drained: from here on the program's calls are refused (ClosedError), and those
             # in progress return (a wait's work is done) before the destroy frees the engine.
@@ -131,6 +147,29 @@ class EngineBase(Managed):
             with self._failures_lock:
                 report_unretrieved(self._unretrieved, self._unretrieved_overflow, "Engine.close")
 
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(exc[1], KeyboardInterrupt):
+            self._interrupt()
+        self.close()
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: cancels what has not started and says so (once); close() then waits
+        only for what runs (_interrupt.py)."""
+        h = self._handle
+        if h is None or self._interrupted:
+            return
+        self._interrupted = True
+        with self._admit:  # no new submissions from the program's threads from now on
+            self._closing = True
+        lib.fl_engine_cancel(h)
+        say(report(self))
+
+    def _drain_running(self, h: Any) -> None:
+        """close() after Ctrl-C: waits for the running instructions, cancelling what they
+        submit meanwhile; a second Ctrl-C ends the process at once."""
+        with sigint_exits_at_once():
+            while lib.fl_engine_drain(h, int(WAIT_SLICE_S * 1e9)) == _capi.FL_ERR_TIMEOUT:
+                lib.fl_engine_cancel(h)
 
     def _settle(self, status: int) -> None:
         """After a synchronize or drain that did not time out: the futures of the
