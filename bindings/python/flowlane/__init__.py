@@ -38,6 +38,7 @@ from .errors import (
     OutOfRange,
     Shutdown,
     Timeout,
+    UndeclaredAccess,
     UnknownStatus,
     Unsupported,
     WouldBlock,
@@ -62,6 +63,6 @@ __all__ = [
     "FlowlaneError", "Future", "InstrContext", "InstrState", "InstructionFailed", "InternalError", "InvalidArgument", "InvalidHandle",
     "KEEP", "Lane", "LibraryNotFound", "LibraryVersionMismatch", "MemcpyKind", "NcclError", "NoDevice", "NoMemory",
     "Object", "OutOfRange", "PinnedBuffer", "READ", "READ_WRITE", "RedOp", "Shutdown", "Stream", "StreamKind",
-    "Task", "TaskGraph", "TaskGroup", "Timeout", "UnknownStatus", "Unsupported", "WRITE", "WouldBlock", "cuda_device_count",
+    "Task", "TaskGraph", "TaskGroup", "Timeout", "UndeclaredAccess", "UnknownStatus", "Unsupported", "WRITE", "WouldBlock", "cuda_device_count",
     "cuda_priority_range", "current_instruction", "library_path", "library_version", "parallel_for",
 ]

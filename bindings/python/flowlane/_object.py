@@ -3,6 +3,7 @@ instruction's operands."""
 
 from __future__ import annotations
 
+import os
 import threading
 from ctypes import byref
 from typing import TYPE_CHECKING, Any, Generic, List, Optional, Sequence, Tuple
@@ -11,13 +12,17 @@ from . import _capi, _ffi
 from ._base import _keep, _register, _release_trampoline
 from ._engine_base import EngineBase
 from ._ffi import lib
-from ._waits import run_blocking_async, wait_sliced
-from ._managed import Managed, callback_depth
+from ._managed import Managed, _tls, callback_depth
 from ._types import Access, AccessLike, T, _access
-from .errors import ClosedError, check, error_for
+from ._waits import run_blocking_async, wait_sliced
+from .errors import ClosedError, UndeclaredAccess, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import Engine
+
+#: FLOWLANE_CHECK_ACCESS=1 (read at import): ``obj.value`` inside an instruction's callable
+#: raises :class:`UndeclaredAccess` for an object the instruction did not declare.
+CHECK_ACCESS = os.environ.get("FLOWLANE_CHECK_ACCESS", "") not in ("", "0")
 
 # --------------------------------------------------------------------------------------
 # Object
@@ -126,6 +131,8 @@ class Object(Managed, Generic[T]):
         """The value: waits for earlier writers first (not inside a callback). After the
         engine is closed, the final value. Assigning waits for every earlier access."""
         if self.engine._handle is None or callback_depth() > 0:
+            if CHECK_ACCESS:
+                self._check_declared(False)
             return self._box.value  # type: ignore[no-any-return]
         try:
             return self._wait(Access.READ, "Object.value")
@@ -136,6 +143,8 @@ class Object(Managed, Generic[T]):
 
     @value.setter
     def value(self, v: T) -> None:
+        if CHECK_ACCESS and callback_depth() > 0:
+            self._check_declared(True)
         if self.engine._handle is not None and callback_depth() == 0:
             try:
                 self._wait(Access.WRITE, "Object.value")
@@ -143,6 +152,23 @@ class Object(Managed, Generic[T]):
                 if self._handle is None or not self.engine._drained():
                     raise
         self._box.value = v
+
+    def _check_declared(self, write: bool) -> None:
+        """FLOWLANE_CHECK_ACCESS: inside an instruction's callable, ``value`` of an object
+        the instruction did not declare (to write it: in ``writes``) raises."""
+        running = getattr(_tls, "instr", None)  # the running instruction's _Instr
+        if running is None:
+            return  # a task, a loop body or a release callback: no operands to check against
+        declared = running.writes if write else running.reads + running.writes
+        if any(o is self for o in declared):
+            return
+        info = running.context()
+        raise UndeclaredAccess(
+            "%r is %s by instruction %r (#%d, lane %d), which does not declare it in %s: the engine does not "
+            "order this access (add the object to the instruction's %s)"
+            % (self, "written" if write else "read", info.name, info.id, info.lane,
+               "writes=" if write else "reads= or writes=", "writes=" if write else "reads="),
+            function="Object.value")
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
