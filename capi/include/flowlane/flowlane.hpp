@@ -9,7 +9,8 @@
 //   auto x = e.make_object<int>(0);                   // an object holding an int
 //   e.host(1).submit([&] { x.value() = 42; }, {flowlane::write(x)}, "produce");
 //   e.host(0).submit([&] { std::printf("%d\n", x.value()); }, {flowlane::read(x)}, "consume");
-//   x.wait(FL_READ);                                  // throws flowlane::error on failure
+//   x.wait(FL_READ);                                  // rethrows a failed lambda's exception
+//   e.host().submit([] { work(); });                  // no operands, no lane: as on a thread pool
 //
 // Rules the types follow:
 //  - engine, object<T>, task_group and the other owners are move-only; destroying them
@@ -17,9 +18,13 @@
 //    until the last instruction using it has completed).
 //  - A callable given to submit(), spawn(), parallel_for() or a graph may return void or
 //    fl_status_t (any other result type does not compile), and may take an instr_context (submit) as its argument. An exception it
-//    throws fails the instruction or task with its what() as the message (for
-//    parallel_for, the first one is rethrown to the caller).
+//    throws fails the instruction or task with its what() as the message; the waits that
+//    observe the failure rethrow the exception itself (task_group::wait, taskgraph::run,
+//    parallel_for, and for instructions check_wait).
 //  - A failed call throws flowlane::error, which carries the status and the message.
+//  - engine::host() is the default host stream: an instruction submitted to it without
+//    operands runs on a lane the engine picks, side by side with others, ordered against
+//    nothing (detail::spread); host(k) and every other stream keep their order.
 //  - Every C call has its wrapper: lanes (lane), streams and their info, objects,
 //    instructions (host, and on CUDA builds kernels, device functions, copies), task groups,
 //    parallel_for, task graphs (taskgraph), waits, cancel and drain, the watchdog (a lambda),
