@@ -108,6 +108,38 @@ TEST(CppDefaultStream, LanesTheProgramNamesOrHoldsAreNotSpreadTo) {
   EXPECT_EQ(ran_on, 2u);
 }
 
+TEST(CppDefaultStream, ACallableSubmittingToItNeverQueuesBehindItself) {
+  flowlane::engine e(shape(2, 4));  // spread range: lanes 3 and 2
+  std::atomic<int> own_lane{0}, submitted{0};
+  for (int i = 0; i < 40; ++i)
+    e.host().submit([&](flowlane::instr_context ctx) {
+      const uint32_t outer = ctx.lane();
+      e.host().submit([&own_lane, outer](flowlane::instr_context inner) {
+        if (inner.lane() == outer) own_lane++;
+      });
+      submitted++;
+    });
+  e.synchronize();
+  EXPECT_EQ(submitted.load(), 40);
+  EXPECT_EQ(own_lane.load(), 0) << "a callable's submission went behind it on its own lane";
+}
+
+TEST(CppDefaultStream, ManyThreadsSubmitToItAtOnce) {
+  flowlane::engine e(shape(3));
+  std::atomic<int> ran{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      flowlane::stream s = e.host();
+      std::vector<fl_instr_id> ids;
+      for (int i = 0; i < 500; ++i) ids.push_back(s.submit([&ran] { ran++; }));
+      for (fl_instr_id id : ids) EXPECT_TRUE(s.wait(id, 60s));
+    });
+  for (std::thread& t : threads) t.join();
+  e.synchronize();
+  EXPECT_EQ(ran.load(), 8 * 500);
+}
+
 TEST(CppDefaultStream, AnEngineWithTwoLanesRunsThemOnLane0InOrder) {
   flowlane::engine e(shape(2, 2));
   std::vector<int> seen;

@@ -16,10 +16,11 @@ from ._context import current_instruction
 from ._engine_base import EngineBase
 from ._ffi import lib
 from ._future import Future
-from ._waits import run_blocking_async, wait_sliced
+from ._managed import _tls
 from ._object import Object
 from ._stream import Lane, Stream
 from ._types import _U32_MAX, _U64_MAX, CPU, Device, DeviceType, EngineStats, StreamKind, T, _int
+from ._waits import run_blocking_async, wait_sliced
 from .comm import Comm, CommBackend, CommUniqueId
 from .errors import ClosedError, check
 from .graph import TaskGraph, TaskGroup, parallel_for
@@ -221,7 +222,8 @@ class Engine(EngineBase):
         if lane is None and not reads and not writes and not getattr(self._tls, "lanes", None):
             if self._handle is None:
                 raise ClosedError("this engine is closed", function="Engine.submit")
-            picked = self._lanes.spread()
+            running = getattr(_tls, "instr", None)  # inside an instruction's callable: its _Instr
+            picked = self._lanes.spread(running.lane if running is not None and running.engine is self else 0)
             return self._stream(picked)._submit(fn, (), (), name, block, "Engine.submit", inline,
                                                spread=picked != 0, counted=True)
         return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit", inline)

@@ -283,12 +283,13 @@ class Future(_FutureBase[T]):
 
         Without a timeout, a submission made without operands and without a lane
         (``engine.submit(fn)``) that no worker has started yet is run here, on the calling
-        thread, as a thread pool's
-        caller would otherwise sit idle (work-stealing pools join this way): its ``fn`` runs
-        once either way, and it is ordered against nothing. The engine then sees that
-        instruction as an empty one that succeeds when its lane reaches it; its failure is
+        thread, as a thread pool's caller would otherwise sit idle (work-stealing pools join
+        this way): its ``fn`` runs once either way, and it is ordered against nothing. Inside
+        a callback it is run so even with a timeout: callables that each wait for work queued
+        behind the others' could otherwise wait for each other forever. The engine then sees
+        that instruction as an empty one that succeeds when its lane reaches it; its failure is
         reported by this call alone (not by synchronize())."""
-        if timeout is None and self._state == PENDING and self._instr is not None and callback_depth() == 0:
+        if self._state == PENDING and self._instr is not None and (timeout is None or callback_depth() > 0):
             self._help()
         if self._state not in _DONE_STATES:  # (read again under the lock there)
             self._wait_done(timeout, "Future.result")

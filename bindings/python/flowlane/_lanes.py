@@ -65,14 +65,16 @@ class LanePool:
         """Our instructions on ``lane`` that have not been cleaned up (0 for lane 0)."""
         return self._inflight[lane] if lane else 0
 
-    def spread(self) -> int:
+    def spread(self, avoid: int = 0) -> int:
         """The lane for a submission without operands or lane, counted as started (0, not
-        counted, when the range is empty or all of it is the program's)."""
+        counted, when the range is empty or all of it is the program's). ``avoid``: the lane
+        of the instruction whose callback submits (queued behind it, the submission could
+        not run before the callback returns, and a wait for it there would be refused)."""
         with self._lock:
             inflight = self._inflight
             best = 0
             for lane in self._range:
-                if lane in self._held or lane in self._named:
+                if lane == avoid or lane in self._held or lane in self._named:
                     continue
                 if inflight[lane] == 0:
                     best = lane

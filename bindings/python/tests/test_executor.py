@@ -110,6 +110,50 @@ class ParallelByDefault(unittest.TestCase):
             self.assertEqual(e._lanes._inflight, [0] * e.lanes)
 
 
+class ManyThreads(unittest.TestCase):
+    def test_many_submitting_threads_callbacks_that_submit_and_results_everywhere(self):
+        # Eight threads submit spread work, each result() either run by the waiting thread
+        # or by a worker; callbacks submit spread work of their own and wait for it (a C
+        # wait inside a callback: never run inline there); some results are never asked
+        # for. Every future completes with its own value, and every count returns to zero.
+        with flowlane.Engine(workers=3) as e:
+            errors = []
+
+            def inner(i):
+                return e.submit(lambda: i * 3, name="inner").result(timeout=60)
+
+            def thread(t):
+                try:
+                    fs = []
+                    for i in range(300):
+                        if i % 7 == 0:
+                            fs.append((e.submit(lambda i=i: inner(i), name="outer"), i * 3))
+                        else:
+                            fs.append((e.submit(lambda i=i, t=t: (t, i)), (t, i)))
+                        if i % 3 == 0:
+                            f, want = fs[-1]
+                            if f.result() != want:
+                                errors.append((t, i, f.result(), want))
+                    for f, want in fs:
+                        got = f.result(timeout=60)
+                        if got != want:
+                            errors.append((t, got, want))
+                except BaseException as exc:  # noqa: B902 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=thread, args=(t,)) for t in range(8)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(120)
+            self.assertFalse(any(th.is_alive() for th in threads), "a submitting thread hung")
+            self.assertEqual(errors, [])
+            e.synchronize()
+            self.assertEqual(e._lanes._inflight, [0] * e.lanes)
+        from flowlane import _base
+        self.assertEqual([p for p in _base._keep.values() if getattr(p, "engine", None) is e], [])
+
+
 class ResultRunsWhatNoWorkerStarted(unittest.TestCase):
     def setUp(self):
         # One worker, kept busy by an instruction on lane 1: a spread submission (lane 2)

@@ -460,8 +460,10 @@ P kernel_arg(A&& a) {
 // spread range, the min(workers, lanes - 2) highest lanes, the first idle one from the top,
 // else the least loaded by its count of such instructions not yet cleaned up; lanes the
 // program names (host(k), stream_of(k, ...)) or holds (acquire_lane) are left out of it; an
-// empty range (an engine with one or two lanes) means lane 0, in order. Such submissions
-// thus run side by side, up to one per worker, ordered against nothing.
+// empty range (an engine with one or two lanes) means lane 0, in order; never the lane of the
+// instruction whose callable submits. Such submissions thus run side by side, up to one per
+// worker, ordered against nothing. (A callable that waits for such work may still wait behind
+// other work of the lane it went to; for fork-join inside an instruction, use a task group.)
 // The counts and flags are hints, read and written relaxed: nothing is published through
 // them (a callable's data reaches it through the engine's own submit-to-run ordering).
 class spread {
@@ -470,11 +472,17 @@ class spread {
       : e_(e), n_(range_size(e)), low_(fl_engine_lane_count(e) - n_), lanes_(std::make_unique<slot[]>(n_)) {}
 
   // The lane for a submission without operands, counted (0, not counted: none is free).
+  // Never the lane of the instruction whose callable submits: queued behind it, the
+  // submission could not start before the callable returns.
   uint32_t pick() noexcept {
+    const running_instr* caller = running();
+    const uint32_t avoid =
+        caller != nullptr && fl_instr_get_engine(caller->ctx) == e_ ? fl_instr_get_lane(caller->ctx) : 0;
     uint32_t best = 0, best_count = UINT32_MAX;
     for (uint32_t i = n_; i-- > 0;) {  // from the top
       const slot& s = lanes_[i];
-      if (s.named.load(std::memory_order_relaxed) || s.held.load(std::memory_order_relaxed) != 0) continue;
+      if (low_ + i == avoid || s.named.load(std::memory_order_relaxed) || s.held.load(std::memory_order_relaxed) != 0)
+        continue;
       const uint32_t count = s.inflight.load(std::memory_order_relaxed);
       if (count < best_count) {
         best = low_ + i;
