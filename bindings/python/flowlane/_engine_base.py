@@ -49,6 +49,48 @@ def _close_all_engines() -> None:
             pass
 
 
+class _Gate:
+    """A count of calls in progress that can be closed: once closed, enter() refuses, and
+    wait_idle() returns when those in progress have left (waiting in slices: Ctrl-C). A
+    plain lock and an event only the closer waits on: cheap per call."""
+
+    __slots__ = ("lock", "count", "closed", "idle")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.closed = False
+        self.idle = threading.Event()
+
+    def enter(self) -> bool:
+        with self.lock:
+            if self.closed:
+                return False
+            self.count += 1
+            return True
+
+    def leave(self) -> None:
+        with self.lock:
+            self.count -= 1
+            if self.closed and not self.count:
+                self.idle.set()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            if not self.count:
+                self.idle.set()
+
+    def reopen(self) -> None:
+        with self.lock:
+            self.closed = False
+            self.idle.clear()
+
+    def wait_idle(self) -> None:
+        while not self.idle.wait(WAIT_SLICE_S):
+            pass
+
+
 class EngineBase(Managed):
     """The engine's state that its handles use; see :class:`flowlane.Engine`."""
 
@@ -69,19 +111,10 @@ class EngineBase(Managed):
         self._futures_lock = threading.RLock()  # every Future of the engine (see _future.py)
         # Admission of Python submissions: close() stops it, then waits for those under
         # way, so the drain that follows covers every instruction with a future.
-        # (A plain lock, and an event only close() waits on: cheaper per submission than a
-        # condition notified each time the count drops to zero.)
-        self._admit = threading.Lock()
-        self._submitting = 0
-        self._closing = False
-        self._admit_idle = threading.Event()
+        self._admission = _Gate()
         # Calls into the library from the program's threads (_call): close() refuses new
         # ones once drained, then waits for those in progress before destroying.
-        # (A plain lock and an event: cheaper per call than the condition above.)
-        self._calls_lock = threading.Lock()
-        self._calls = 0
-        self._calls_closed = False
-        self._calls_idle = threading.Event()
+        self._calls = _Gate()
         self._interrupted = False
         self._handle = handle
         self._lanes = LanePool(int(lib.fl_engine_lane_count(handle)), int(lib.fl_engine_worker_count(handle)))
@@ -135,9 +168,7 @@ class EngineBase(Managed):
                 if st != _capi.FL_OK:
                     check(st, "Engine.close")
             except BaseException:
-                with self._calls_lock:  # interrupted or refused: the engine stays usable
-                    self._calls_closed = False
-                    self._calls_idle.clear()
+                self._calls.reopen()  # interrupted or refused: the engine stays usable
                 raise
             _live_engines.discard(self)
             self._handle = None
@@ -159,8 +190,7 @@ class EngineBase(Managed):
         if h is None or self._interrupted:
             return
         self._interrupted = True
-        with self._admit:  # no new submissions from the program's threads from now on
-            self._closing = True
+        self._admission.close()  # no new submissions from the program's threads from now on
         lib.fl_engine_cancel(h)
         say(report(self))
 
@@ -181,17 +211,17 @@ class EngineBase(Managed):
 
     def _enter_submit(self, where: str) -> None:
         """Before a Python submission: refused once close() has begun."""
-        with self._admit:
-            if self._closing:
-                raise Shutdown("the engine is being closed (Engine.close drains and destroys it): it admits no new "
-                               "instructions", function=where)
-            self._submitting += 1
+        if not self._admission.enter():
+            raise Shutdown("the engine is being closed (Engine.close drains and destroys it): it admits no new "
+                           "instructions", function=where)
 
     def _leave_submit(self) -> None:
-        with self._admit:
-            self._submitting -= 1
-            if self._closing and not self._submitting:
-                self._admit_idle.set()
+        self._admission.leave()
+
+    @property
+    def _closing(self) -> bool:
+        """close() (or an interrupt) has stopped the admission of submissions."""
+        return self._admission.closed
 
     @contextlib.contextmanager
     def _admitted(self, where: str) -> Iterator[Any]:
@@ -213,12 +243,8 @@ class EngineBase(Managed):
         """Refuses further Python submissions and waits (in slices: Ctrl-C) for those under
         way (from callbacks they never block; from a thread, at most until the window has
         room again)."""
-        with self._admit:
-            self._closing = True
-            if not self._submitting:
-                self._admit_idle.set()
-        while not self._admit_idle.wait(WAIT_SLICE_S):
-            pass
+        self._admission.close()
+        self._admission.wait_idle()
 
     def _call(self, where: str) -> "_InCall":
         """``with engine._call(where) as h:`` around every call into the library on this
@@ -241,18 +267,14 @@ class EngineBase(Managed):
 
     def _drained(self) -> bool:
         """True once close() has drained the engine (its values are final)."""
-        return self._handle is None or self._calls_closed
+        return self._handle is None or self._calls.closed
 
     def _stop_calls(self) -> None:
         """Refuses further calls from the program's threads and waits (in slices: Ctrl-C)
         for those inside the library. After the drain each of them returns: a wait's work
         has completed, and the others do not block."""
-        with self._calls_lock:
-            self._calls_closed = True
-            if not self._calls:
-                self._calls_idle.set()
-        while not self._calls_idle.wait(WAIT_SLICE_S):
-            pass
+        self._calls.close()
+        self._calls.wait_idle()
 
     def _finalize(self) -> None:
         if self._handle is None:
@@ -265,7 +287,7 @@ class EngineBase(Managed):
             pinned, unretrieved, overflow = self._pinned, self._unretrieved, self._unretrieved_overflow
             completer = self._completer
 
-            self._closing = True  # waiting for submissions under way is the helper's job
+            self._admission.close()  # waiting for submissions under way is the helper's job
 
             def destroy() -> None:
                 self._stop_admitting()
@@ -331,15 +353,13 @@ class _InCall:
         e = self.engine
         if callback_depth() > 0:
             return e._ptr()
-        with e._calls_lock:
-            h = e._handle
-            if h is None:
+        if not e._calls.enter():
+            if e._handle is None:
                 raise ClosedError("this engine is closed", function=self.where)
-            if e._calls_closed:
-                raise ClosedError("the engine is being closed (Engine.close has drained it and is freeing it)",
-                                  function=self.where)
-            e._calls += 1
-            self.counted = True
+            raise ClosedError("the engine is being closed (Engine.close has drained it and is freeing it)",
+                              function=self.where)
+        h = e._handle  # set while the gate is open: close() frees it only after closing the gate
+        self.counted = True
         tls = e._tls
         tls.calls = getattr(tls, "calls", 0) + 1
         return h
@@ -349,8 +369,5 @@ class _InCall:
             return
         e = self.engine
         e._tls.calls -= 1
-        with e._calls_lock:
-            e._calls -= 1
-            if not e._calls and e._calls_closed:
-                e._calls_idle.set()
+        e._calls.leave()
 
