@@ -18,12 +18,6 @@
 //! }
 //! ```
 fn main() {
-//!     for flag in std::env::var("DEP_FLOWLANE_RS_RPATH").unwrap_or_default().split_whitespace() {
-//!         println!("cargo:rustc-link-arg={}", flag);
-//!     }
-//! }
-//! ```
-fn main() {
     println!("cargo:rerun-if-env-changed=DEP_FLOWLANE_LIB_DIR");
     println!("cargo:rerun-if-env-changed=DEP_FLOWLANE_RPATH");
     let rpath = std::env::var("DEP_FLOWLANE_RPATH").unwrap_or_default();
