@@ -2,9 +2,11 @@
 # A crate outside this repository that depends only on `flowlane` (by path, on a copy of
 # bindings/rust) and finds the library through pkg-config alone: the build is installed
 # into a scratch prefix, PKG_CONFIG_PATH points there, FLOWLANE_LIB_DIR and LD_LIBRARY_PATH
-# are unset. Two ways of giving the program its rpath are built and run directly (not
-# through cargo, which would set LD_LIBRARY_PATH): the crate's build.rs reading
-# DEP_FLOWLANE_RS_RPATH, and `.cargo/config.toml` rustflags.
+# are unset. Built and run directly (not through cargo, which would set LD_LIBRARY_PATH):
+# the plain crate (nothing but Cargo.toml and main.rs: flowlane-sys makes its binary
+# record the library's absolute path), and the two ways of giving a program its rpath
+# (its build.rs reading DEP_FLOWLANE_RS_RPATH; `.cargo/config.toml` rustflags). Then, inside
+# this checkout (which has a build tree), PKG_CONFIG_PATH must win over that build tree.
 #   scripts/rust-downstream-test.sh [BUILD_DIR]     (default: $FLOWLANE_BUILD_DIR or build)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -96,14 +98,19 @@ run_case() {  # run_case NAME DIR
   (cd "$dir" && env -u FLOWLANE_LIB_DIR -u LD_LIBRARY_PATH PKG_CONFIG_PATH="$prefix/lib/pkgconfig" \
      CARGO_TARGET_DIR="$tmp/target-$name" cargo build --offline -q)
   exe="$tmp/target-$name/debug/downstream"
-  if ! readelf -d "$exe" | grep -E "R(UN)?PATH" | grep -q "$prefix/lib"; then
-    echo "rust-downstream-test ($name): $exe has no rpath to $prefix/lib:" >&2
+  if ! readelf -d "$exe" | grep -E "R(UN)?PATH|NEEDED" | grep -q "$prefix/lib"; then
+    echo "rust-downstream-test ($name): $exe names neither an rpath to $prefix/lib nor the library there:" >&2
     readelf -d "$exe" | grep -E "R(UN)?PATH|NEEDED" >&2 || true
     return 1
   fi
   env -u LD_LIBRARY_PATH "$exe" | tee "$tmp/out-$name"
   grep -q "downstream: total 55" "$tmp/out-$name"
 }
+
+make_app "$tmp/app-plain" no
+run_case plain "$tmp/app-plain"
+readelf -d "$tmp/target-plain/debug/downstream" | grep -q "NEEDED.*\[$prefix/lib/libflowlane.so.0\]" ||
+  { echo "rust-downstream-test (plain): the binary does not record $prefix/lib/libflowlane.so.0" >&2; exit 1; }
 
 make_app "$tmp/app-buildrs" yes
 run_case build-rs "$tmp/app-buildrs"
@@ -112,4 +119,13 @@ make_app "$tmp/app-config" no
 mkdir -p "$tmp/app-config/.cargo"
 printf '[build]\nrustflags = ["-C", "link-arg=-Wl,-rpath,%s"]\n' "$prefix/lib" >"$tmp/app-config/.cargo/config.toml"
 run_case cargo-config "$tmp/app-config"
-say "rust-downstream-test: both downstream programs found libflowlane through pkg-config and started"
+# Inside the checkout, next to its build tree: an explicit PKG_CONFIG_PATH wins.
+say "in the checkout: cargo build --example quickstart with PKG_CONFIG_PATH=$prefix/lib/pkgconfig"
+(cd "$FLOWLANE_ROOT/bindings/rust" && env -u FLOWLANE_LIB_DIR -u LD_LIBRARY_PATH \
+   PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR="$tmp/target-checkout" \
+   cargo build --offline -q --example quickstart)
+readelf -d "$tmp/target-checkout/debug/examples/quickstart" | grep -q "NEEDED.*\[$prefix/lib/libflowlane.so.0\]" ||
+  { echo "rust-downstream-test: in the checkout, PKG_CONFIG_PATH did not win over the build tree:" >&2
+    readelf -d "$tmp/target-checkout/debug/examples/quickstart" | grep -E "R(UN)?PATH|NEEDED" >&2; exit 1; }
+env -u LD_LIBRARY_PATH "$tmp/target-checkout/debug/examples/quickstart" >/dev/null
+say "rust-downstream-test: the three downstream programs found libflowlane through pkg-config and started"

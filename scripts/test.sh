@@ -24,6 +24,9 @@ say "ctest"
 if ! (cd "$BUILD_DIR" && ctest --output-on-failure -j "${FLOWLANE_TEST_JOBS:-2}" "${ctest_args[@]}"); then
   failed+=(ctest)
 fi
+# The README's first command, as written (its build is the one above: nothing to rebuild).
+say "the README's demo: ./scripts/demo.sh"
+FLOWLANE_SKIP_SETUP=1 ./scripts/demo.sh >/dev/null || failed+=(demo)
 
 # The bindings load the library just built: they are told where it is.
 lib="$BUILD_DIR/capi/libflowlane.so.0"

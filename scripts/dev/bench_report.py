@@ -11,8 +11,11 @@ single run is reported as is). Then one ratio row per pair BM_<X>Flowlane<args> 
 BM_<X><Peer><args> (same <args>, Peer in --peers): flowlane's median real time divided by
 the peer's, so < 1 means flowlane is faster. The header records the date, the machine
 (lscpu), the commit and the commands used. The OpenMP section (between OPENMP_BEGIN and
-OPENMP_END, written by bench_openmp_report.py) and the GPU section (between GPU_BEGIN and
-GPU_END, written by gpu_report.py --section) of an existing --out file are kept as they are.
+OPENMP_END, written by bench_openmp_report.py), the GPU section (between GPU_BEGIN and
+GPU_END, written by gpu_report.py --section), the fork-join section (FORKJOIN_BEGIN ..
+FORKJOIN_END, written by bench/run_forkjoin.sh) and the Python section (PYTHON_BEGIN ..
+PYTHON_END, written by bench/python/bench_submit.py --write) of an existing --out file are
+kept as they are.
 """
 import argparse
 import datetime
@@ -32,6 +35,10 @@ OPENMP_BEGIN = "<!-- openmp-section: scripts/bench-openmp.sh writes from here to
 OPENMP_END = "<!-- end of openmp-section -->"
 GPU_BEGIN = "<!-- gpu-section: scripts/dev/gpu_report.py --section writes from here to the end marker -->"
 GPU_END = "<!-- end of gpu-section -->"
+FORKJOIN_BEGIN = "<!-- forkjoin-section: bench/run_forkjoin.sh writes from here to the end marker -->"
+FORKJOIN_END = "<!-- end of forkjoin-section -->"
+PYTHON_BEGIN = "<!-- python-section: bench/python/bench_submit.py --write writes from here to the end marker -->"
+PYTHON_END = "<!-- end of python-section -->"
 
 
 def read_section(path, begin=OPENMP_BEGIN, end=OPENMP_END):
@@ -231,7 +238,8 @@ def main():
             out += table(path, peers)
         except (OSError, ValueError, KeyError) as e:
             out += [f"## {os.path.basename(path)}", "", f"Could not read this file: {e}", ""]
-    for begin, end in ((OPENMP_BEGIN, OPENMP_END), (GPU_BEGIN, GPU_END)):
+    for begin, end in ((OPENMP_BEGIN, OPENMP_END), (GPU_BEGIN, GPU_END), (FORKJOIN_BEGIN, FORKJOIN_END),
+                       (PYTHON_BEGIN, PYTHON_END)):
         kept = read_section(args.out, begin, end)
         if kept:
             out += ["", kept]

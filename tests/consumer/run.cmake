@@ -18,6 +18,8 @@
 #   PKG_CONFIG     pkg-config executable (empty: that half is skipped, with a note)
 #   EXPECT_VERSION the project version, e.g. 0.1.0
 #   READELF        readelf, to check the installed library
+#   README         README.md, whose shell blocks marked `<!-- tested: abi.consumer -->` are run
+#                  as written (step 4b), with BASH (both optional: the step is skipped without)
 foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR CONFIG C_COMPILER GENERATOR EXPECT_VERSION)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "run.cmake: -D${var}=... is required")
@@ -148,6 +150,48 @@ step("compile consumer with pkg-config flags"
      ${pc_args} -o "${WORK_DIR}/flowlane_consumer_pc")
 step("run consumer (pkg-config)" "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH "${WORK_DIR}/flowlane_consumer_pc")
 message(STATUS "pkg-config: ${step_output}")
+
+# 4b. The README's own commands, as written: the shell blocks of README.md marked
+#     `<!-- tested: abi.consumer -->` (tests/docs/check_readmes.py checks that every shell
+#     block names what runs it), run in order by bash in a scratch directory where `build`
+#     is this build tree, `app.c` the consumer's main.c and `cc` this build's C compiler
+#     (with EXTRA_FLAGS, which a sanitized library needs), with PKG_CONFIG_PATH,
+#     PKG_CONFIG_LIBDIR and LD_LIBRARY_PATH unset. The one change: a fresh scratch prefix in
+#     place of the README's /opt/flowlane.
+if(README AND BASH)
+  file(READ "${README}" readme_text)
+  string(REGEX MATCHALL "<!-- tested: abi\\.consumer[^\n]*-->\n```sh\n[^`]*```" blocks "${readme_text}")
+  list(LENGTH blocks nblocks)
+  if(nblocks EQUAL 0)
+    message(FATAL_ERROR "${README} has no shell block marked <!-- tested: abi.consumer -->")
+  endif()
+  set(rdir "${WORK_DIR}/readme")
+  set(rprefix "${WORK_DIR}/readme-prefix")
+  file(MAKE_DIRECTORY "${rdir}")
+  file(CREATE_LINK "${BUILD_DIR}" "${rdir}/build" SYMBOLIC)
+  configure_file("${CONSUMER_DIR}/main.c" "${rdir}/app.c" COPYONLY)
+  string(REPLACE ";" " " flags_line "${extra_flags}")
+  file(WRITE "${WORK_DIR}/cc" "#!/bin/sh\nexec \"${C_COMPILER}\" ${flags_line} \"$@\"\n")
+  file(COPY "${WORK_DIR}/cc" DESTINATION "${rdir}/bin"
+       FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE)
+  set(script "set -x\n")
+  foreach(block IN LISTS blocks)
+    string(REGEX REPLACE "^[^\n]*\n```sh\n" "" block "${block}")
+    string(REGEX REPLACE "```$" "" block "${block}")
+    string(REPLACE "/opt/flowlane" "${rprefix}" block "${block}")
+    string(APPEND script "${block}")
+  endforeach()
+  file(WRITE "${rdir}/readme.sh" "${script}")
+  step("the README's commands (${nblocks} blocks, ${rdir}/readme.sh)" "${CMAKE_COMMAND}" -E env
+       --unset=PKG_CONFIG_PATH --unset=PKG_CONFIG_LIBDIR --unset=LD_LIBRARY_PATH
+       "PATH=${rdir}/bin:$ENV{PATH}" "${BASH}" -eu -c "cd '${rdir}' && . ./readme.sh")
+  if(NOT step_output MATCHES "consumer: flowlane ${EXPECT_VERSION}, instruction wrote 42")
+    message(FATAL_ERROR "the README's commands did not build and run the program:\n${step_output}")
+  endif()
+  message(STATUS "README commands: ran ${nblocks} blocks as written")
+elseif(README)
+  message(STATUS "bash not found: the README's commands are not run")
+endif()
 
 # 5. The C++ header from the installed prefix: a C++17 program, the same pkg-config line.
 if(NOT CXX_COMPILER OR NOT CXX_EXAMPLE)

@@ -3,6 +3,7 @@
 
     check_readmes.py ROOT tables      every file table lists every file of its folder
     check_readmes.py ROOT citations   every README section a source cites exists
+    check_readmes.py ROOT commands    every shell block of README.md names what runs it
 
 tables: a README.md whose Markdown table has `file` as its first column header must list,
 in that column, every file of the README's own folder (subfolders and the READMEs
@@ -11,6 +12,13 @@ with braces: `pool.{hpp,cpp}`. A listed file that does not exist is an error too
 
 citations: a comment or doc that cites `some/dir/README.md, "Section"` must find a heading
 `## Section` (any level) in that README.
+
+commands: every fenced ```sh block of the top-level README.md is preceded by a marker
+`<!-- tested: WHO -->` saying what runs its commands, so that no command there goes
+untested: WHO is `abi.consumer` (tests/consumer/run.cmake runs the block as written, in a
+scratch directory, against a scratch install prefix in place of the README's one; it
+reads these markers) or the path of a script of the repository that runs the block's
+commands (`scripts/test.sh`, which CI runs).
 
 Standard library only; exit status 1 with one line per problem.
 """
@@ -117,13 +125,35 @@ def check_citations(root, files):
     return errors
 
 
+MARKER = re.compile(r"^<!-- tested: (\S+)(?: .*)? -->$")
+
+
+def check_commands(root, files):
+    """Every ```sh block of README.md has a `<!-- tested: WHO -->` marker right above it."""
+    errors = []
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != "```sh":
+            continue
+        above = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        m = MARKER.match(above)
+        if not m:
+            errors.append(f"README.md:{i + 1}: a shell block without a `<!-- tested: WHO -->` marker above it")
+        elif m.group(1) != "abi.consumer" and m.group(1) not in files:
+            errors.append(f"README.md:{i + 1}: the marker names {m.group(1)}, which is neither abi.consumer nor "
+                          "a file of the repository")
+    return errors
+
+
 def main(argv):
-    if len(argv) != 3 or argv[2] not in ("tables", "citations"):
+    if len(argv) != 3 or argv[2] not in ("tables", "citations", "commands"):
         print(__doc__, file=sys.stderr)
         return 2
     root = argv[1]
     files = tracked_files(root)
-    errors = check_tables(root, files) if argv[2] == "tables" else check_citations(root, files)
+    check = {"tables": check_tables, "citations": check_citations, "commands": check_commands}[argv[2]]
+    errors = check(root, files)
     for e in errors:
         print(e, file=sys.stderr)
     if errors:

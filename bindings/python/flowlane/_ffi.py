@@ -17,7 +17,7 @@ import ctypes.util
 import os
 import re
 import sys
-from ctypes import POINTER, c_uint32, c_void_p
+from ctypes import POINTER, c_char_p, c_int, c_uint32, c_uint64, c_void_p
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple, Type, TypeVar, Union
 
@@ -176,6 +176,40 @@ if version[0] != EXPECTED_MAJOR:
 # Symbols a (stale or older) library lacks are reported here; calling one raises
 # AttributeError naming it. The test suite checks that the list is empty.
 missing_symbols = _declare(lib)
+
+
+# The calls of the submission path, through ctypes.PyDLL on the same library: the calling
+# thread keeps the GIL across the call. A call through ``lib`` releases the GIL and takes it
+# back afterwards; while the workers run Python callbacks, taking it back means waiting for
+# one of them to let go, every time. Only calls that never wait for another thread (a
+# submission with FL_SUBMIT_NONBLOCKING, queries, the context getters) go here; anything
+# that may wait goes through ``lib``, so that the workers can run meanwhile. Handles are
+# passed as plain ints (c_void_p converts cheapest), with the same prototypes otherwise.
+class _NoGil:
+    """The library's non-blocking calls, with the GIL kept (see above)."""
+
+    def __init__(self, path: str) -> None:
+        pylib = ctypes.PyDLL(path)
+        for name, restype, argtypes in (
+            ("fl_submit_host", c_int, [c_void_p, c_void_p, c_void_p]),  # FL_SUBMIT_NONBLOCKING only
+            ("fl_instr_query", c_int, [c_void_p, c_uint64, c_void_p]),
+            ("fl_instr_get_id", c_uint64, [c_void_p]),
+            ("fl_instr_get_lane", c_uint32, [c_void_p]),
+            ("fl_instr_set_error", None, [c_void_p, c_char_p]),
+        ):
+            f = getattr(pylib, name)
+            f.restype = restype
+            f.argtypes = argtypes
+            setattr(self, name, f)
+
+    fl_submit_host: Any
+    fl_instr_query: Any
+    fl_instr_get_id: Any
+    fl_instr_get_lane: Any
+    fl_instr_set_error: Any
+
+
+nogil = _NoGil(path)
 
 
 def last_error_message() -> str:

@@ -1,20 +1,26 @@
-"""Futures of submitted instructions, and waits that Ctrl-C can interrupt.
+"""Futures of submitted instructions.
 
 A :class:`Future` is a ``concurrent.futures.Future``: it works with
-``concurrent.futures.wait`` / ``as_completed`` and ``asyncio`` because it is completed
-through the base class's own ``set_result`` / ``set_exception`` /
-``set_running_or_notify_cancel``, which notify the waiters those functions install. It is
-completed once the instruction has completed in the engine (``fl_instr_query`` no longer
-says pending), by one helper thread per engine (the "completer"), so done-callbacks run
-there, never on an engine worker, and may block or wait freely.
+``concurrent.futures.wait`` / ``as_completed`` and ``asyncio`` because it keeps the base
+class's state and notifies the waiters those functions install, as ``set_result`` /
+``set_exception`` / ``set_running_or_notify_cancel`` do. Done-callbacks never run on an
+engine worker: on the engine's helper thread (the "completer", ``_completer.py``), where
+they may block or wait freely, or at once in the caller when the future is already done.
 
 Who completes what:
 
-* the instruction's callable starts: ``set_running_or_notify_cancel`` (a future cancelled
+* the instruction's callable starts: the future becomes running (a future cancelled
   before that makes the callable return ``FL_ERR_CANCELLED`` without running ``fn``);
-* its cleanup runs (after ``fn``, or instead of it when skipped or cancelled): the future
-  is queued to the completer, which waits until the engine has published the outcome and
-  sets the result, the exception, or the cancellation.
+* its cleanup runs (after ``fn``, or instead of it when skipped or cancelled): a success
+  with no done-callback is completed there and then, on the worker (its waiters are
+  woken; nothing there blocks), as the engine completes the instruction right after; the
+  rest (failures, skips, cancellations, futures with done-callbacks) is queued to the
+  completer, which waits until the engine has published the outcome and sets the result,
+  the exception, or the cancellation;
+* ``result()`` without a timeout of a submission without operands or lane that no worker
+  has started claims it and runs ``fn`` on the calling thread (``Future._help``), then
+  completes the future; the engine's own run of the instruction then finds it claimed and
+  does nothing.
 
 An exception is first stored as a provisional one built from what Python knows (the
 callable's exception, or a skip); its first retrieval (``result()``, ``exception()``)
@@ -25,82 +31,30 @@ counts the failure as returned, as every wait that observes a failure does.
 from __future__ import annotations
 
 import asyncio
-import collections
 import ctypes
 import concurrent.futures
 import enum
-import logging
 import threading
 import time
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Deque, Generator, Generic, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, List, Optional, Tuple, TypeVar
 
 from . import _capi
+from ._context import current_instruction
+from ._failures import _user_traceback, _without_traceback, exception_text
 from ._ffi import lib
 from ._managed import callback_depth
-from .errors import ClosedError, DependencyFailed, FlowlaneError, InstructionFailed, error_for
+from ._waits import WAIT_SLICE_S, _check_timeout, wait_sliced
+from .errors import ClosedError, DependencyFailed, FlowlaneError, InstructionFailed, InvalidArgument, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._core import Engine, Stream
+    from ._engine import Engine
+    from ._stream import Stream
 
 T = TypeVar("T")
-logger = logging.getLogger("flowlane")
-
-#: How long one slice of a blocking wait lasts on the main thread: between slices the
-#: interpreter runs signal handlers, so Ctrl-C interrupts a wait within about this long.
-WAIT_SLICE_S = 0.05
 
 _DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
-
-
-def _check_timeout(timeout: Optional[float], where: str) -> Optional[float]:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError("%s: timeout must be a number of seconds or None, not %s" % (where, type(timeout).__name__))
-    if timeout != timeout:
-        raise ValueError("%s: timeout is NaN" % where)
-    if timeout == float("inf"):
-        return None  # forever (int(inf * 1e9) would overflow)
-    return max(float(timeout), 0.0)
-
-
-def wait_sliced(call: Callable[[int], Any], timeout: Optional[float], where: str,
-                stop: Optional[threading.Event] = None) -> int:
-    """Calls ``call(timeout_ns)`` (a ``*_for`` C wait, which releases the GIL) until it
-    answers something other than FL_ERR_TIMEOUT or ``timeout`` seconds (None: forever) have
-    passed; returns the last status. On the main thread (and when ``stop`` is given) it
-    waits in slices of :data:`WAIT_SLICE_S`, so signal handlers (KeyboardInterrupt) run in
-    between and ``stop`` is noticed."""
-    timeout = _check_timeout(timeout, where)
-    sliced = stop is not None or threading.current_thread() is threading.main_thread()
-    slice_ns = int(WAIT_SLICE_S * 1e9)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        if deadline is None:
-            ns = slice_ns if sliced else _capi.FL_WAIT_FOREVER
-        else:
-            left = deadline - time.monotonic()
-            ns = 0 if left <= 0 else int(min(left, WAIT_SLICE_S) * 1e9) if sliced else int(left * 1e9)
-        st = int(call(ns))
-        if st != _capi.FL_ERR_TIMEOUT or (deadline is not None and time.monotonic() >= deadline):
-            return st
-        if stop is not None and stop.is_set():
-            return st
-        # Back to the interpreter loop: a pending KeyboardInterrupt is raised here.
-
-
-async def run_blocking_async(wait: Callable[[threading.Event], T]) -> T:
-    """Runs ``wait(stop)`` (a sliced blocking wait) on the event loop's default executor,
-    so the event loop thread never blocks or polls; if the awaiting task is cancelled,
-    ``stop`` is set and the helper thread gives up at its next slice."""
-    loop = asyncio.get_running_loop()
-    stop = threading.Event()
-    try:
-        return await loop.run_in_executor(None, wait, stop)
-    finally:
-        stop.set()
 
 
 class InstrState(enum.IntEnum):
@@ -154,13 +108,23 @@ class Future(_FutureBase[T]):
 
     # The base class's state, as concurrent.futures.wait, as_completed and asyncio use it
     # (typeshed does not declare it).
-    _condition: threading.Condition
     _state: str
     _result: Any
     _exception: Optional[BaseException]
+    _waiters: List[Any]
+    _done_callbacks: List[Callable[["Future[Any]"], object]]
 
     def __init__(self, stream: "Stream", name: Optional[str]):
-        super().__init__()
+        # concurrent.futures.Future.__init__'s state, without its Condition: the futures of
+        # an engine share one lock (the engine's), and a future gets a condition on it only
+        # when something waits on it (_condition), so a submission allocates neither.
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+        self._lock: Any = stream.engine._futures_lock
+        self._cond: Optional[threading.Condition] = None
         #: The stream the instruction was submitted to.
         self.stream = stream
         #: The instruction's name.
@@ -174,6 +138,26 @@ class Future(_FutureBase[T]):
         # wait, which chains it from its own error), never by the completer.
         self._cause: Optional[FlowlaneError] = None
         self._materialized = False
+        # The instruction's payload (an _Instr) until its cleanup; _helped: result() ran it
+        # on the waiting thread (a spread submission no worker had started).
+        self._instr: Any = None
+        self._helped = False
+
+    @property
+    def _condition(self) -> threading.Condition:
+        """The base class's condition: on the shared lock, made on first use."""
+        cond = self._cond
+        if cond is None:
+            with self._lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(self._lock)
+        return cond
+
+    def _notify(self) -> None:
+        """Under the lock, after a state change: wakes the threads waiting on this future."""
+        if self._cond is not None:
+            self._cond.notify_all()
 
     # -- what the engine tells -----------------------------------------------------
 
@@ -189,9 +173,13 @@ class Future(_FutureBase[T]):
 
     def state(self) -> InstrState:
         """The instruction's state as the engine reports it (``fl_instr_query``: never
-        waits, never counts as observing a failure). After the engine is closed, derived
-        from the future."""
-        if self.stream.engine._handle is not None and self._id:
+        waits, never counts as observing a failure). Once the future holds a result, and
+        after the engine is closed, derived from the future (a successful instruction's
+        future is completed as its cleanup runs, microseconds before the engine says DONE;
+        one that result() ran on the waiting thread is DONE or FAILED for the future while
+        the engine still has it queued)."""
+        if self.stream.engine._handle is not None and self._id and not self._helped \
+                and not (self._state == FINISHED and self._exception is None):
             out = ctypes.c_uint32()
             try:
                 with self.stream.engine._call("Future.state"):
@@ -202,7 +190,7 @@ class Future(_FutureBase[T]):
                 if st != _capi.FL_OK:
                     raise error_for(st, None, "Future.state")
                 return InstrState(out.value)
-        with self._condition:
+        with self._lock:
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
                 return InstrState.CANCELLED
             if self._state == FINISHED:
@@ -217,7 +205,7 @@ class Future(_FutureBase[T]):
     def cancel(self) -> bool:
         """Cancels the instruction unless its callable has started or finished: returns
         True if the future is (now) cancelled; the callable then never runs."""
-        with self._condition:
+        with self._lock:
             was_pending = self._state == PENDING
         if not super().cancel():
             return False
@@ -233,13 +221,9 @@ class Future(_FutureBase[T]):
 
     def _wait_done(self, timeout: Optional[float], where: str) -> None:
         timeout = _check_timeout(timeout, where)
-        from ._base import current_instruction
-
         me = current_instruction()
         if me is not None and me.engine is self.stream.engine and self._id > me.id and self.stream.lane == me.lane \
                 and self._state not in _DONE_STATES:
-            from .errors import InvalidArgument
-
             raise InvalidArgument("called from inside instruction #%d for instruction #%d, queued behind it on its "
                                   "own lane: it cannot start before the caller returns" % (me.id, self._id),
                                   function=where)
@@ -295,9 +279,21 @@ class Future(_FutureBase[T]):
         callback, InvalidArgument when the instruction waits for the calling one (queued
         behind it on its lane, or depending on it through objects), and Cancelled when the
         engine is closed while this wait is on a cycle of waits (two callbacks waiting for
-        each other)."""
-        self._wait_done(timeout, "Future.result")
-        with self._condition:
+        each other).
+
+        Without a timeout, a submission made without operands and without a lane
+        (``engine.submit(fn)``) that no worker has started yet is run here, on the calling
+        thread, as a thread pool's caller would otherwise sit idle (work-stealing pools join
+        this way): its ``fn`` runs once either way, and it is ordered against nothing. Inside
+        a callback it is run so even with a timeout: callables that each wait for work queued
+        behind the others' could otherwise wait for each other forever. The engine then sees
+        that instruction as an empty one that succeeds when its lane reaches it; its failure is
+        reported by this call alone (not by synchronize())."""
+        if self._state == PENDING and self._instr is not None and (timeout is None or callback_depth() > 0):
+            self._help()
+        if self._state not in _DONE_STATES:  # (read again under the lock there)
+            self._wait_done(timeout, "Future.result")
+        with self._lock:
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
                 raise concurrent.futures.CancelledError()
             self._materialize("Future.result")
@@ -317,7 +313,7 @@ class Future(_FutureBase[T]):
         """The exception result() would raise (None after a success), waiting as result()
         does; raises CancelledError for a cancelled future."""
         self._wait_done(timeout, "Future.exception")
-        with self._condition:
+        with self._lock:
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
                 raise concurrent.futures.CancelledError()
             self._materialize("Future.exception")
@@ -335,24 +331,87 @@ class Future(_FutureBase[T]):
 
     def _set_id(self, instr_id: int) -> None:
         """Called by submit once the engine gave the id."""
-        with self._condition:
+        with self._lock:
             self._id = instr_id
-            ready = self._cleaned
+            ready = self._cleaned and self._state not in _DONE_STATES
         if ready:
             self.stream.engine._completer.put(self)
 
-    def _start(self) -> bool:
-        """In the callable, before fn: False if the future was cancelled (fn must not run)."""
+    def _claim(self) -> Optional[bool]:
+        """In the callable, before fn: True if fn is to run here (the future is now
+        running), False if it was cancelled (fn must not run), None if result() has run it
+        on the waiting thread."""
+        with self._lock:
+            if self._state == PENDING:
+                self._state = RUNNING
+                return True
+            if self._helped:
+                return None
+            if self._state == CANCELLED:
+                self._state = CANCELLED_AND_NOTIFIED
+                for waiter in self._waiters:
+                    waiter.add_cancelled(self)
+            return False
+
+    def _help(self) -> None:
+        """result() of a spread submission that has not started: claims it and runs fn on
+        this thread. Counted as a call on the engine, so close() frees the engine only
+        after fn has returned (the engine sees the instruction complete earlier)."""
+        payload = self._instr
+        if payload is None or not payload.spread:
+            return
         try:
-            return self.set_running_or_notify_cancel()
-        except RuntimeError:  # not pending: cannot happen; run as the engine decided
-            return True
+            call = self.stream.engine._call("Future.result")
+            call.__enter__()
+        except ClosedError:
+            return  # the engine is closing: the drain completes the future
+        try:
+            with self._lock:
+                if self._state != PENDING:
+                    return
+                self._state = RUNNING
+                self._helped = True
+            payload.call(None)
+            outcome = self._outcome
+            assert outcome is not None
+            if outcome[0]:
+                self._set_finished(outcome[1])
+            else:
+                self._finish(exc=self._provisional(outcome[1], None))
+        finally:
+            call.__exit__()
+
+    def _set_finished(self, result: Any) -> None:
+        """set_result() of a running future, without allocating a condition nobody waits on;
+        done-callbacks run here, in the calling thread (never a worker: see the callers)."""
+        with self._lock:
+            self._result = result
+            self._state = FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            self._notify()
+        if self._done_callbacks:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
 
     def _on_cleanup(self) -> None:
-        """In the instruction's cleanup (after fn ran, or instead of it): hand the future to
-        the completer once the id is known."""
-        with self._condition:
+        """In the instruction's cleanup (after fn ran, or instead of it). A success with no
+        done-callback is completed here and now (the waiters are woken; nothing blocks);
+        the rest goes to the completer, once the id is known, which waits until the engine
+        has published the outcome."""
+        with self._lock:
             self._cleaned = True
+            self._instr = None
+            state = self._state
+            if self._helped or state == FINISHED:
+                return  # result() runs it, or ran it, on the waiting thread and completes it
+            outcome = self._outcome
+            if outcome is not None and outcome[0] and state == RUNNING and not self._done_callbacks:
+                self._result = outcome[1]
+                self._state = FINISHED
+                for waiter in self._waiters:
+                    waiter.add_result(self)
+                self._notify()
+                return
             ready = self._id != 0
         if ready:
             self.stream.engine._completer.put(self)
@@ -392,7 +451,7 @@ class Future(_FutureBase[T]):
                     pass
             self._finish(result=outcome[1])
             return
-        with self._condition:
+        with self._lock:
             if self._state == CANCELLED_AND_NOTIFIED:
                 return  # the callable saw the cancellation
         state = self._query_completed()
@@ -406,8 +465,6 @@ class Future(_FutureBase[T]):
     def _provisional(self, exc: Optional[BaseException], state: Optional[int]) -> BaseException:
         what = "instruction %r (#%d, lane %d)" % (self.name, self._id, self.stream.lane)
         if exc is not None:
-            from ._base import _user_traceback, exception_text
-
             err = InstructionFailed("%s failed: Python %s: %s" % (what, type(exc).__qualname__, exception_text(exc)),
                                     _capi.FL_ERR_INSTRUCTION_FAILED, "Future.result")
             err.original = exc
@@ -433,16 +490,20 @@ class Future(_FutureBase[T]):
         # Cancelled in the engine (fl_stream_cancel, fl_engine_cancel) or by cancel():
         # cancelled, then notified, as an executor does with a cancelled work item.
         concurrent.futures.Future.cancel(self)
-        with self._condition:
+        with self._lock:
             notify = self._state == CANCELLED
         if notify:
             self.set_running_or_notify_cancel()
 
     def _materialize(self, where: str) -> None:
-        """Under _condition, once: replaces a provisional exception by the engine's own
+        """Under the lock, once: replaces a provisional exception by the engine's own
         account (its text; for a skip, the callable that caused it), which marks the
         failure as returned; the failure is no longer reported at close()."""
         if self._materialized or self._state != FINISHED or self._exception is None:
+            return
+        if self._helped:
+            self._materialized = True  # the engine knows nothing of it: what Python knows
+            self.stream.engine._retrieved("(#%d," % self._id)
             return
         self._materialized = True
         engine = self.stream.engine
@@ -468,8 +529,6 @@ class Future(_FutureBase[T]):
             original, tb = engine._original(err.message)
         if original is None and not isinstance(provisional, FlowlaneError):
             original, tb = provisional, self._tb
-        from ._base import _without_traceback
-
         if original is not None and isinstance(err, InstructionFailed):
             err.original = original
             err.message = _without_traceback(err.message)
@@ -478,93 +537,4 @@ class Future(_FutureBase[T]):
             self._exception, self._tb, self._cause = err, None, None
 
 
-class Completer:
-    """One engine's helper thread that completes futures (started on first use)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._items: Deque[Future[Any]] = collections.deque()
-        self._busy = False
-        self._stopped = False
-        self._thread: Optional[threading.Thread] = None
-
-    def put(self, fut: "Future[Any]") -> None:
-        """Queues a future whose instruction's cleanup has run."""
-        with self._cond:
-            self._items.append(fut)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="flowlane-futures", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._items and not self._stopped:
-                    self._cond.wait()
-                if not self._items:
-                    return
-                # One at a time: a done-callback that waits for another future completes
-                # the queued ones itself (help), so none may be held aside here.
-                fut: Optional[Future[Any]] = self._items.popleft()
-                self._busy = True
-            assert fut is not None
-            _complete_one(fut)
-            # Hold no future while idle: a future holds its engine, which the garbage
-            # collector may then close (from this thread; close() allows that).
-            fut = None
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-
-    def is_current(self) -> bool:
-        """True on the completer's own thread (inside a done-callback)."""
-        return self._thread is not None and threading.current_thread() is self._thread
-
-    def help(self, timeout: Optional[float]) -> None:
-        """On the completer's thread: completes one queued future, or waits up to
-        ``timeout`` for one to be queued."""
-        with self._cond:
-            if not self._items:
-                self._cond.wait(timeout)
-            fut = self._items.popleft() if self._items else None
-        if fut is not None:
-            _complete_one(fut)
-
-    def flush(self) -> None:
-        """Waits until every queued future is completed (on the completer itself, e.g. from
-        a done-callback that closes the engine, completes them here)."""
-        if threading.current_thread() is self._thread:
-            while True:
-                with self._cond:
-                    if not self._items:
-                        return
-                    fut = self._items.popleft()
-                _complete_one(fut)
-        with self._cond:
-            while self._items or self._busy:
-                self._cond.wait(WAIT_SLICE_S)
-
-    def stop(self) -> None:
-        """Completes what is queued, then ends the thread."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-
-def _complete_one(fut: "Future[Any]") -> None:
-    try:
-        fut._complete()
-    except BaseException as e:  # never lose the thread
-        logger.exception("flowlane: completing %r failed", fut)
-        if not fut.done():  # nor the future: its waiters would hang
-            try:
-                fut._finish(exc=e)
-            except BaseException:
-                pass
-
-
-__all__ = ["Future", "InstrState", "Completer", "wait_sliced", "run_blocking_async", "WAIT_SLICE_S"]
+__all__ = ["Future", "InstrState"]

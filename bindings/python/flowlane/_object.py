@@ -1,18 +1,28 @@
-"""Objects: dependence objects carrying a Python value, and their waits."""
+"""Objects: dependence objects carrying a Python value, their waits, and their use as an
+instruction's operands."""
 
 from __future__ import annotations
 
+import os
 import threading
 from ctypes import byref
-from typing import Any, Generic, Optional
+from typing import TYPE_CHECKING, Any, Generic, List, Optional, Sequence, Tuple
 
 from . import _capi, _ffi
-from ._base import Access, AccessLike, T, _access, _keep, _register, _release_trampoline
-from ._core import Engine
+from ._base import _keep, _register, _release_trampoline
+from ._engine_base import EngineBase
 from ._ffi import lib
-from ._future import run_blocking_async, wait_sliced
-from ._managed import Managed, callback_depth
-from .errors import ClosedError, check, error_for
+from ._managed import Managed, _tls, callback_depth
+from ._types import Access, AccessLike, T, _access
+from ._waits import run_blocking_async, wait_sliced
+from .errors import ClosedError, UndeclaredAccess, check, error_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine import Engine
+
+#: FLOWLANE_CHECK_ACCESS=1 (read at import): ``obj.value`` inside an instruction's callable
+#: raises :class:`UndeclaredAccess` for an object the instruction did not declare.
+CHECK_ACCESS = os.environ.get("FLOWLANE_CHECK_ACCESS", "") not in ("", "0")
 
 # --------------------------------------------------------------------------------------
 # Object
@@ -23,7 +33,7 @@ class _Box:
 
     __slots__ = ("value", "engine")
 
-    def __init__(self, value: Any, engine: Engine):
+    def __init__(self, value: Any, engine: EngineBase):
         self.value = value
         self.engine = engine
 
@@ -48,9 +58,9 @@ class Object(Managed, Generic[T]):
     __slots__ = ("engine", "_box", "_key")
     _kind = "object"
 
-    def __init__(self, engine: Engine, value: T = None):  # type: ignore[assignment]
+    def __init__(self, engine: "Engine", value: T = None):  # type: ignore[assignment]
         super().__init__()
-        if not isinstance(engine, Engine):
+        if not isinstance(engine, EngineBase):
             raise TypeError("engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         engine._ptr()
         #: The engine.
@@ -121,6 +131,8 @@ class Object(Managed, Generic[T]):
         """The value: waits for earlier writers first (not inside a callback). After the
         engine is closed, the final value. Assigning waits for every earlier access."""
         if self.engine._handle is None or callback_depth() > 0:
+            if CHECK_ACCESS:
+                self._check_declared(False)
             return self._box.value  # type: ignore[no-any-return]
         try:
             return self._wait(Access.READ, "Object.value")
@@ -131,6 +143,8 @@ class Object(Managed, Generic[T]):
 
     @value.setter
     def value(self, v: T) -> None:
+        if CHECK_ACCESS and callback_depth() > 0:
+            self._check_declared(True)
         if self.engine._handle is not None and callback_depth() == 0:
             try:
                 self._wait(Access.WRITE, "Object.value")
@@ -139,8 +153,53 @@ class Object(Managed, Generic[T]):
                     raise
         self._box.value = v
 
+    def _check_declared(self, write: bool) -> None:
+        """FLOWLANE_CHECK_ACCESS: inside an instruction's callable, ``value`` of an object
+        the instruction did not declare (to write it: in ``writes``) raises."""
+        running = getattr(_tls, "instr", None)  # the running instruction's _Instr
+        if running is None:
+            return  # a task, a loop body or a release callback: no operands to check against
+        declared = running.writes if write else running.reads + running.writes
+        if any(o is self for o in declared):
+            return
+        info = running.context()
+        raise UndeclaredAccess(
+            "%r is %s by instruction %r (#%d, lane %d), which does not declare it in %s: the engine does not "
+            "order this access (add the object to the instruction's %s)"
+            % (self, "written" if write else "read", info.name, info.id, info.lane,
+               "writes=" if write else "reads= or writes=", "writes=" if write else "reads="),
+            function="Object.value")
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return "<flowlane.Object %s #%d>" % (state, self._key)
 
 
+def _objects(what: str, items: Any, engine: EngineBase, where: str) -> List["Object[Any]"]:
+    if isinstance(items, Object):
+        items = (items,)
+    try:
+        seq = list(items)
+    except TypeError:
+        raise TypeError("%s: %s must be a list of flowlane.Object, not %s"
+                        % (where, what, type(items).__name__)) from None
+    for o in seq:
+        if not isinstance(o, Object):
+            raise TypeError("%s: %s must contain flowlane.Object instances, got %s"
+                            % (where, what, type(o).__name__))
+        if o.engine is not engine:
+            raise ValueError("%s: %s: %r belongs to another engine" % (where, what, o))
+    return seq
+
+
+def _operands(reads: Sequence["Object[Any]"], writes: Sequence["Object[Any]"]) -> Tuple[Any, int]:
+    """A ctypes array of fl_operand_t for reads then writes (None, 0 when empty)."""
+    n = len(reads) + len(writes)
+    if not n:
+        return None, 0
+    ops = (_capi.fl_operand * n)()
+    for i, o in enumerate(reads):
+        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
+    for j, o in enumerate(writes):
+        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
+    return ops, n

@@ -2,22 +2,60 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from ctypes import byref, c_uint32, c_uint64
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _capi, _ffi
-from ._base import Device, DeviceType, StreamKind, T, _host_trampoline, _Instr, _keep, _register, \
-    _release_trampoline
-from ._core import Engine
-from ._ffi import lib
-from ._future import Future, run_blocking_async, wait_sliced
+from ._base import _keep, _register, _release_trampoline
+from ._device import MemcpyKind, stream_set_priority, submit_device, submit_kernel, submit_memcpy
+from ._ffi import lib, nogil
+from ._future import Future
+from ._waits import run_blocking_async, wait_sliced
+from ._instr import _host_trampoline, _Instr
+from ._object import Object, _objects, _operands
+from ._types import Device, DeviceType, StreamKind, T
 from .errors import ClosedError, check, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .gpu import MemcpyKind
+    from ._engine import Engine
 
-# At the end: _object imports _core, which imports this module.
+_NO_OBJECTS: List["Object[Any]"] = []
+
+
+class _Slot(threading.local):
+    """This thread's submission descriptor, filled anew for each submission (C copies it),
+    with the out-parameter for the id: a submission allocates neither."""
+
+    def __init__(self) -> None:
+        self.instr = _ffi.init(_capi.fl_host_instr)
+        self.instr.fn = _host_trampoline
+        self.instr.cleanup = _release_trampoline
+        self.addr = ctypes.addressof(self.instr)
+        self.out = c_uint64()
+        self.out_addr = ctypes.addressof(self.out)
+        self.has_operands = False
+        self.busy = False
+
+
+_slot = _Slot()
+
+# Names of instructions, encoded once (most submissions reuse a few names).
+_NAMES: Dict[str, bytes] = {}
+_NAMES_KEPT = 4096
+
+
+def _name(label: Optional[str]) -> Optional[bytes]:
+    if type(label) is not str:
+        return _ffi.encode_name(label)
+    b = _NAMES.get(label)
+    if b is None:
+        b = label.encode("utf-8")
+        if len(_NAMES) < _NAMES_KEPT:
+            _NAMES[label] = b
+    return b
+
 
 # --------------------------------------------------------------------------------------
 # Lane
@@ -32,7 +70,7 @@ class Lane:
 
     __slots__ = ("engine", "id", "owned", "_released", "__weakref__")
 
-    def __init__(self, engine: Engine, lane_id: int, owned: bool):
+    def __init__(self, engine: "Engine", lane_id: int, owned: bool):
         #: The engine.
         self.engine = engine
         #: The lane id.
@@ -54,7 +92,7 @@ class Lane:
         """This lane's stream (host by default)."""
         if self._released:
             raise ClosedError("lane %d was released" % self.id, function="Lane.stream")
-        return self.engine.stream(self.id, device=device, kind=kind)
+        return self.engine._stream(self.id, device, kind)
 
     def submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *,
@@ -72,6 +110,8 @@ class Lane:
         if self._released:
             return
         self._released = True
+        if self.owned:
+            self.engine._lanes.unhold(self.id)
         if self.owned and self.engine._handle is not None:
             try:
                 with self.engine._call("Lane.close") as h:
@@ -115,12 +155,13 @@ class Stream:
     Thread-safety: any thread may submit to any stream at any time (submissions from
     different threads are ordered by whichever the engine admits first)."""
 
-    __slots__ = ("engine", "_handle", "lane", "device", "kind")
+    __slots__ = ("engine", "_handle", "_addr", "lane", "device", "kind")
 
-    def __init__(self, engine: Engine, handle: Any, lane: int, device: Device, kind: int):
+    def __init__(self, engine: "Engine", handle: Any, lane: int, device: Device, kind: int):
         #: The engine.
         self.engine = engine
         self._handle = handle
+        self._addr = _ffi.address(handle)
         #: The lane id.
         self.lane = lane
         #: The device.
@@ -193,43 +234,75 @@ class Stream:
         return self._submit(fn, reads, writes, name, block, "Stream.submit", inline)
 
     def _submit(self, fn: Callable[..., T], reads: Iterable["Object[Any]"], writes: Iterable["Object[Any]"],
-                name: Optional[str], block: bool, where: str, inline: bool = False) -> "Future[T]":
-        h = self._ptr()
-        if not callable(fn):
-            raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
-        r = _objects("reads", reads, self.engine, where)
-        w = _objects("writes", writes, self.engine, where)
-        label = name if name is not None else getattr(fn, "__qualname__", None)
-        self.engine._enter_submit(where)
+                name: Optional[str], block: bool, where: str, inline: bool = False, spread: bool = False,
+                counted: bool = False) -> "Future[T]":
+        """Submits fn (see submit). ``spread``: a submission without operands or lane, on a
+        lane the bindings picked; ``counted``: its lane count was taken already."""
+        engine = self.engine
         try:
-            return self._submit_host(h, fn, r, w, label, block, where, inline)
+            if engine._handle is None:
+                raise ClosedError("the engine of this stream is closed", function=where)
+            if not callable(fn):
+                raise TypeError("%s: fn must be callable, not %s" % (where, type(fn).__name__))
+            r = _objects("reads", reads, engine, where) if reads else _NO_OBJECTS
+            w = _objects("writes", writes, engine, where) if writes else _NO_OBJECTS
+            engine._enter_submit(where)
+        except BaseException:
+            if counted:
+                engine._lanes.finished(self.lane)
+            raise
+        label = name if name is not None else getattr(fn, "__qualname__", None)
+        try:
+            return self._submit_host(fn, r, w, label, block, where, inline, spread, counted)
         finally:
-            self.engine._leave_submit()
+            engine._leave_submit()
 
-    def _submit_host(self, h: Any, fn: Callable[..., T], r: List["Object[Any]"], w: List["Object[Any]"],
-                     label: Optional[str], block: bool, where: str, inline: bool = False) -> "Future[T]":
-        cname = _ffi.encode_name(label)
-        ops, n = _operands(r, w)
-        future: Future[T] = Future(self, label)
-        payload = _Instr(self.engine, fn, r, w, label, future)
+    def _submit_host(self, fn: Callable[..., T], r: List["Object[Any]"], w: List["Object[Any]"],
+                     label: Optional[str], block: bool, where: str, inline: bool, spread: bool,
+                     counted: bool) -> "Future[T]":
+        engine = self.engine
+        lane = self.lane
+        if not counted:
+            engine._lanes.started(lane)
+        try:
+            cname = _name(label)
+            ops, n = _operands(r, w) if r or w else (None, 0)
+            future: Future[T] = Future(self, label)
+            payload = _Instr(engine, fn, r, w, label, future, lane, spread)
+        except BaseException:
+            engine._lanes.finished(lane)
+            raise
+        if spread:
+            future._instr = payload  # result() may run it on the waiting thread
         key = _register(payload)
-        instr = _ffi.init(_capi.fl_host_instr)
-        instr.fn = _host_trampoline
-        instr.user_data = key
-        instr.cleanup = _release_trampoline
-        if ops is not None:
-            instr.operands = ops
-            instr.num_operands = n
-        instr.name = cname
-        instr.flags = (0 if block else _capi.FL_SUBMIT_NONBLOCKING) | (_capi.FL_SUBMIT_INLINE if inline else 0)
-        out = c_uint64()
-        st = lib.fl_submit_host(h, byref(instr), byref(out))
-        if st != _capi.FL_OK:
-            # Neither fn nor cleanup will ever run: the payload is ours again.
-            err = error_for(st, None, where)
-            _keep.pop(key, None)
-            raise err
-        future._set_id(int(out.value))
+        slot = _slot
+        if slot.busy:  # a submission from a callback run inline by this thread's own submit
+            slot = _Slot()
+        slot.busy = True
+        try:
+            instr = slot.instr
+            instr.user_data = key
+            if n or slot.has_operands:
+                instr.operands = ops
+                instr.num_operands = n
+                slot.has_operands = n > 0
+            instr.name = cname
+            flags = _capi.FL_SUBMIT_INLINE if inline else 0
+            instr.flags = flags | _capi.FL_SUBMIT_NONBLOCKING
+            # The GIL is kept across the call (see _ffi.nogil): nonblocking, it never waits.
+            st = nogil.fl_submit_host(self._addr, slot.addr, slot.out_addr)
+            if st == _capi.FL_ERR_WOULD_BLOCK and block:
+                instr.flags = flags  # the window is full: wait for room without the GIL
+                st = lib.fl_submit_host(self._handle, instr, slot.out)
+            if st != _capi.FL_OK:
+                # Neither fn nor cleanup will ever run: the payload is ours again.
+                err = error_for(st, None, where)
+                _keep.pop(key, None)
+                engine._lanes.finished(lane)
+                raise err
+            future._set_id(slot.out.value)
+        finally:
+            slot.busy = False
         return future
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
@@ -266,12 +339,10 @@ class Stream:
         with self.engine._call("Stream.cancel"):
             check(lib.fl_stream_cancel(self._ptr()), "Stream.cancel")
 
-    # GPU entry points live in gpu.py; bound here so streams grow with the API.
+    # GPU work (_device.py), bound here so streams grow with the API.
     def set_priority(self, priority: int) -> int:
         """Sets a CUDA stream's priority before its first instruction; returns the applied
         (clamped) value."""
-        from .gpu import stream_set_priority
-
         return stream_set_priority(self, priority)
 
     def submit_kernel(self, func: int, *, grid: Union[int, Sequence[int]] = (1, 1, 1),
@@ -279,64 +350,23 @@ class Stream:
                       reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
                       name: Optional[str] = None, nonblocking: bool = False) -> int:
         """Launches a ``__global__`` function; see :func:`flowlane.gpu.submit_kernel`."""
-        from .gpu import submit_kernel
-
         return submit_kernel(self, func, grid=grid, block=block, args=args, shared_mem=shared_mem,
                              reads=reads, writes=writes, name=name, nonblocking=nonblocking)
 
     def submit_device(self, fn: Callable[[int], Any], reads: Iterable["Object[Any]"] = (),
                       writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, *, block: bool = True) -> int:
         """Submits ``fn(cuda_stream)``; see :func:`flowlane.gpu.submit_device`."""
-        from .gpu import submit_device
-
         return submit_device(self, fn, reads=reads, writes=writes, name=name, block=block)
 
-    def memcpy(self, dst: int, src: int, nbytes: int, kind: Union["MemcpyKind", int], *,
+    def memcpy(self, dst: int, src: int, nbytes: int, kind: Union[MemcpyKind, int], *,
                reads: Iterable["Object[Any]"] = (), writes: Iterable["Object[Any]"] = (),
                name: Optional[str] = None, block: bool = True) -> int:
         """Copies ``nbytes`` from ``src`` to ``dst`` (addresses as ints) on this CUDA stream."""
-        from .gpu import submit_memcpy
-
         return submit_memcpy(self, kind, dst, src, nbytes, 0, reads=reads, writes=writes, name=name, block=block,
                              where="Stream.memcpy")
 
     def memset(self, dst: int, value: int, nbytes: int, *, reads: Iterable["Object[Any]"] = (),
                writes: Iterable["Object[Any]"] = (), name: Optional[str] = None, block: bool = True) -> int:
         """Sets ``nbytes`` at ``dst`` to the byte ``value`` on this CUDA stream."""
-        from .gpu import submit_memcpy
-
         return submit_memcpy(self, _capi.FL_MEMSET, dst, 0, nbytes, value, reads=reads, writes=writes,
                              name=name, block=block, where="Stream.memset")
-
-
-def _objects(what: str, items: Any, engine: Engine, where: str) -> List["Object[Any]"]:
-    if isinstance(items, Object):
-        items = (items,)
-    try:
-        seq = list(items)
-    except TypeError:
-        raise TypeError("%s: %s must be a list of flowlane.Object, not %s"
-                        % (where, what, type(items).__name__)) from None
-    for o in seq:
-        if not isinstance(o, Object):
-            raise TypeError("%s: %s must contain flowlane.Object instances, got %s"
-                            % (where, what, type(o).__name__))
-        if o.engine is not engine:
-            raise ValueError("%s: %s: %r belongs to another engine" % (where, what, o))
-    return seq
-
-
-def _operands(reads: Sequence["Object[Any]"], writes: Sequence["Object[Any]"]) -> Tuple[Any, int]:
-    """A ctypes array of fl_operand_t for reads then writes (None, 0 when empty)."""
-    n = len(reads) + len(writes)
-    if not n:
-        return None, 0
-    ops = (_capi.fl_operand * n)()
-    for i, o in enumerate(reads):
-        ops[i].object, ops[i].access = o._ptr(), _capi.FL_READ
-    for j, o in enumerate(writes):
-        ops[len(reads) + j].object, ops[len(reads) + j].access = o._ptr(), _capi.FL_WRITE
-    return ops, n
-
-
-from ._object import Object  # noqa: E402

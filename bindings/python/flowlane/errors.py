@@ -34,6 +34,7 @@ __all__ = [
     "InternalError",
     "UnknownStatus",
     "ClosedError",
+    "UndeclaredAccess",
     "STATUS_CLASSES",
     "error_for",
     "check",
@@ -115,6 +116,12 @@ class InvalidHandle(FlowlaneError):
 
 class ClosedError(InvalidHandle):
     """A Python wrapper was used after close() (detected without calling C)."""
+
+
+class UndeclaredAccess(InvalidArgument):
+    """An instruction's callable read or wrote ``obj.value`` of an object it did not declare
+    in ``reads=``/``writes=`` (raised when ``FLOWLANE_CHECK_ACCESS=1``): the engine does not
+    order that access, so the value may be stale or overwritten concurrently."""
 
 
 class OutOfRange(FlowlaneError, IndexError):

@@ -6,15 +6,20 @@ import functools
 import threading
 import time
 from ctypes import POINTER, byref, c_uint64
-from typing import Any, Callable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
 
 from . import _capi, _ffi
-from ._base import _describe_exception, _int, _keep, _pin_thread_state, _register, _user_traceback, raise_failure
-from ._core import Engine
+from ._base import _keep, _pin_thread_state, _register
+from ._engine_base import EngineBase
+from ._failures import _describe_exception, _user_traceback, raise_failure
 from ._ffi import encode_name, lib
-from ._future import WAIT_SLICE_S, _check_timeout, wait_sliced
+from ._waits import WAIT_SLICE_S, _check_timeout, wait_sliced
 from ._managed import Managed, _tls, callback_depth
+from ._types import _int
 from .errors import ClosedError, Timeout, check, error_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine import Engine
 
 __all__ = ["parallel_for", "TaskGraph", "Task", "TaskGroup"]
 
@@ -54,7 +59,7 @@ def _leave() -> None:
 class _Body:
     __slots__ = ("fn", "failure", "engine")
 
-    def __init__(self, fn: Callable[[int, int], Any], failure: _Failure, engine: Engine):
+    def __init__(self, fn: Callable[[int, int], Any], failure: _Failure, engine: "Engine"):
         self.fn = fn
         self.failure = failure
         self.engine = engine
@@ -82,7 +87,7 @@ def _range(lo: int, hi: int, key: int) -> int:
 _range_trampoline = _capi.fl_range_fn(_range)
 
 
-def parallel_for(engine: Engine, begin: Union[int, range], end: Union[int, Callable[[int, int], Any], None] = None,
+def parallel_for(engine: "Engine", begin: Union[int, range], end: Union[int, Callable[[int, int], Any], None] = None,
                  body: Optional[Callable[[int, int], Any]] = None, *, grain: int = 0) -> None:
     """Calls ``body(lo, hi)`` on disjoint chunks ``[lo, hi)`` covering ``[begin, end)``,
     each at most ``grain`` long (0: chosen by the engine), in parallel on the engine's
@@ -93,7 +98,7 @@ def parallel_for(engine: Engine, begin: Union[int, range], end: Union[int, Calla
     raises, chunks not yet started are skipped and the (first) body's own exception is
     raised, chained from an :class:`InstructionFailed`.
     """
-    if not isinstance(engine, Engine):
+    if not isinstance(engine, EngineBase):
         raise TypeError("parallel_for: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
     if isinstance(begin, range):
         if body is None and callable(end):
@@ -129,7 +134,7 @@ def parallel_for(engine: Engine, begin: Union[int, range], end: Union[int, Calla
 class _Node:
     __slots__ = ("fn", "graph_failure", "name", "engine")
 
-    def __init__(self, fn: Callable[[], Any], failure: _Failure, name: Optional[str], engine: Engine):
+    def __init__(self, fn: Callable[[], Any], failure: _Failure, name: Optional[str], engine: "Engine"):
         self.fn = fn
         self.graph_failure = failure
         self.name = name
@@ -211,9 +216,9 @@ class TaskGraph(Managed):
     __slots__ = ("engine", "_keys", "_failure", "tasks")
     _kind = "task graph"
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: "Engine"):
         super().__init__()
-        if not isinstance(engine, Engine):
+        if not isinstance(engine, EngineBase):
             raise TypeError("TaskGraph: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         out = _ffi.taskgraph_p()
         with engine._admitted("Engine.taskgraph") as h:
@@ -336,9 +341,9 @@ class TaskGroup(Managed):
     __slots__ = ("engine", "_failure", "_cond", "_pending")
     _kind = "task group"
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: "Engine"):
         super().__init__()
-        if not isinstance(engine, Engine):
+        if not isinstance(engine, EngineBase):
             raise TypeError("TaskGroup: engine must be a flowlane.Engine, not %s" % type(engine).__name__)
         out = POINTER(_capi.fl_task_group_t)()
         with engine._admitted("Engine.task_group") as h:

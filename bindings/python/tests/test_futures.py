@@ -387,8 +387,8 @@ class TimedWaits(unittest.TestCase):
                     return str(exc)
                 return "no error"
 
-            f = e.submit(first)
-            box["later"] = e.submit(lambda: None)
+            f = e.submit(first, lane=0)  # a lane: without one they would not be ordered
+            box["later"] = e.submit(lambda: None, lane=0)
             gate.open()
             self.assertIn("queued behind it", f.result(timeout=30))
 

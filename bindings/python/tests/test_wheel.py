@@ -5,6 +5,7 @@ no environment variable pointing at the library. Skipped (with the reason) where
 python3-venv or python3-build/wheel/setuptools are missing."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,24 @@ class InstalledWheel(unittest.TestCase):
             self.assertIn(required, names)
         self.assertFalse([n for n in names if "tests/" in n or n.endswith(".pyc")], names)
         self.assertIn("Root-Is-Purelib: false", wheel_meta)
+
+    def test_its_help_and_metadata_name_no_file_it_lacks(self):
+        # help(flowlane) and the wheel's description (PKG-INFO: the README) are all a user of
+        # the wheel has: every path they name must be in it.
+        with zipfile.ZipFile(os.path.join(self.tmp, "dist", self.wheels[0])) as z:
+            names = set(z.namelist())
+            metadata = z.read("flowlane-0.1.0.dist-info/METADATA").decode()
+        r = self.run_in_venv("-c", "import flowlane, pydoc; print(pydoc.render_doc(flowlane, renderer=pydoc.plaintext))")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # A path: ../x, a folder of the repository, or a file name with a source or text extension.
+        path = re.compile(r"(?<![\w/.:])((?:\.\./|(?:bindings|scripts|tests|examples|docs|capi|core|bench)/)[\w./-]*"
+                          r"|[\w.-][\w./-]*\.(?:md|sh|txt|toml|cfg|h|hpp|c|rs|py))(?![\w/])")
+        for where, text in (("help(flowlane)", r.stdout), ("the wheel's METADATA", metadata)):
+            text = re.sub(r"(?<![\w.])/\S*", " ", text)  # absolute paths (pydoc's FILE): not references
+            for m in path.finditer(text):
+                name = m.group(1).rstrip(".")
+                inside = name in names or ("flowlane/" + name) in names
+                self.assertTrue(inside, "%s names %r, which the wheel does not contain" % (where, name))
 
     def test_building_leaves_no_untracked_files(self):
         if self.status_before is None:

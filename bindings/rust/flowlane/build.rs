@@ -1,10 +1,14 @@
 //! Hands the rpath of libflowlane (found by flowlane-sys, passed as DEP_FLOWLANE_*) to this
 //! package's tests and examples, so they run without LD_LIBRARY_PATH, and re-exports it to
-//! the crates that depend on `flowlane` (this package's `links = "flowlane_rs"`): their
-//! build scripts read DEP_FLOWLANE_RS_RPATH (the linker flags, empty when the loader finds
-//! the library by itself) and DEP_FLOWLANE_RS_LIB_DIR. Cargo applies link arguments of a
-//! build script to its own package only, so a binary that depends on `flowlane` adds the
-//! rpath in its own build.rs:
+//! the crates that depend on `flowlane` (this package's `links = "flowlane_rs"`) as
+//! DEP_FLOWLANE_RS_RPATH (the linker flags, empty when the loader finds the library by
+//! itself) and DEP_FLOWLANE_RS_LIB_DIR.
+//!
+//! A library installed outside the loader's path and found through pkg-config needs none of
+//! this in a dependent crate: flowlane-sys makes every binary record that library's
+//! absolute path (see its build.rs). For a library found otherwise (FLOWLANE_LIB_DIR), cargo
+//! applies a build script's link arguments to its own package only, so a binary that
+//! depends on `flowlane` adds the rpath in its own build.rs:
 //!
 //! ```ignore
 //! fn main() {

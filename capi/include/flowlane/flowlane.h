@@ -752,9 +752,18 @@ typedef struct fl_engine_stats {
 } fl_engine_stats_t;
 #define FL_ENGINE_STATS_INIT { sizeof(fl_engine_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
+#if defined(__cplusplus) && defined(__GNUC__)
+/* The next function shares its struct's name (fine in C and C++); g++ -Wshadow calls that
+   "hides constructor": silenced for this one declaration. */
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wshadow"
+#endif
 /* METHOD: fl_engine_t — fills the counters; out->struct_size must be set by the caller.
    FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL out_stats, bad struct_size). */
 FL_API fl_status_t fl_engine_stats(fl_engine_t* engine, fl_engine_stats_t* out_stats);
+#if defined(__cplusplus) && defined(__GNUC__)
+#  pragma GCC diagnostic pop
+#endif
 
 /* ======================================================================== */
 /* Waits with a timeout, queries, cancel and drain                           */

@@ -9,7 +9,8 @@
 //   auto x = e.make_object<int>(0);                   // an object holding an int
 //   e.host(1).submit([&] { x.value() = 42; }, {flowlane::write(x)}, "produce");
 //   e.host(0).submit([&] { std::printf("%d\n", x.value()); }, {flowlane::read(x)}, "consume");
-//   x.wait(FL_READ);                                  // throws flowlane::error on failure
+//   x.wait(FL_READ);                                  // rethrows a failed lambda's exception
+//   e.host().submit([] { work(); });                  // no operands, no lane: as on a thread pool
 //
 // Rules the types follow:
 //  - engine, object<T>, task_group and the other owners are move-only; destroying them
@@ -17,9 +18,13 @@
 //    until the last instruction using it has completed).
 //  - A callable given to submit(), spawn(), parallel_for() or a graph may return void or
 //    fl_status_t (any other result type does not compile), and may take an instr_context (submit) as its argument. An exception it
-//    throws fails the instruction or task with its what() as the message (for
-//    parallel_for, the first one is rethrown to the caller).
+//    throws fails the instruction or task with its what() as the message; the waits that
+//    observe the failure rethrow the exception itself (task_group::wait, taskgraph::run,
+//    parallel_for, and for instructions check_wait).
 //  - A failed call throws flowlane::error, which carries the status and the message.
+//  - engine::host() is the default host stream: an instruction submitted to it without
+//    operands runs on a lane the engine picks, side by side with others, ordered against
+//    nothing (detail::spread); host(k) and every other stream keep their order.
 //  - Every C call has its wrapper: lanes (lane), streams and their info, objects,
 //    instructions (host, and on CUDA builds kernels, device functions, copies), task groups,
 //    parallel_for, task graphs (taskgraph), waits, cancel and drain, the watchdog (a lambda),
@@ -32,6 +37,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <deque>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -104,20 +111,6 @@ fl_status_t call_for_status(F& f, Args&&... args) {
   }
 }
 
-// Runs a user callable and turns its result into a status (call_for_status), an exception
-// into FL_ERR_INSTRUCTION_FAILED with its text in *message.
-template <class F, class... Args>
-fl_status_t invoke(F& f, std::string* message, Args&&... args) noexcept {
-  try {
-    return call_for_status(f, std::forward<Args>(args)...);
-  } catch (const std::exception& e) {
-    if (message) *message = e.what();
-  } catch (...) {
-    if (message) *message = "unknown C++ exception";
-  }
-  return FL_ERR_INSTRUCTION_FAILED;
-}
-
 // The first exception thrown by the callables of one wait (a task group, a loop, a graph
 // run), kept for the waiter to rethrow; later ones are dropped.
 class first_exception {
@@ -151,7 +144,128 @@ class first_exception {
   std::exception_ptr first_;
 };
 
+// The exceptions thrown by instructions' callables (the last kKept of the process), for the
+// waits that observe those failures: such a wait rethrows the exception itself, with its
+// type, as task_group::wait() does for a task. The failure's message names the instruction
+// "(#id, lane k, ...)", the one that failed last in a "skipped: ... by ..." chain, and holds
+// the exception's what(): the id and that text find it (ids are per engine; the text keeps
+// two engines apart). Read and written under one mutex, off the success path.
+class instr_exceptions {
+ public:
+  static constexpr size_t kKept = 64;
+  static instr_exceptions& get() {
+    static instr_exceptions* kept = new instr_exceptions;  // never freed: callbacks may run at exit
+    return *kept;
+  }
+  void keep(fl_instr_id id, std::exception_ptr e, std::string text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ring_[next_++ % kKept] = entry{id, std::move(e), std::move(text)};
+  }
+  // The exception behind a wait's failure message, or null.
+  std::exception_ptr find(const std::string& message) const {
+    const std::vector<fl_instr_id> ids = named_ids(message);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto id = ids.rbegin(); id != ids.rend(); ++id)
+      for (const entry& kept : ring_)
+        if (kept.e && kept.id == *id && message.find(kept.text) != std::string::npos) return kept.e;
+    return nullptr;
+  }
+
+ private:
+  struct entry {
+    fl_instr_id id = 0;
+    std::exception_ptr e;
+    std::string text;
+  };
+  // The ids a message names as "(#id,", in order.
+  static std::vector<fl_instr_id> named_ids(const std::string& m) {
+    std::vector<fl_instr_id> ids;
+    for (size_t at = m.find("(#"); at != std::string::npos; at = m.find("(#", at + 2)) {
+      size_t i = at + 2;
+      fl_instr_id id = 0;
+      for (; i < m.size() && m[i] >= '0' && m[i] <= '9'; ++i) id = id * 10 + fl_instr_id(m[i] - '0');
+      if (i > at + 2 && i < m.size() && m[i] == ',') ids.push_back(id);
+    }
+    return ids;
+  }
+  mutable std::mutex mu_;
+  std::array<entry, kKept> ring_;
+  size_t next_ = 0;
+};
+
+// FLOWLANE_CHECK_ACCESS (see flowlane::set_check_access). Relaxed: a debugging switch that
+// publishes nothing; an instruction records its operands if it was on at its submit.
+inline std::atomic<bool>& check_access_flag() noexcept {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("FLOWLANE_CHECK_ACCESS");
+    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  }()};
+  return on;
+}
+
+// What an instruction declared, recorded at submit while FLOWLANE_CHECK_ACCESS is on.
+struct declared_operands {
+  std::vector<fl_operand_t> ops;
+  std::string name;
+};
+
+// The instruction whose callable this thread runs (nested when one runs inline in
+// another's submit), for the check of undeclared accesses.
+struct running_instr {
+  fl_instr_ctx_t* ctx;
+  const declared_operands* declared;  // null: recorded with the check off
+  running_instr* outer;
+};
+inline running_instr*& running() noexcept {
+  static thread_local running_instr* current = nullptr;
+  return current;
+}
+
+[[gnu::cold]] inline void undeclared_access(const void* object, const running_instr& r) {
+  char where[160];
+  std::snprintf(where, sizeof where, "object %p is accessed by instruction '%s' (#%llu, lane %u)", object,
+                r.declared->name.c_str(), static_cast<unsigned long long>(fl_instr_get_id(r.ctx)),
+                static_cast<unsigned>(fl_instr_get_lane(r.ctx)));
+  throw error(FL_ERR_INVALID_ARGUMENT,
+              std::string(where) + ", which does not list it in its operands: the engine does not order this "
+                                   "access (add flowlane::read, write or read_write of it) [FLOWLANE_CHECK_ACCESS]");
+}
+
+// object<T>::value() inside an instruction's callable, with the check on.
+inline void check_declared(const void* object) {
+  const running_instr* r = running();
+  if (r == nullptr || r->declared == nullptr) return;  // not in an instruction, or not recorded
+  for (const fl_operand_t& op : r->declared->ops)
+    if (op.object == object) return;
+  undeclared_access(object, *r);
+}
+
 }  // namespace detail
+
+// Turns the check of undeclared accesses on or off for the process: when on, the value()
+// of an object read or written by an instruction's callable that does not list the object
+// in its operands throws flowlane::error (FL_ERR_INVALID_ARGUMENT) naming the object and
+// the instruction, which fails it. The default is the environment variable
+// FLOWLANE_CHECK_ACCESS (1: on). Instructions submitted while it is off are not checked.
+inline void set_check_access(bool on) noexcept { detail::check_access_flag().store(on, std::memory_order_relaxed); }
+inline bool check_access() noexcept { return detail::check_access_flag().load(std::memory_order_relaxed); }
+
+// Throws for a wait's failure status: the exception an instruction's callable threw, when
+// the failure is that instruction's or a dependent skipped because of it (the same object
+// every such wait rethrows), else flowlane::error.
+inline void check_wait(fl_status_t st) {
+  if (st == FL_OK) return;
+  std::string message = fl_last_error_message();
+  if (st == FL_ERR_INSTRUCTION_FAILED || st == FL_ERR_DEPENDENCY_FAILED)
+    if (std::exception_ptr e = detail::instr_exceptions::get().find(message)) std::rethrow_exception(e);
+  throw error(st, message);
+}
+// check_wait for a wait that may time out: false on FL_ERR_TIMEOUT.
+inline bool check_wait_timed(fl_status_t st) {
+  if (st == FL_ERR_TIMEOUT) return false;
+  check_wait(st);
+  return true;
+}
 
 // ---- objects and operands ----------------------------------------------------------------
 
@@ -193,16 +307,20 @@ class object {
   }
 
   // The value (object<void> has none).
+  // With FLOWLANE_CHECK_ACCESS on (set_check_access), called by an instruction's callable
+  // that does not list this object in its operands, it throws flowlane::error instead.
   template <class U = T, class = std::enable_if_t<!std::is_void_v<U>>>
-  U& value() const noexcept {
+  U& value() const {
+    if (detail::check_access_flag().load(std::memory_order_relaxed)) detail::check_declared(h_);
     return *value_;
   }
 
   // fl_object_wait: FL_READ waits for the writes submitted before, FL_WRITE for every use.
-  void wait(uint32_t access = FL_READ_WRITE) const { check(fl_object_wait(h_, access)); }
+  // A poisoned value rethrows what the failed instruction's callable threw (check_wait).
+  void wait(uint32_t access = FL_READ_WRITE) const { check_wait(fl_object_wait(h_, access)); }
   // With a timeout: false when it timed out.
   bool wait_for(std::chrono::nanoseconds timeout, uint32_t access = FL_READ_WRITE) const {
-    return check_timed(fl_object_wait_for(h_, access, to_ns(timeout)));
+    return check_wait_timed(fl_object_wait_for(h_, access, to_ns(timeout)));
   }
 
   // Releases the handle now (the value lives until the instructions using it are done).
@@ -274,17 +392,42 @@ inline std::vector<fl_operand_t> c_operands(std::initializer_list<operand> ops) 
   return std::vector<fl_operand_t>(ops.begin(), ops.end());
 }
 
+// An instruction's callable threw: its what() becomes the instruction's error, and the
+// exception is kept for the waits that observe the failure (check_wait).
+[[gnu::cold]] inline fl_status_t fail_instr(fl_instr_ctx_t* ctx) noexcept {
+  const std::exception_ptr e = std::current_exception();
+  try {
+    std::string text = "unknown C++ exception";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      text = x.what();
+    } catch (...) {
+    }
+    fl_instr_set_error(ctx, text.c_str());
+    instr_exceptions::get().keep(fl_instr_get_id(ctx), e, std::move(text));
+  } catch (...) {  // out of memory: the failure stands, without its text or exception
+  }
+  return FL_ERR_INSTRUCTION_FAILED;
+}
+
 // Runs an instruction's callable with its context (when it takes one) and the extra
-// arguments; an exception's text becomes the instruction's error.
+// arguments; an exception fails the instruction (fail_instr). `declared`: its operands, for
+// the check of undeclared accesses (null when it was off at submit).
 template <class Fn, class... Args>
-fl_status_t run_instr(Fn& fn, fl_instr_ctx_t* ctx, Args... args) noexcept {
-  std::string message;
+fl_status_t run_instr(Fn& fn, fl_instr_ctx_t* ctx, const declared_operands* declared, Args... args) noexcept {
+  running_instr frame{ctx, declared, running()};
+  running() = &frame;
   fl_status_t st;
-  if constexpr (std::is_invocable_v<Fn&, instr_context, Args...>)
-    st = invoke(fn, &message, instr_context(ctx), args...);
-  else
-    st = invoke(fn, &message, args...);
-  if (!message.empty()) fl_instr_set_error(ctx, message.c_str());
+  try {
+    if constexpr (std::is_invocable_v<Fn&, instr_context, Args...>)
+      st = call_for_status(fn, instr_context(ctx), args...);
+    else
+      st = call_for_status(fn, args...);
+  } catch (...) {
+    st = fail_instr(ctx);
+  }
+  running() = frame.outer;
   return st;
 }
 
@@ -312,12 +455,149 @@ P kernel_arg(A&& a) {
     return P{std::forward<A>(a)};
 }
 
-// A callable owned by an instruction from a successful submit to its cleanup.
+// Where the default host stream (engine::host()) puts an instruction submitted without
+// operands. As in the Python binding (bindings/python/flowlane/_lanes.py): on a lane of the
+// spread range, the min(workers, lanes - 2) highest lanes, the first idle one from the top,
+// else the least loaded by its count of such instructions not yet cleaned up; lanes the
+// program names (host(k), stream_of(k, ...)) or holds (acquire_lane) are left out of it; an
+// empty range (an engine with one or two lanes) means lane 0, in order; never the lane of the
+// instruction whose callable submits. Such submissions thus run side by side, up to one per
+// worker, ordered against nothing. (A callable that waits for such work may still wait behind
+// other work of the lane it went to; for fork-join inside an instruction, use a task group.)
+// The counts and flags are hints, read and written relaxed: nothing is published through
+// them (a callable's data reaches it through the engine's own submit-to-run ordering).
+class spread {
+ public:
+  explicit spread(fl_engine_t* e)
+      : e_(e), n_(range_size(e)), low_(fl_engine_lane_count(e) - n_), lanes_(std::make_unique<slot[]>(n_)) {}
+
+  // The lane for a submission without operands, counted (0, not counted: none is free).
+  // Never the lane of the instruction whose callable submits: queued behind it, the
+  // submission could not start before the callable returns.
+  uint32_t pick() noexcept {
+    const running_instr* caller = running();
+    const uint32_t avoid =
+        caller != nullptr && fl_instr_get_engine(caller->ctx) == e_ ? fl_instr_get_lane(caller->ctx) : 0;
+    uint32_t best = 0, best_count = UINT32_MAX;
+    for (uint32_t i = n_; i-- > 0;) {  // from the top
+      const slot& s = lanes_[i];
+      if (low_ + i == avoid || s.named.load(std::memory_order_relaxed) || s.held.load(std::memory_order_relaxed) != 0)
+        continue;
+      const uint32_t count = s.inflight.load(std::memory_order_relaxed);
+      if (count < best_count) {
+        best = low_ + i;
+        best_count = count;
+        if (count == 0) break;
+      }
+    }
+    if (best != 0) lanes_[best - low_].inflight.fetch_add(1, std::memory_order_relaxed);
+    return best;
+  }
+  // An instruction pick() counted was cleaned up (or refused).
+  void finished(uint32_t lane) noexcept { lanes_[lane - low_].inflight.fetch_sub(1, std::memory_order_relaxed); }
+  // The program named a lane (never spread to from then on), or holds (+1) or released (-1) one.
+  void named(uint32_t lane) noexcept {
+    if (in_range(lane)) lanes_[lane - low_].named.store(true, std::memory_order_relaxed);
+  }
+  void hold(uint32_t lane, int delta) noexcept {
+    if (in_range(lane)) lanes_[lane - low_].held.fetch_add(delta, std::memory_order_relaxed);
+  }
+  // A range lane's host stream (interned by the engine; fetched once).
+  fl_stream_t* stream(uint32_t lane) {
+    std::atomic<fl_stream_t*>& cached = lanes_[lane - low_].host;
+    fl_stream_t* s = cached.load(std::memory_order_acquire);  // pairs with the release store below
+    if (s == nullptr) {
+      check(fl_stream_get(e_, lane, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s));
+      cached.store(s, std::memory_order_release);  // the same pointer, whichever thread stores it
+    }
+    return s;
+  }
+  // The host streams of the range lanes that took work.
+  template <class Fn>
+  void for_each_used(Fn&& fn) const {
+    for (uint32_t i = 0; i < n_; ++i)
+      if (fl_stream_t* s = lanes_[i].host.load(std::memory_order_acquire)) fn(s);  // pairs as above
+  }
+
+  // The lanes of the default stream's last kRemembered submissions, so that its wait,
+  // query and cancel of an id reach the lane the id went to.
+  static constexpr size_t kRemembered = 4096;
+  void remember(fl_instr_id id, uint32_t lane) {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    ids_.emplace(id, lane);
+    order_.push_back(id);
+    if (order_.size() > kRemembered) {
+      ids_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  // The lane id went to; throws FL_ERR_INVALID_ARGUMENT for one not (or no longer) remembered.
+  uint32_t lane_of(fl_instr_id id) const {
+    {
+      std::lock_guard<std::mutex> lock(ids_mu_);
+      auto it = ids_.find(id);
+      if (it != ids_.end()) return it->second;
+    }
+    throw error(FL_ERR_INVALID_ARGUMENT, "instruction #" + std::to_string(id) + " is not one of the last " +
+                                             std::to_string(kRemembered) +
+                                             " submitted through the default host stream (engine::host()): wait "
+                                             "for its objects, or use engine::synchronize()");
+  }
+  // The remembered ids that went to range lanes, with their lanes.
+  std::vector<std::pair<fl_instr_id, uint32_t>> spread_ids() const {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    std::vector<std::pair<fl_instr_id, uint32_t>> out;
+    for (const auto& kv : ids_)
+      if (kv.second != 0) out.push_back(kv);
+    return out;
+  }
+
+ private:
+  struct slot {
+    std::atomic<uint32_t> inflight{0};
+    std::atomic<bool> named{false};
+    std::atomic<int> held{0};
+    std::atomic<fl_stream_t*> host{nullptr};
+  };
+  static uint32_t range_size(fl_engine_t* e) noexcept {
+    const uint32_t lanes = fl_engine_lane_count(e), workers = fl_engine_worker_count(e);
+    return lanes > 2 ? std::min(workers, lanes - 2) : 0;
+  }
+  bool in_range(uint32_t lane) const noexcept { return lane >= low_ && lane - low_ < n_; }
+
+  fl_engine_t* e_;
+  uint32_t n_, low_;
+  std::unique_ptr<slot[]> lanes_;
+  mutable std::mutex ids_mu_;
+  std::unordered_map<fl_instr_id, uint32_t> ids_;
+  std::deque<fl_instr_id> order_;
+};
+
+// A callable owned by an instruction from a successful submit to its cleanup, with what the
+// instruction declared (FLOWLANE_CHECK_ACCESS) and, for a submission the default host stream
+// spread, the lane count its cleanup drops.
 template <class F>
 struct owned_call {
+  template <class G>
+  explicit owned_call(G&& g) : fn(std::forward<G>(g)) {}
   F fn;
-  static void destroy(void* p) noexcept { delete static_cast<owned_call*>(p); }
+  std::unique_ptr<declared_operands> declared;
+  std::shared_ptr<spread> spread_to;
+  uint32_t lane = 0;
+  static void destroy(void* p) noexcept {
+    auto* call = static_cast<owned_call*>(p);
+    if (call->spread_to) call->spread_to->finished(call->lane);
+    delete call;
+  }
 };
+
+// What an instruction with these operands and name records for the check of undeclared
+// accesses: nothing while the check is off.
+inline std::unique_ptr<declared_operands> record_operands(const fl_operand_t* ops, size_t n, const char* name) {
+  if (!check_access_flag().load(std::memory_order_relaxed)) return nullptr;
+  return std::make_unique<declared_operands>(
+      declared_operands{std::vector<fl_operand_t>(ops, ops + n), name != nullptr ? name : "(unnamed)"});
+}
 
 // Submits through `submit_c` an instruction whose descriptor `fill(user_data, cleanup)`
 // completes; on a refused submission the closure is freed here (the C API never calls
@@ -338,11 +618,20 @@ class stream {
  public:
   stream() = default;
   explicit stream(fl_stream_t* s) : s_(s) {}
+  // The default host stream of an engine (engine::host()): lane 0's, spreading (see submit).
+  stream(fl_stream_t* lane0, std::shared_ptr<detail::spread> spread) : s_(lane0), spread_(std::move(spread)) {}
+  // The C stream (on the default host stream: lane 0's).
   fl_stream_t* get() const noexcept { return s_; }
 
   // Submits f as a host instruction with these operands; returns its id. f runs once on a
   // worker; it may take an instr_context and return void or fl_status_t; an exception it
-  // throws fails the instruction with its what().
+  // throws fails the instruction with its what(), and the waits that observe the failure
+  // rethrow that exception (check_wait).
+  // On the default host stream (engine::host()), an instruction without operands goes to a
+  // lane the engine picks (detail::spread): such instructions run side by side, as on a
+  // thread pool, ordered against nothing; one with operands goes to lane 0, in order. The
+  // stream's wait, query and cancel of an id reach the lane it went to; its synchronize and
+  // cancel() cover those lanes too.
   template <class F>
   fl_instr_id submit(F&& f, std::initializer_list<operand> ops = {}, const char* name = nullptr,
                      uint64_t flags = 0) const {
@@ -389,14 +678,17 @@ class stream {
     std::vector<fl_operand_t> c = detail::c_operands(ops);
     fl_device_instr_t in = FL_DEVICE_INSTR_INIT;
     in.fn = [](fl_instr_ctx_t* ctx, void* cuda_stream, void* p) -> fl_status_t {
-      return detail::run_instr(static_cast<Call*>(p)->fn, ctx, cuda_stream);
+      auto* call = static_cast<Call*>(p);
+      return detail::run_instr(call->fn, ctx, call->declared.get(), cuda_stream);
     };
     in.operands = c.empty() ? nullptr : c.data();
     in.num_operands = c.size();
     in.name = name;
     in.flags = flags;
+    auto call = std::make_unique<Call>(std::forward<F>(f));
+    call->declared = detail::record_operands(c.data(), c.size(), name);
     return detail::submit_owned(
-        std::make_unique<Call>(Call{std::forward<F>(f)}),
+        std::move(call),
         [&](void* ud, fl_release_fn cleanup) {
           in.user_data = ud;
           in.cleanup = cleanup;
@@ -419,22 +711,40 @@ class stream {
 
   // ---- waits and queries ----
 
-  void synchronize() const { check(fl_stream_synchronize(s_)); }
+  // Waits for everything submitted to this stream before the call (the default host
+  // stream: also to the lanes it spread to); throws a failure (check_wait).
+  void synchronize() const {
+    check_wait(fl_stream_synchronize(s_));
+    if (spread_) spread_->for_each_used([](fl_stream_t* s) { check_wait(fl_stream_synchronize(s)); });
+  }
   bool synchronize_for(std::chrono::nanoseconds timeout) const {
-    return check_timed(fl_stream_synchronize_for(s_, to_ns(timeout)));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool done = check_wait_timed(fl_stream_synchronize_for(s_, to_ns(timeout)));
+    if (spread_)
+      spread_->for_each_used([&](fl_stream_t* s) {
+        done = done && check_wait_timed(fl_stream_synchronize_for(s, to_ns(deadline - std::chrono::steady_clock::now())));
+      });
+    return done;
   }
   fl_instr_state_t query(fl_instr_id id) const {
     uint32_t st = 0;
-    check(fl_instr_query(s_, id, &st));
+    check(fl_instr_query(stream_of_id(id), id, &st));
     return fl_instr_state_t(st);
   }
-  // Waits for instruction id and throws its failure, if any; false on a timeout.
+  // Waits for instruction id and throws its failure, if any (check_wait); false on a timeout.
   bool wait(fl_instr_id id, std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max()) const {
-    return check_timed(fl_instr_wait_for(s_, id, timeout == std::chrono::nanoseconds::max() ? FL_WAIT_FOREVER
-                                                                                           : to_ns(timeout)));
+    return check_wait_timed(fl_instr_wait_for(stream_of_id(id), id,
+                                              timeout == std::chrono::nanoseconds::max() ? FL_WAIT_FOREVER
+                                                                                         : to_ns(timeout)));
   }
-  void cancel(fl_instr_id id) const { check(fl_instr_cancel(s_, id)); }
-  void cancel() const { check(fl_stream_cancel(s_)); }
+  void cancel(fl_instr_id id) const { check(fl_instr_cancel(stream_of_id(id), id)); }
+  // fl_stream_cancel; on the default host stream, also fl_instr_cancel of the instructions
+  // it spread (those already started or completed are left as they are).
+  void cancel() const {
+    check(fl_stream_cancel(s_));
+    if (spread_)
+      for (const auto& [id, lane] : spread_->spread_ids()) (void)fl_instr_cancel(spread_->stream(lane), id);
+  }
 
   stream_info info() const {
     stream_info i{};
@@ -453,19 +763,56 @@ class stream {
   template <class F>
   fl_instr_id submit_ops(F&& f, const fl_operand_t* ops, size_t n, const char* name, uint64_t flags) const {
     using Call = detail::owned_call<std::decay_t<F>>;
+    auto call = std::make_unique<Call>(std::forward<F>(f));
+    call->declared = detail::record_operands(ops, n, name);
+    fl_stream_t* target = s_;
+    const uint32_t lane = spread_ && n == 0 ? spread_->pick() : 0;
+    if (lane != 0) {
+      try {
+        target = spread_->stream(lane);
+      } catch (...) {
+        spread_->finished(lane);
+        throw;
+      }
+      call->spread_to = spread_;  // its cleanup drops the lane's count
+      call->lane = lane;
+    }
     fl_host_instr_t in = FL_HOST_INSTR_INIT;
-    in.fn = [](fl_instr_ctx_t* ctx, void* p) -> fl_status_t { return detail::run_instr(static_cast<Call*>(p)->fn, ctx); };
+    in.fn = [](fl_instr_ctx_t* ctx, void* p) -> fl_status_t {
+      auto* c = static_cast<Call*>(p);
+      return detail::run_instr(c->fn, ctx, c->declared.get());
+    };
     in.operands = n ? ops : nullptr;
     in.num_operands = n;
     in.name = name;
     in.flags = flags;
-    return detail::submit_owned(
-        std::make_unique<Call>(Call{std::forward<F>(f)}),
-        [&](void* ud, fl_release_fn cleanup) {
-          in.user_data = ud;
-          in.cleanup = cleanup;
-        },
-        [&](fl_instr_id* id) { return fl_submit_host(s_, &in, id); });
+    fl_instr_id id = 0;
+    try {
+      id = detail::submit_owned(
+          std::move(call),
+          [&](void* ud, fl_release_fn cleanup) {
+            in.user_data = ud;
+            in.cleanup = cleanup;
+          },
+          [&](fl_instr_id* out) { return fl_submit_host(target, &in, out); });
+    } catch (...) {
+      if (lane != 0) spread_->finished(lane);  // refused: no cleanup will run
+      throw;
+    }
+    if (spread_) {
+      try {
+        spread_->remember(id, lane);
+      } catch (...) {  // out of memory: the id cannot be waited for through this stream
+      }
+    }
+    return id;
+  }
+
+  // The stream id went to (the default host stream: the lane it spread the id to).
+  fl_stream_t* stream_of_id(fl_instr_id id) const {
+    if (!spread_) return s_;
+    const uint32_t lane = spread_->lane_of(id);
+    return lane != 0 ? spread_->stream(lane) : s_;
   }
 
   template <class Tuple, size_t... I>
@@ -510,6 +857,7 @@ class stream {
   }
 
   fl_stream_t* s_ = nullptr;
+  std::shared_ptr<detail::spread> spread_;  // the default host stream's (else null)
 };
 
 inline stream instr_context::host() const {
@@ -525,12 +873,13 @@ inline stream instr_context::host() const {
 class lane {
  public:
   lane() = default;
-  lane(lane&& o) noexcept : e_(std::exchange(o.e_, nullptr)), id_(o.id_) {}
+  lane(lane&& o) noexcept : e_(std::exchange(o.e_, nullptr)), id_(o.id_), spread_(std::move(o.spread_)) {}
   lane& operator=(lane&& o) noexcept {
     if (this != &o) {
       reset();
       e_ = std::exchange(o.e_, nullptr);
       id_ = o.id_;
+      spread_ = std::move(o.spread_);
     }
     return *this;
   }
@@ -549,13 +898,16 @@ class lane {
   // Releases the lane now.
   void reset() noexcept {
     if (e_ != nullptr) fl_lane_release(e_, id_);
+    if (e_ != nullptr && spread_) spread_->hold(id_, -1);
     e_ = nullptr;
+    spread_.reset();
   }
 
  private:
   friend class engine;
   fl_engine_t* e_ = nullptr;
   uint32_t id_ = 0;
+  std::shared_ptr<detail::spread> spread_;  // the engine's: left out of its spread while held
 };
 
 // ---- task groups -------------------------------------------------------------------------
@@ -651,7 +1003,7 @@ class taskgraph {
   template <class F>
   uint64_t add(F&& f, const char* name = nullptr) {
     struct Call final : Node {
-      explicit Call(F&& fn, detail::first_exception* first) : fn(std::forward<F>(fn)), first(first) {}
+      explicit Call(F&& f, detail::first_exception* kept) : fn(std::forward<F>(f)), first(kept) {}
       std::decay_t<F> fn;
       detail::first_exception* first;
       static fl_status_t run(void* p) {
@@ -945,13 +1297,21 @@ class engine {
     d.watchdog_ms = o.watchdog_ms;
     watchdog_ = std::make_unique<watchdog_state>();
     check(fl_engine_create(&d, &e_));
+    try {
+      spread_ = std::make_shared<detail::spread>(e_);
+    } catch (...) {
+      fl_engine_destroy(e_);
+      throw;
+    }
   }
-  engine(engine&& o) noexcept : e_(std::exchange(o.e_, nullptr)), watchdog_(std::move(o.watchdog_)) {}
+  engine(engine&& o) noexcept
+      : e_(std::exchange(o.e_, nullptr)), watchdog_(std::move(o.watchdog_)), spread_(std::move(o.spread_)) {}
   engine& operator=(engine&& o) noexcept {
     if (this != &o) {
       drop();
       e_ = std::exchange(o.e_, nullptr);
       watchdog_ = std::move(o.watchdog_);
+      spread_ = std::move(o.spread_);
     }
     return *this;
   }
@@ -962,19 +1322,26 @@ class engine {
   uint32_t worker_count() const { return fl_engine_worker_count(e_); }
 
   // A fresh lane (the smallest free id >= 1), released when the returned lane goes;
-  // throws FL_ERR_EXHAUSTED when every lane is held.
+  // throws FL_ERR_EXHAUSTED when every lane is held. The default host stream does not
+  // spread to it while it is held.
   lane acquire_lane() const {
     lane l;
     check(fl_lane_acquire(e_, &l.id_));
     l.e_ = e_;
+    l.spread_ = spread_;
+    if (spread_) spread_->hold(l.id_, +1);
     return l;
   }
 
-  // The host stream of `lane`.
-  stream host(uint32_t lane = 0) const { return stream_of(lane, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST); }
+  // The default host stream: submit() of an instruction without operands runs it on a lane
+  // the engine picks, side by side with others, as a thread pool would (ordered against
+  // nothing); with operands, on lane 0 in order (see stream::submit).
+  stream host() const { return stream(lane_stream(0, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST), spread_); }
+  // The host stream of `lane` (in order; never spread to by host()).
+  stream host(uint32_t lane) const { return stream_of(lane, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST); }
   stream stream_of(uint32_t lane, fl_device_t device, fl_stream_kind_t kind) const {
-    fl_stream_t* s = nullptr;
-    check(fl_stream_get(e_, lane, device, kind, &s));
+    fl_stream_t* s = lane_stream(lane, device, kind);
+    if (spread_) spread_->named(lane);
     return stream(s);
   }
 
@@ -1020,14 +1387,16 @@ class engine {
     ctx.first.rethrow_or_check(st);
   }
 
-  void synchronize() const { check(fl_engine_synchronize(e_)); }
+  // Waits for every instruction; throws a failure (check_wait: an instruction's exception
+  // is rethrown).
+  void synchronize() const { check_wait(fl_engine_synchronize(e_)); }
   bool synchronize_for(std::chrono::nanoseconds timeout) const {
-    return check_timed(fl_engine_synchronize_for(e_, to_ns(timeout)));
+    return check_wait_timed(fl_engine_synchronize_for(e_, to_ns(timeout)));
   }
   void cancel() const { check(fl_engine_cancel(e_)); }
   // fl_engine_drain: false on a timeout.
   bool drain(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max()) const {
-    return check_timed(
+    return check_wait_timed(
         fl_engine_drain(e_, timeout == std::chrono::nanoseconds::max() ? FL_WAIT_FOREVER : to_ns(timeout)));
   }
   fl_engine_stats_t stats() const {
@@ -1082,6 +1451,12 @@ class engine {
   }
 
  private:
+  fl_stream_t* lane_stream(uint32_t lane, fl_device_t device, fl_stream_kind_t kind) const {
+    fl_stream_t* s = nullptr;
+    check(fl_stream_get(e_, lane, device, kind, &s));
+    return s;
+  }
+
   // The destructor's (and a move's) reset: when the C API refuses the destroy (the last
   // owner went inside one of the engine's callbacks), the engine keeps running and its
   // watchdog may still run a callable, so the records are left behind, never freed under it.
@@ -1217,6 +1592,7 @@ class engine {
 
   fl_engine_t* e_ = nullptr;
   std::unique_ptr<watchdog_state> watchdog_;  // null in a moved-from engine until set_watchdog
+  std::shared_ptr<detail::spread> spread_;    // where host() spreads; shared with pending instructions
 };
 
 }  // namespace flowlane
