@@ -50,8 +50,12 @@ class CtrlCEndsTheProgram(unittest.TestCase):
         with open(script, "w") as f:
             f.write(PROGRAM)
         env = dict(os.environ, PYTHONPATH=_PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        # The program starts with SIGINT at its default action, as a program started from a
+        # terminal does. A test run started in the background by a non-interactive shell (CI)
+        # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
         proc = subprocess.Popen([sys.executable, script, self.marks, how], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
+                                stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         line = proc.stdout.readline()
         self.assertEqual(line.strip(), "ready", proc.stderr.read() if not line else line)
