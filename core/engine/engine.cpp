@@ -54,14 +54,12 @@ Engine::~Engine() {
   while (!extensions_.empty()) extensions_.pop_back();
 }
 
-bool Engine::begin_destroy() {
+void Engine::check_destroy_allowed() const {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT,
          "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
          "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
          "the engine from a thread of your own once its work is done (the engine stays usable)");
-  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
-  return !destroying_.exchange(true, std::memory_order_acq_rel);
 }
 
 void Engine::shutdown() {

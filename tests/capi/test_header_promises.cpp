@@ -196,6 +196,17 @@ TEST_F(EveryDestructor, CommunicatorsHaveOneWinner) {
   }
 }
 
+// Engines too: of concurrent fl_engine_destroy calls one drains and frees, the others are
+// answered FL_ERR_INVALID_HANDLE without touching the engine the first one frees.
+TEST(HeaderPromises, ConcurrentEngineDestroysHaveOneWinner) {
+  HangGuard guard("concurrent fl_engine_destroy");
+  for (int r = 0; r < int(fl_scaled(100, 20)); ++r) {
+    fl_engine_t* e = make_engine(2);
+    submit(host_stream(e, 1), [] { return FL_OK; });
+    expect_one_winner(destroy_at_once(4, [e] { return fl_engine_destroy(e); }), "fl_engine_destroy");
+  }
+}
+
 // A group outlives its engine as a task graph does: spawn, wait and wait_for answer
 // FL_ERR_INVALID_HANDLE (never FL_OK, nor a failure from before the destroy), and destroy
 // frees it.

@@ -10,7 +10,9 @@
  *  - Handles are typed opaque pointers. NULL, stale (used after release/destroy) and
  *    foreign handles are detected and answered with FL_ERR_INVALID_HANDLE or
  *    FL_ERR_INVALID_ARGUMENT; they never crash. Using a handle concurrently with the call
- *    that releases it is a race in the caller, as with free().
+ *    that releases it is a race in the caller, as with free(), except another release:
+ *    of concurrent DESTRUCTOR calls on one handle exactly one frees it, and the others
+ *    return FL_ERR_INVALID_HANDLE without touching it.
  *  - Descriptors are size-prefixed (struct_size first), zero means "default", and a
  *    descriptor larger than this version knows is accepted only if its unknown tail is
  *    all zero bytes (else FL_ERR_INVALID_ARGUMENT).
@@ -212,7 +214,9 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    Afterwards its streams and objects are stale (FL_ERR_INVALID_HANDLE). Communicators are
    aborted first: collectives not yet matched by every rank fail with FL_ERR_CANCELLED; the
    comm handle is stale afterwards. Task graphs outlive it: running one answers
-   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. A callback's
+   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it; so do task groups:
+   every call of a group but fl_task_group_destroy answers FL_ERR_INVALID_HANDLE, and
+   fl_task_group_destroy frees it. A callback's
    fl_object_wait, fl_stream_synchronize or fl_instr_wait_for that sits on a cycle of waits
    (it can never return) is cancelled with FL_ERR_CANCELLED; a wait that is not on a cycle
    is never cancelled.
@@ -222,7 +226,7 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    FL_ERR_INVALID_ARGUMENT from any code the engine runs (an instruction, cleanup, release,
    task or loop body, the watchdog callback, one of its threads): refused, and the engine
    stays usable. FL_ERR_INVALID_HANDLE for a stale handle or when another thread is
-   already destroying it. */
+   already destroying it (that call is answered at once and touches nothing of the engine). */
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine);
 
 /* METHOD: fl_engine_t — number of lanes (max_lanes). 0 for a NULL or stale engine. */
@@ -451,8 +455,8 @@ FL_API fl_status_t fl_taskgraph_precede(fl_taskgraph_t* graph, uint64_t before, 
    FL_ERR_INVALID_ARGUMENT also for num_threads < -1; FL_ERR_INVALID_HANDLE (graph, or its
    engine destroyed), FL_ERR_SHUTDOWN. */
 FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads);
-/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. FL_ERR_INVALID_HANDLE,
-   FL_ERR_INVALID_ARGUMENT while the graph is running. */
+/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. FL_ERR_INVALID_HANDLE (also to all but
+   one of concurrent calls), FL_ERR_INVALID_ARGUMENT while the graph is running. */
 FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph);
 
 /* ======================================================================== */
@@ -882,8 +886,8 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
    Waits until every task spawned into the group (before or during the wait) has finished.
    Returns FL_OK, or the first failure a task returned (the message names the status and,
    when the task set one, the worker's last flowlane error), after which the group is empty
-   and usable again. FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT from one of the group's
-   own tasks (it would wait for itself). */
+   and usable again. FL_ERR_INVALID_HANDLE (stale, or the group's engine was destroyed);
+   FL_ERR_INVALID_ARGUMENT from one of the group's own tasks (it would wait for itself). */
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
 /* METHOD: fl_task_group_t
    fl_task_group_wait with a timeout (0 polls; FL_WAIT_FOREVER waits as fl_task_group_wait).
@@ -894,9 +898,12 @@ FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
    the timeout (a task it runs meanwhile is not interrupted). */
 FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeout_ns);
 /* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
-   wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of
-   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE (stale, or
-   destroyed concurrently). */
+   wait first to see them), then frees it. NULL is a no-op. While it waits, the group's own
+   tasks may still spawn into it (destroy waits for those too); any other use of the handle
+   from another thread during the call is a race in the caller, as with free(). Destroying
+   a group from one of its own tasks is refused (FL_ERR_INVALID_ARGUMENT).
+   FL_ERR_INVALID_HANDLE (stale, or destroyed concurrently: of two calls one frees, the
+   other is answered at once). Once the group's engine is destroyed it only frees the group. */
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
 
 #ifdef __cplusplus
