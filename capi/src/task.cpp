@@ -141,8 +141,9 @@ fl_status_t wait_group(fl_task_group_t* group, const Deadline& deadline, const c
   core::Observer* ob = e->observer();
   core::SpanScope span(ob, fn, ob != nullptr ? uint64_t(g->group.unfinished()) : 0);
   std::string detail;
-  fl_status_t st = span.end(g->group.wait(&detail, deadline));
-  if (st == FL_OK) return FL_OK;
+  bool given_up = false;
+  fl_status_t st = span.end(g->wait(*e, fn, &detail, deadline, &given_up));
+  if (st == FL_OK || given_up) return st;  // given up: reported by the engine
   if (st == FL_ERR_TIMEOUT)
     return report(st, std::string(fn) + ": " + std::to_string(g->group.unfinished()) +
                           " task(s) of the group had not finished by the timeout; they go on running (wait again, "
@@ -208,9 +209,26 @@ FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {
     // into it).
     if (group_table().claim(h) == nullptr)
       fail(FL_ERR_INVALID_HANDLE, "fl_task_group_destroy: the group was destroyed concurrently");
-    (void)g->group.wait(nullptr);  // its failures are dropped: wait first to see them
+    core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);  // null once destroyed
+    if (e != nullptr) {
+      std::string detail;  // the tasks' failures are dropped: wait first to see them
+      bool given_up = false;
+      try {
+        (void)g->wait(*e, "fl_task_group_destroy", &detail, Deadline::forever(), &given_up);
+      } catch (...) {
+        group_table().unclaim(h);
+        throw;
+      }
+      if (given_up) {  // on a cycle of waits: the tasks still run, so the group stays
+        group_table().unclaim(h);
+        return report(FL_ERR_CANCELLED, std::string(fl_last_error_message()) +
+                                            "; the group was not destroyed (destroy it again once its tasks are done)");
+      }
+    } else {
+      (void)g->group.wait(nullptr);  // the engine's destroy waited for every task
+    }
     group_table().erase_claimed(h);
-    g->close(table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle));  // null once the engine is gone
+    g->close(e);
     Recycler<GroupBox>::put(g);
     return FL_OK;
   });

@@ -95,18 +95,24 @@ void Engine::wait_until_idle() {
   //    acquire pairs with the runner's seq_cst store of 0 in Lane::give_up().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
+  //    started) finishes while the extensions still watch: a cycle of waits may run through
+  //    task groups only.
+  wait_pools_quiescent();
+}
+
+void Engine::wait_pools_quiescent() {
+  pool_->wait_quiescent();
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  for (auto& [n, p] : extra_pools_) p->wait_quiescent();
 }
 
 void Engine::stop_workers() {
   // The device backend completed every issued instruction during the drain; stop its threads.
   if (services_.device != nullptr) services_.device->engine_stopped(this);
-  // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
-  // started) finishes before the workers go.
-  pool_->wait_quiescent();
-  {
-    std::lock_guard<std::mutex> lock(pools_mu_);
-    for (auto& [n, p] : extra_pools_) p->wait_quiescent();
-  }
+  // Fork-join work started since (callbacks of the device backend's last completions) finishes
+  // before the workers go.
+  wait_pools_quiescent();
   // 4. Run every pending release callback (objects the caller still holds) while the
   //    workers still exist: a release callback may call back in (stats, dumps, waits; a
   //    submission answers FL_ERR_SHUTDOWN).

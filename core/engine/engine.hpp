@@ -204,6 +204,7 @@ class Engine {
   // The steps of shutdown() (engine.cpp).
   void stop_accepting();
   void wait_until_idle();
+  void wait_pools_quiescent();
   void stop_workers();
 
   EngineServices services_;

@@ -80,7 +80,9 @@
  *  - Other waits are allowed: a worker that waits helps only with its own callback's work
  *    (never another instruction) and a spare worker stands in while it blocks, so waits
  *    inside callbacks deadlock only if they form a cycle (a hang the state dump names;
- *    fl_engine_drain and fl_engine_destroy cancel the waits on it: FL_ERR_CANCELLED).
+ *    fl_engine_drain and fl_engine_destroy cancel the waits on it: FL_ERR_CANCELLED). A
+ *    cycle may run through task groups: a wait for a group (fl_task_group_wait(_for),
+ *    fl_task_group_destroy) waits for what the group's unfinished tasks wait for.
  *  - While fl_engine_destroy drains, callbacks may still call in: submissions and new
  *    streams, communicators and task groups answer FL_ERR_SHUTDOWN; waits, queries, stats
  *    and dumps give their real answer.
@@ -216,10 +218,11 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    comm handle is stale afterwards. Task graphs outlive it: running one answers
    FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it; so do task groups:
    every call of a group but fl_task_group_destroy answers FL_ERR_INVALID_HANDLE, and
-   fl_task_group_destroy frees it. A callback's
-   fl_object_wait, fl_stream_synchronize or fl_instr_wait_for that sits on a cycle of waits
-   (it can never return) is cancelled with FL_ERR_CANCELLED; a wait that is not on a cycle
-   is never cancelled.
+   fl_task_group_destroy frees it. A wait of code the engine runs that sits on a cycle of
+   waits (it can never return) is cancelled with FL_ERR_CANCELLED: a callback's or task's
+   fl_object_wait, fl_stream_synchronize or fl_instr_wait_for, or, when the cycle has none
+   of those, its wait for a task group (fl_task_group_wait(_for), fl_task_group_destroy:
+   the group's tasks go on); a wait that is not on a cycle is never cancelled.
    While it drains, callbacks may still call in ("Calls from callbacks" above); your own
    threads must not (it frees what their calls use, a wait in progress included): stop
    them first. Once it has returned, the engine's handles answer FL_ERR_INVALID_HANDLE.
@@ -850,7 +853,9 @@ FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
    as by fl_engine_destroy: the cycle could never complete. Waits, queries, stats and dumps
    keep working; fl_engine_destroy frees it. Calling it again is
    allowed; from any code the engine runs it is refused (FL_ERR_INVALID_ARGUMENT).
-   FL_ERR_INVALID_HANDLE. */
+   FL_ERR_INVALID_HANDLE. A cycle of waits through task groups only (tasks of groups of
+   your threads waiting for each other's groups) is broken too: the drain waits for every
+   task as well. */
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);
 
 /* ======================================================================== */
@@ -887,13 +892,18 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
    Returns FL_OK, or the first failure a task returned (the message names the status and,
    when the task set one, the worker's last flowlane error), after which the group is empty
    and usable again. FL_ERR_INVALID_HANDLE (stale, or the group's engine was destroyed);
-   FL_ERR_INVALID_ARGUMENT from one of the group's own tasks (it would wait for itself). */
+   FL_ERR_INVALID_ARGUMENT from one of the group's own tasks (it would wait for itself).
+   From code the engine runs (a callback, a task), the wait is in the state dump's wait-for
+   graph while it blocks: FL_ERR_CANCELLED when fl_engine_drain or fl_engine_destroy finds
+   it on a cycle of waits (the tasks go on running, a failure among them is returned by a
+   later wait, and the group stays usable). */
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
 /* METHOD: fl_task_group_t
    fl_task_group_wait with a timeout (0 polls; FL_WAIT_FOREVER waits as fl_task_group_wait).
    Same results and rules, plus FL_ERR_TIMEOUT when tasks are still unfinished at the
    timeout (the message says how many): they go on running, a failure among them is
-   returned by a later wait, and the group stays usable. On a worker the wait helps run its
+   returned by a later wait, and the group stays usable; FL_ERR_CANCELLED as for
+   fl_task_group_wait. On a worker the wait helps run its
    own work meanwhile, as fl_task_group_wait does, and gives up at the first check after
    the timeout (a task it runs meanwhile is not interrupted). */
 FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeout_ns);
@@ -903,7 +913,10 @@ FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeo
    from another thread during the call is a race in the caller, as with free(). Destroying
    a group from one of its own tasks is refused (FL_ERR_INVALID_ARGUMENT).
    FL_ERR_INVALID_HANDLE (stale, or destroyed concurrently: of two calls one frees, the
-   other is answered at once). Once the group's engine is destroyed it only frees the group. */
+   other is answered at once). Once the group's engine is destroyed it only frees the group.
+   FL_ERR_CANCELLED from code the engine runs when fl_engine_drain or fl_engine_destroy
+   finds its wait on a cycle of waits: the group is then not destroyed (its tasks still
+   run; destroy it again once they are done). */
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
 
 #ifdef __cplusplus
