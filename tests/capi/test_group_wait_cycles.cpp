@@ -333,14 +333,18 @@ void two_groups_waiting_for_each_other(bool drain) {
   ASSERT_FL_OK(fl_task_group_create(e, &g1));
   ASSERT_FL_OK(fl_task_group_create(e, &g2));
   Outcome t1, t2;
+  Gate go;  // both groups have their task before either waits (a wait for an idle group returns at once)
   ASSERT_FL_OK(spawn(g1, [&] {
+    if (!go.wait()) return FL_ERR_TIMEOUT;
     t1.set(fl_task_group_wait(g2));
     return FL_OK;
   }));
   ASSERT_FL_OK(spawn(g2, [&] {
+    if (!go.wait()) return FL_ERR_TIMEOUT;
     t2.set(fl_task_group_wait(g1));
     return FL_OK;
   }));
+  go.open = true;
   const std::string dump = fltest::wait_for_dump(e, {"DEADLOCK: cycle of waits"});
   EXPECT_TRUE(has(dump, group_name(g1) + " -> " + group_name(g2))) << dump;
   if (drain) EXPECT_FL_OK(fl_engine_drain(e, FL_WAIT_FOREVER));
