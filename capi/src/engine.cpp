@@ -121,13 +121,18 @@ FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns) {
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
   return guard([&] {
     if (engine == nullptr) return FL_OK;
+    const uint64_t h = handle_bits(engine);
     core::Engine* e = engine_from(engine, "fl_engine_destroy");
-    if (!e->begin_destroy())
+    e->check_destroy_allowed();  // refused from code the engine runs (compares addresses only)
+    // Claimed before anything of the engine is read: of two concurrent destroys one goes on,
+    // the other is answered here without touching what the first one frees.
+    if (engine_table().claim(h) == nullptr)
       fail(FL_ERR_INVALID_HANDLE, "fl_engine_destroy: the engine is already being destroyed");
-    // Drain with the handle still valid: callbacks that run during the drain may use the
-    // engine (their submissions get FL_ERR_SHUTDOWN). Then the handle goes stale.
+    // Drain with the handle still valid (claimed handles are found by lookups): callbacks
+    // that run during the drain may use the engine (their submissions get FL_ERR_SHUTDOWN).
+    // Then the handle goes stale.
     e->shutdown();
-    engine_table().erase(handle_bits(engine));
+    engine_table().erase_claimed(h);
     delete e;
     return FL_OK;
   });

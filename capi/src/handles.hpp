@@ -7,7 +7,17 @@
 //
 // so a handle used after release finds a newer generation in its slot, and a handle of
 // one type given where another is expected has the wrong type: both are answered with
-// FL_ERR_INVALID_HANDLE instead of touching freed or foreign memory. Slots live in segments
+// FL_ERR_INVALID_HANDLE instead of touching freed or foreign memory.
+//
+// A slot's generation g moves through three states per use, g = 4k + 1 live (the handle
+// carries it), 4k + 3 claimed (a destructor owns the handle: lookups still find it, a second
+// claim or erase fails), 4k + 4 dead (free, until insert() makes it 4k + 5 live). Every
+// destructor that waits or checks before it frees (task groups wait for their tasks, task
+// graphs refuse while running, the engine drains) first claims the handle with one CAS, so
+// that of two concurrent calls exactly one goes on and the other is answered
+// FL_ERR_INVALID_HANDLE without touching what the first one frees; the others erase it
+// with one CAS. The claim's owner then erases it with a plain store (erase_claimed()) or
+// gives it back (unclaim()). Slots live in segments
 // that are allocated on demand and never freed while the process runs (type-stable
 // memory), so a lookup never dereferences freed storage. Released slots are recycled
 // through a free list, so a program that creates and drops handles in a loop of millions
@@ -15,7 +25,8 @@
 // recycled, so a released handle can never become valid again.
 //
 // Using a handle concurrently with the call that releases it is a race in the caller
-// (as with free()); sequential use-after-release is always detected.
+// (as with free()); sequential use-after-release is always detected, and so is a second
+// destructor call racing with the first (claim() / erase()).
 #pragma once
 
 #include <array>
@@ -40,9 +51,9 @@ inline HandleType handle_type(uint64_t h) { return HandleType(uint32_t(h) >> kIn
 template <class T, HandleType kType>
 class HandleTable {
  public:
-  // `max_generation` is the last generation a slot may carry (tests lower it to reach the
-  // wrap-around quickly); it must be odd.
-  explicit HandleTable(uint32_t max_generation = UINT32_MAX) : max_gen_(max_generation) {}
+  // `max_generation` is the last live generation a slot may carry (tests lower it to reach
+  // the wrap-around quickly); it must be 4k + 1.
+  explicit HandleTable(uint32_t max_generation = UINT32_MAX - 2) : max_gen_(max_generation) {}
 
   // Registers p; returns a non-zero handle value, or 0 when the table is full.
   uint64_t insert(T* p) {
@@ -64,46 +75,65 @@ class HandleTable {
     }
     Slot& s = *slot(index);
     s.ptr.store(p, std::memory_order_relaxed);
-    // Publishes ptr: pairs with the acquire load of gen in lookup().
-    uint32_t gen = s.gen.load(std::memory_order_relaxed) | 1u;  // odd = live
+    // Publishes ptr: pairs with the acquire load of gen in lookup() and the acquire CAS in
+    // claim() / erase(). A free slot is dead (4k, 0 for a fresh one): live is 4k + 1.
+    uint32_t gen = (s.gen.load(std::memory_order_relaxed) & ~kStateMask) + kLive;
     s.gen.store(gen, std::memory_order_release);
     return (uint64_t(gen) << 32) | (uint64_t(kType) << kIndexBits) | index;
   }
 
-  // The object of a live handle of this type, or nullptr for 0, unknown, stale, released
-  // or foreign (other type) handles.
+  // The object of a live (or claimed) handle of this type, or nullptr for 0, unknown,
+  // stale, released or foreign (other type) handles.
   T* lookup(uint64_t h) const {
-    uint32_t index = uint32_t(h) & kIndexMask;
-    uint32_t gen = uint32_t(h >> 32);
-    if (index == 0 || (gen & 1u) == 0 || handle_type(h) != kType) return nullptr;
-    const Slot* s = slot(index);
+    const Slot* s = live_slot(h);
     if (s == nullptr) return nullptr;
-    if (s->gen.load(std::memory_order_acquire) != gen) return nullptr;  // pairs with release in insert()
+    const uint32_t gen = uint32_t(h >> 32);
+    // Live or claimed: a claimed handle stays usable until its destructor erases it (a task
+    // spawns into its own group while the group's destroy waits for it).
+    if ((s->gen.load(std::memory_order_acquire) | kClaimedBit) != (gen | kClaimedBit)) return nullptr;  // pairs with insert()
     return s->ptr.load(std::memory_order_relaxed);
   }
 
-  // Invalidates h; returns the object it named, or nullptr if h was not live.
-  T* erase(uint64_t h) {
-    uint32_t index = uint32_t(h) & kIndexMask;
-    uint32_t gen = uint32_t(h >> 32);
-    if (index == 0 || (gen & 1u) == 0 || handle_type(h) != kType) return nullptr;
-    Slot* s = slot(index);
+  // Claims a live handle for its destructor: returns its object, or nullptr when h is not
+  // live (stale, erased, or claimed by another caller: exactly one of concurrent claims and
+  // erases of a handle succeeds). The handle stays valid for lookups until erase_claimed().
+  T* claim(uint64_t h) {
+    Slot* s = live_slot(h);
     if (s == nullptr) return nullptr;
-    // The CAS makes exactly one of two racing erasers win; the next (even) generation marks
-    // the slot dead until insert() gives it a new odd one. acq_rel: acquire orders our read
-    // of ptr after the inserter's store; release orders the erase before a later insert.
-    // Acquire pairs with the release store of gen in insert(); the index itself reaches a
-    // later insert() through free_ (under mu_) or this thread's own cache.
-    if (!s->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) return nullptr;
-    T* p = s->ptr.exchange(nullptr, std::memory_order_relaxed);
-    if (gen >= max_gen_) return p;  // the next generation would wrap: retire the slot
-    ThreadCache* tc = thread_cache();
-    if (tc != nullptr && tc->free.size() < kThreadCacheSize) {
-      tc->free.push_back(index);  // capacity reserved when the cache was made: no allocation
-      return p;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(index);
+    uint32_t gen = uint32_t(h >> 32);
+    // acq_rel: acquire orders our read of ptr after the inserter's store (pairs with the
+    // release store in insert()); release orders what the previous owner did before a later
+    // claim of the same live generation (unclaim() stores it back).
+    if (!s->gen.compare_exchange_strong(gen, gen + kClaimedBit, std::memory_order_acq_rel)) return nullptr;
+    return s->ptr.load(std::memory_order_relaxed);
+  }
+  // Gives a claim back (the destructor did not go on): the handle is live again.
+  void unclaim(uint64_t h) {
+    // release pairs with the acquire CAS of a later claim() or erase().
+    slot(uint32_t(h) & kIndexMask)->gen.store(uint32_t(h >> 32), std::memory_order_release);
+  }
+  // Erases a handle the caller claimed: a plain store, the claim excludes every other writer.
+  void erase_claimed(uint64_t h) {
+    const uint32_t gen = uint32_t(h >> 32);
+    // release: the erase happens before a later insert() of the slot (which reaches it
+    // through free_ under mu_, or this thread's own cache); pairs with the acquire loads
+    // and CASes of gen in lookup(), claim() and erase() of the same slot.
+    slot(uint32_t(h) & kIndexMask)->gen.store(gen + kDead, std::memory_order_release);
+    recycle(uint32_t(h) & kIndexMask, gen);
+  }
+  // Invalidates a live handle; returns the object it named, or nullptr if h was not live
+  // (stale, erased, or claimed: exactly one of concurrent claims and erases succeeds).
+  T* erase(uint64_t h) {
+    Slot* s = live_slot(h);
+    if (s == nullptr) return nullptr;
+    uint32_t gen = uint32_t(h >> 32);
+    // The CAS makes exactly one of two racing erasers (or claimers) win; the dead
+    // generation marks the slot free until insert() gives it a new live one. acq_rel:
+    // acquire orders our read of ptr after the inserter's store (pairs with the release
+    // store in insert()); release orders the erase before a later insert.
+    if (!s->gen.compare_exchange_strong(gen, gen + kDead, std::memory_order_acq_rel)) return nullptr;
+    T* p = s->ptr.load(std::memory_order_relaxed);  // left in place: lookups check gen first
+    recycle(uint32_t(h) & kIndexMask, gen);
     return p;
   }
 
@@ -122,6 +152,33 @@ class HandleTable {
   static constexpr uint32_t kLineBytes = 64;
   static constexpr uint32_t kSlotsPerLine = kLineBytes / sizeof(Slot);
   static_assert(kLineBytes % sizeof(Slot) == 0 && kSegmentSize % kSlotsPerLine == 0);
+
+  // Generation states (see the top of the file).
+  static constexpr uint32_t kStateMask = 3;
+  static constexpr uint32_t kLive = 1;        // 4k + 1
+  static constexpr uint32_t kClaimedBit = 2;  // 4k + 3 = live | kClaimedBit
+  static constexpr uint32_t kDead = 3;        // 4k + 4 = live + kDead
+
+  // The slot of a handle of this type with a live generation in its bits, or null.
+  Slot* live_slot(uint64_t h) const {
+    const uint32_t index = uint32_t(h) & kIndexMask;
+    const uint32_t gen = uint32_t(h >> 32);
+    if (index == 0 || (gen & kStateMask) != kLive || handle_type(h) != kType) return nullptr;
+    return slot(index);
+  }
+
+  // Puts an erased slot (its last live generation `gen`) back on a free list, unless its
+  // next generation would pass max_gen_: then it is retired.
+  void recycle(uint32_t index, uint32_t gen) {
+    if (gen >= max_gen_) return;  // the next generation would wrap: retire the slot
+    ThreadCache* tc = thread_cache();
+    if (tc != nullptr && tc->free.size() < kThreadCacheSize) {
+      tc->free.push_back(index);  // capacity reserved when the cache was made: no allocation
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(index);
+  }
 
   Slot* slot(uint32_t index) const {
     uint32_t seg = index / kSegmentSize;

@@ -22,13 +22,12 @@ struct GraphBox {
   sched::TaskGraph graph;
 };
 
-// A task group handle: the engine's task group (`group`, and the engine's rules for it:
-// core/engine/fork_join.hpp) and its engine's handle (a group may outlive its engine:
-// spawning then answers FL_ERR_INVALID_HANDLE). Recycled (base/recycler.hpp): a group per
-// recursive call costs no allocation.
+// A task group handle: the engine's task group (`group`, its handle, and the engine's rules
+// for it: core/engine/fork_join.hpp) and its engine's handle (a group may outlive its
+// engine: every call but destroy then answers FL_ERR_INVALID_HANDLE). Recycled
+// (base/recycler.hpp): a group per recursive call costs no allocation.
 struct GroupBox : core::EngineTaskGroup {
   uint64_t engine_handle = 0;
-  uint64_t handle = 0;
 };
 
 // The tables, never destroyed (handles may be used, and answered as stale, during static

@@ -5,7 +5,9 @@
 //
 // A task graph or group handle is generation-checked like every other handle. Each
 // remembers its engine by handle, not by pointer, so one that outlives its engine answers
-// FL_ERR_INVALID_HANDLE instead of touching a destroyed engine; it can still be destroyed.
+// FL_ERR_INVALID_HANDLE to every call but its destroy, which still frees it. Destroys claim
+// the handle first (handles.hpp): of two concurrent destroys one frees, the other is
+// answered FL_ERR_INVALID_HANDLE.
 #include <memory>
 #include <string>
 
@@ -93,10 +95,16 @@ FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads) 
 FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph) {
   return guard([&]() -> fl_status_t {
     if (graph == nullptr) return FL_OK;
-    GraphBox* g = graph_from(graph, "fl_taskgraph_destroy");
-    if (g->graph.running())
+    graph_from(graph, "fl_taskgraph_destroy");  // a NULL, stale or foreign handle: its own message
+    // Claimed before anything of the graph is read: of two concurrent destroys, one goes on
+    // and the other is answered here, never touching what the first one frees.
+    GraphBox* g = graph_table().claim(handle_bits(graph));
+    if (g == nullptr) fail(FL_ERR_INVALID_HANDLE, "fl_taskgraph_destroy: the graph was destroyed concurrently");
+    if (g->graph.running()) {
+      graph_table().unclaim(handle_bits(graph));
       fail(FL_ERR_INVALID_ARGUMENT, "fl_taskgraph_destroy: the graph is running (destroy it after fl_taskgraph_run returns)");
-    graph_table().erase(handle_bits(graph));
+    }
+    graph_table().erase_claimed(handle_bits(graph));
     delete g;
     return FL_OK;
   });
@@ -111,7 +119,11 @@ namespace flowlane::capi {
 namespace {
 
 core::Engine* group_engine(const GroupBox* g, const char* fn) {
-  return engine_from(handle_cast<fl_engine_t>(g->engine_handle), fn);
+  core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);
+  if (__builtin_expect(e == nullptr, 0))
+    fail(FL_ERR_INVALID_HANDLE, std::string(fn) + ": the group's engine was destroyed (only fl_task_group_destroy "
+                                                  "is left to do with the group)");
+  return e;
 }
 
 void refuse_inside_own_task(const GroupBox* g, const char* fn) {
@@ -122,17 +134,16 @@ void refuse_inside_own_task(const GroupBox* g, const char* fn) {
 
 fl_status_t wait_group(fl_task_group_t* group, const Deadline& deadline, const char* fn) {
   GroupBox* g = group_from(group, fn);
+  core::Engine* e = group_engine(g, fn);
   refuse_inside_own_task(g, fn);
-  // A trace span around the wait (none for a group that outlived its engine). The engine is
-  // looked up only once some engine was ever traced: a fork-join program waits millions of
-  // times.
-  core::Observer* ob = nullptr;
-  if (core::Engine::observed_anywhere())
-    if (core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle)) ob = e->observer();
+  // A trace span around the wait. observer() is one load: a fork-join program waits millions
+  // of times.
+  core::Observer* ob = e->observer();
   core::SpanScope span(ob, fn, ob != nullptr ? uint64_t(g->group.unfinished()) : 0);
   std::string detail;
-  fl_status_t st = span.end(g->group.wait(&detail, deadline));
-  if (st == FL_OK) return FL_OK;
+  bool given_up = false;
+  fl_status_t st = span.end(g->wait(*e, fn, &detail, deadline, &given_up));
+  if (st == FL_OK || given_up) return st;  // given up: reported by the engine
   if (st == FL_ERR_TIMEOUT)
     return report(st, std::string(fn) + ": " + std::to_string(g->group.unfinished()) +
                           " task(s) of the group had not finished by the timeout; they go on running (wait again, "
@@ -174,7 +185,7 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
   return guard([&]() -> fl_status_t {
     GroupBox* g = group_from(group, "fl_task_group_spawn");
     if (fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_task_group_spawn: fn is NULL");
-    g->spawn(*group_engine(g, "fl_task_group_spawn (the group's engine)"), fn, user_data, cleanup);
+    g->spawn(*group_engine(g, "fl_task_group_spawn"), fn, user_data, cleanup);
     return FL_OK;
   });
 }
@@ -190,12 +201,34 @@ FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeo
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {
   return guard([&]() -> fl_status_t {
     if (group == nullptr) return FL_OK;
+    const uint64_t h = handle_bits(group);
     GroupBox* g = group_from(group, "fl_task_group_destroy");
-    refuse_inside_own_task(g, "fl_task_group_destroy");
-    (void)g->group.wait(nullptr);  // its failures are dropped: wait first to see them
-    if (group_table().erase(handle_bits(group)) == nullptr)
+    refuse_inside_own_task(g, "fl_task_group_destroy");  // compares the address only
+    // Claimed before the wait: a second destroy is answered at once instead of waiting on
+    // what this one frees. The handle stays valid meanwhile (the group's tasks may spawn
+    // into it).
+    if (group_table().claim(h) == nullptr)
       fail(FL_ERR_INVALID_HANDLE, "fl_task_group_destroy: the group was destroyed concurrently");
-    g->close(table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle));  // null once the engine is gone
+    core::Engine* e = table<core::Engine, HandleType::kEngine>().lookup(g->engine_handle);  // null once destroyed
+    if (e != nullptr) {
+      std::string detail;  // the tasks' failures are dropped: wait first to see them
+      bool given_up = false;
+      try {
+        (void)g->wait(*e, "fl_task_group_destroy", &detail, Deadline::forever(), &given_up);
+      } catch (...) {
+        group_table().unclaim(h);
+        throw;
+      }
+      if (given_up) {  // on a cycle of waits: the tasks still run, so the group stays
+        group_table().unclaim(h);
+        return report(FL_ERR_CANCELLED, std::string(fl_last_error_message()) +
+                                            "; the group was not destroyed (destroy it again once its tasks are done)");
+      }
+    } else {
+      (void)g->group.wait(nullptr);  // the engine's destroy waited for every task
+    }
+    group_table().erase_claimed(h);
+    g->close(e);
     Recycler<GroupBox>::put(g);
     return FL_OK;
   });

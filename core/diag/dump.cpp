@@ -1,5 +1,5 @@
-// The state dump's text, from a snapshot of the engine (diag/snapshot.hpp), and cancelling
-// the waits that lie on a cycle of the wait-for graph (diag/dump.hpp).
+// The state dump's text, from a snapshot of the engine (diag/snapshot.hpp). Giving up the
+// waits on a cycle: cancel_cycles.cpp.
 #include "diag/dump.hpp"
 
 #include <algorithm>
@@ -76,6 +76,23 @@ std::map<uint32_t, std::string> pending_streams(Engine& e) {
   return streams_of;
 }
 
+// One registered wait: "<prefix>fl_object_wait for object 0x.., written by ...", or
+// "<prefix>fl_stream_synchronize (lane 2, host): ...", "<prefix>fl_task_group_wait for task
+// group 0x.. (2 unfinished tasks)".
+void wait_line(std::string& out, const Snapshot& s, const WaitSnap& ws, Node from, const char* prefix) {
+  out += prefix;
+  if (const Instr* w = ws.on.i) {
+    bool self = !from.group && w->stream->lane->id == from.id;
+    out += "fl_object_wait for object " + hex(ws.obj) + ", written by " + w->describe() + ", " +
+           state_name(w->load_state()) +
+           (self ? "; it is queued BEHIND this instruction on the same lane, so it can never run" : where_is(s, w));
+  } else {
+    out += ws.call;
+  }
+  if (ws.given_up) out += " [given up by drain or destroy: it returns FL_ERR_CANCELLED]";
+  out += "\n";
+}
+
 // A head that has started (or finished, held up by a release callback): what it waits for.
 void running_head(std::string& out, const Snapshot& s, const LaneSnap& ls) {
   const Instr* h = ls.head.i;
@@ -83,17 +100,7 @@ void running_head(std::string& out, const Snapshot& s, const LaneSnap& ls) {
          (ls.completing ? " COMPLETING: it finished, and a release callback its completion runs (an object's "
                           "last reference went with it) holds up the lane\n"
                         : " RUNNING its callback\n");
-  for (const WaitSnap& ws : ls.running_waits) {
-    if (const Instr* w = ws.on.i) {
-      bool self = w->stream->lane->id == ls.id;
-      out += "    waits in fl_object_wait for object " + hex(ws.obj) + ", written by " + w->describe() + ", " +
-             state_name(w->load_state()) +
-             (self ? "; it is queued BEHIND this instruction on the same lane, so it can never run" : where_is(s, w)) +
-             "\n";
-    } else {
-      out += "    waits in " + ws.call + "\n";
-    }
-  }
+  for (const WaitSnap& ws : ls.running_waits) wait_line(out, s, ws, Node::lane(ls.id), "    waits in ");
   if (ls.coll != nullptr) {
     out += "    in a collective rendezvous: " + ls.coll->what + "\n";
   } else if (ls.running_waits.empty()) {
@@ -132,6 +139,28 @@ void lane_section(std::string& out, const Snapshot& s, const LaneSnap& ls, std::
   }
 }
 
+// The task groups that a registered wait waits for, each with its tasks' registered waits.
+void groups_section(std::string& out, const Snapshot& s) {
+  std::map<uint64_t, int64_t> waited;  // handle -> unfinished tasks
+  auto note = [&waited](const WaitSnap& w) {
+    if (w.group != nullptr) waited[w.group_handle] = w.group_unfinished;
+  };
+  for (const LaneSnap& ls : s.lanes) std::for_each(ls.running_waits.begin(), ls.running_waits.end(), note);
+  std::for_each(s.task_waits.begin(), s.task_waits.end(), note);
+  if (waited.empty()) return;
+  out += "task groups waited for: " + std::to_string(waited.size()) + "\n";
+  for (const auto& [h, unfinished] : waited) {
+    out += node_name(Node::task_group(h)) + ": " + std::to_string(unfinished) +
+           (unfinished == 1 ? " unfinished task" : " unfinished tasks") + "\n";
+    size_t n = 0;
+    for (const WaitSnap& w : s.task_waits)
+      if (w.task_of_handle == h && ++n) wait_line(out, s, w, Node::task_group(h), "  a task waits in ");
+    if (n == 0)
+      out += "  (no task of it waits on anything flowlane tracks: they compute, block outside flowlane, or wait "
+             "for a worker)\n";
+  }
+}
+
 void cycles_section(std::string& out, const Snapshot& s) {
   auto cycles = find_cycles(s);
   if (cycles.empty()) {
@@ -140,8 +169,8 @@ void cycles_section(std::string& out, const Snapshot& s) {
   }
   for (const auto& cyc : cycles) {
     std::string path;
-    for (size_t k : cyc) path += "lane " + std::to_string(s.edges[k].from) + " -> ";
-    path += "lane " + std::to_string(s.edges[cyc.front()].from);
+    for (size_t k : cyc) path += node_name(s.edges[k].from) + " -> ";
+    path += node_name(s.edges[cyc.front()].from);
     out += "DEADLOCK: cycle of waits " + path + " (nothing on it can complete):\n";
     for (size_t k : cyc) out += "  " + s.edges[k].why + "\n";
   }
@@ -158,64 +187,11 @@ std::string build_dump(Engine& e, const std::string& reason) {
   std::map<uint32_t, std::string> streams_of = pending_streams(e);
   out += "lanes with pending work: " + std::to_string(s.lanes.size()) + "\n";
   for (const LaneSnap& ls : s.lanes) lane_section(out, s, ls, streams_of);
+  groups_section(out, s);
   cycles_section(out, s);
   for (core::Extension* x : e.extensions()) x->dump(out);
   out += "=== end of dump ===\n";
   return out;
-}
-
-int cancel_cycle_waits(Engine& e) {
-  Snapshot s = take_snapshot(e);
-  // A wait is on a cycle when the lane it waits for reaches the waiting lane back. Every such
-  // wait is given up, not one per cycle: two tasks of one instruction's task groups may wait
-  // on two cycles through the same lanes, or on one, and each would otherwise hang.
-  std::map<uint32_t, std::vector<uint32_t>> next;
-  for (const GraphEdge& g : s.edges) next[g.from].push_back(g.to);
-  auto reaches = [&next](uint32_t from, uint32_t to) {
-    std::set<uint32_t> seen{from};
-    std::vector<uint32_t> todo{from};
-    while (!todo.empty()) {
-      uint32_t u = todo.back();
-      todo.pop_back();
-      if (u == to) return true;
-      for (uint32_t v : next[u])
-        if (seen.insert(v).second) todo.push_back(v);
-    }
-    return false;
-  };
-  int n = 0;
-  for (const GraphEdge& g : s.edges) {
-    if (!g.cancellable || !reaches(g.to, g.from)) continue;
-    Lane& lane = e.lane(g.from);
-    bool stream_wait = false;
-    {
-      std::lock_guard<SpinLock> lock(lane.diag_lock);
-      // Still the same wait (the lane may have moved on since the snapshot, and a record at
-      // the same address may be a later wait): linked, of the same head, for the same thing.
-      if (lane.active != g.waiter) continue;
-      WaitRecord* r = lane.waits;
-      while (r != nullptr && r != g.rec) r = r->next;
-      if (r == nullptr) continue;
-      const bool same =
-          r->by == g.waiter &&
-          (g.waited != nullptr
-               ? r->on == g.waited
-               : r->on == nullptr && r->stream == g.stream && r->target == g.target && r->is_id == g.is_id);
-      if (!same) continue;
-      // Release pairs with the acquire loads in Waits::sleep_until_terminal() (fl_object_wait)
-      // and given_up() (stream.hpp: fl_stream_synchronize, fl_instr_wait_for).
-      r->cancelled.store(true, std::memory_order_release);
-      if (g.waited != nullptr)
-        futex_wake(&g.waited->state, INT_MAX);  // fl_object_wait sleeps on the state of what it waits for
-      else
-        stream_wait = true;
-      ++n;
-    }
-    // The others sleep on the stream's condition variable (the stream lives as long as the
-    // engine); woken outside diag_lock, which no holder of wait_mu ever takes.
-    if (stream_wait) g.stream->wake_waiters();
-  }
-  return n;
 }
 
 }  // namespace flowlane::diag

@@ -77,9 +77,15 @@ std::string lanes_json(Engine& e) {
   auto cycles = find_cycles(s);
   for (size_t c = 0; c < cycles.size(); ++c) {
     out += c ? "," : "";
-    out += "{\"lanes\":[";
-    for (size_t k = 0; k < cycles[c].size(); ++k) out += (k ? "," : "") + std::to_string(s.edges[cycles[c][k]].from);
-    out += "],\"edges\":[";
+    // The lanes on the cycle, and the task groups (their handles) it runs through.
+    std::string lanes, groups;
+    for (size_t k : cycles[c]) {
+      const Node n = s.edges[k].from;
+      std::string& to = n.group ? groups : lanes;
+      if (!to.empty()) to.push_back(',');
+      to.append(n.group ? json_string(hex(n.id)) : std::to_string(n.id));
+    }
+    out.append("{\"lanes\":[").append(lanes).append("],\"task_groups\":[").append(groups).append("],\"edges\":[");
     for (size_t k = 0; k < cycles[c].size(); ++k) out += (k ? "," : "") + json_string(s.edges[cycles[c][k]].why, kMaxTextBytes);
     out += "]}";
   }

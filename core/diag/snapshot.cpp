@@ -7,6 +7,8 @@
 #include <mutex>
 #include <set>
 
+#include "engine/fork_join.hpp"
+
 namespace flowlane::diag {
 
 using core::Instr;
@@ -63,30 +65,46 @@ void snapshot_deps(Engine& e, Instr* head, LaneSnap& ls) {
   }
 }
 
-// A running head's registered waits, oldest first.
-void snapshot_running_waits(Engine& e, const Lane& lane, LaneSnap& ls) {
-  for (const WaitRecord* r = lane.waits; r != nullptr; r = r->next) {
-    if (r->by != lane.active) continue;
-    WaitSnap w;
-    w.rec = r;
-    if (r->on != nullptr) {
-      r->on->ref();  // the record holds a reference while linked
-      w.on = Ref(r->on, &e);
-      w.obj = r->obj;  // a handle: the object may be gone
-    } else {
-      w.stream = r->stream;
-      w.target = r->target;
-      w.is_id = r->is_id;
-      // Acquire pairs with the release store of last_completed_id in complete() and
-      // the fetch_add of completed in Stream::advance_completed().
-      w.call = std::string(r->call) + " (" + w.stream->describe() + "): " +
-               (w.is_id ? "for its instruction #" + std::to_string(w.target) + ", " +
-                              (w.stream->reached(w.target, true) ? "completed" : "not completed yet")
-                        : "for " + std::to_string(w.target) + " of its instructions to complete, " +
-                              std::to_string(w.stream->completed.load(std::memory_order_acquire)) + " have");
-    }
-    ls.running_waits.push_back(std::move(w));
+// One registered wait, copied under its list's lock (held by the caller): the record, and
+// what it names (a user referenced, a group's handle and unfinished count) cannot go away
+// while it is linked.
+WaitSnap snapshot_wait(Engine& e, const WaitRecord* r, Lane* list) {
+  WaitSnap w;
+  w.rec = r;
+  w.list = list;
+  w.by = r->by;
+  w.task_of = r->task_of;
+  w.task_of_handle = r->task_of != nullptr ? r->task_of->handle : 0;
+  w.given_up = r->cancelled.load(std::memory_order_relaxed);  // stored under this lock
+  if (r->on != nullptr) {
+    r->on->ref();  // the record holds a reference while linked
+    w.on = Ref(r->on, &e);
+    w.obj = r->obj;  // a handle: the object may be gone
+  } else if (r->group != nullptr) {
+    w.group = r->group;
+    w.group_handle = r->group->handle;
+    w.group_unfinished = r->group->group.unfinished();
+    w.call = std::string(r->call) + " for " + r->group->describe() + " (" + std::to_string(w.group_unfinished) +
+             (w.group_unfinished == 1 ? " unfinished task)" : " unfinished tasks)");
+  } else {
+    w.stream = r->stream;
+    w.target = r->target;
+    w.is_id = r->is_id;
+    // Acquire pairs with the release store of last_completed_id in complete() and
+    // the fetch_add of completed in Stream::advance_completed().
+    w.call = std::string(r->call) + " (" + w.stream->describe() + "): " +
+             (w.is_id ? "for its instruction #" + std::to_string(w.target) + ", " +
+                            (w.stream->reached(w.target, true) ? "completed" : "not completed yet")
+                      : "for " + std::to_string(w.target) + " of its instructions to complete, " +
+                            std::to_string(w.stream->completed.load(std::memory_order_acquire)) + " have");
   }
+  return w;
+}
+
+// A running head's registered waits, oldest first.
+void snapshot_running_waits(Engine& e, Lane& lane, LaneSnap& ls) {
+  for (const WaitRecord* r = lane.waits; r != nullptr; r = r->next)
+    if (r->by == lane.active) ls.running_waits.push_back(snapshot_wait(e, r, &lane));
   std::reverse(ls.running_waits.begin(), ls.running_waits.end());  // oldest first
 }
 
@@ -129,31 +147,53 @@ void snapshot_head(Engine& e, Lane& lane, LaneSnap& ls) {
   snapshot_queued(e, lane, ls);
 }
 
+// The edge of a registered wait out of `from` (who waits: "'x' (#3, lane 1, host)" or "a
+// task of task group 0x.."), if what it waits for is not reached; `task` marks a group
+// task's wait out of its group's node.
+void add_wait_edge(Snapshot& s, Node from, const std::string& who, const WaitSnap& w, bool task, const Instr* head) {
+  const EdgeKind kind = w.group != nullptr ? EdgeKind::kGroupWait : task ? EdgeKind::kTaskWait : EdgeKind::kCallbackWait;
+  if (w.on.i != nullptr && !is_terminal(w.on.i->load_state())) {
+    const bool self = !from.group && w.on.i->stream->lane->id == from.id;
+    s.edges.push_back({from, Node::lane(w.on.i->stream->lane->id),
+                       who + " waits in fl_object_wait (object " + hex(w.obj) + ") for " + w.on.i->describe() + " (" +
+                           state_name(w.on.i->load_state()) + ")" +
+                           (self ? ", which is queued behind it on its own lane" : ""),
+                       kind, &w, head});
+  } else if (w.stream != nullptr && !w.stream->reached(w.target, w.is_id)) {
+    s.edges.push_back({from, Node::lane(w.stream->lane->id), who + " waits in " + w.call, kind, &w, head});
+  } else if (w.group != nullptr && w.group_unfinished > 0) {
+    s.edges.push_back({from, Node::task_group(w.group_handle), who + " waits in " + w.call, kind, &w, head});
+  }
+}
+
 // The wait-for edges out of one lane: to its blocked head's predecessors, to what its
 // running waits wait for, to the peer lanes of its collective (same engine).
 void add_edges(Snapshot& s, const LaneSnap& ls) {
+  const Node from = Node::lane(ls.id);
   for (const DepSnap& d : ls.waits)
-    s.edges.push_back({ls.id, d.pred.i->stream->lane->id,
+    s.edges.push_back({from, Node::lane(d.pred.i->stream->lane->id),
                        ls.head.i->describe() + " is blocked until " + d.pred.i->describe() + " (" +
                            state_name(d.pred.i->load_state()) + ") completes (object " + hex(d.object) + ")",
-                       false, ls.head.i, nullptr});
-  for (const WaitSnap& w : ls.running_waits) {
-    if (w.on.i != nullptr && !is_terminal(w.on.i->load_state())) {
-      bool self = w.on.i->stream->lane->id == ls.id;
-      s.edges.push_back({ls.id, w.on.i->stream->lane->id,
-                         ls.head.i->describe() + " waits in fl_object_wait (object " + hex(w.obj) + ") for " +
-                             w.on.i->describe() + " (" + state_name(w.on.i->load_state()) + ")" +
-                             (self ? ", which is queued behind it on its own lane" : ""),
-                         true, ls.head.i, w.on.i, nullptr, 0, false, w.rec});
-    }
-    if (w.stream != nullptr && !w.stream->reached(w.target, w.is_id))
-      s.edges.push_back({ls.id, w.stream->lane->id, ls.head.i->describe() + " waits in " + w.call, true, ls.head.i,
-                         nullptr, w.stream, w.target, w.is_id, w.rec});
-  }
+                       EdgeKind::kDependency, nullptr, ls.head.i});
+  for (const WaitSnap& w : ls.running_waits) add_wait_edge(s, from, ls.head.i->describe(), w, false, ls.head.i);
   if (ls.coll != nullptr)
     for (const LaneWait::Peer& p : ls.coll->peers)
       if (p.engine == s.e)
-        s.edges.push_back({ls.id, p.lane, ls.head.i->describe() + ": " + ls.coll->what, false, ls.head.i, nullptr});
+        s.edges.push_back({from, Node::lane(p.lane), ls.head.i->describe() + ": " + ls.coll->what,
+                           EdgeKind::kDependency, nullptr, ls.head.i});
+}
+
+// Every wait of a task of a task group: on the lanes' lists (any head's, also one that
+// completed while the task went on) and on the engine's loose list.
+void snapshot_task_waits(Engine& e, Snapshot& s) {
+  for (const auto& lp : e.lanes()) {
+    Lane& lane = *lp;
+    std::lock_guard<SpinLock> lock(lane.diag_lock);
+    for (const WaitRecord* r = lane.waits; r != nullptr; r = r->next)
+      if (r->task_of != nullptr) s.task_waits.push_back(snapshot_wait(e, r, &lane));
+  }
+  std::lock_guard<SpinLock> lock(e.waits().loose_lock());
+  for (const WaitRecord* r = e.waits().loose(); r != nullptr; r = r->next) s.task_waits.push_back(snapshot_wait(e, r, nullptr));
 }
 
 }  // namespace
@@ -179,22 +219,28 @@ Snapshot take_snapshot(Engine& e) {
     s.by_lane[ls.id] = s.lanes.size();
     s.lanes.push_back(std::move(ls));
   }
+  snapshot_task_waits(e, s);
   for (const LaneSnap& ls : s.lanes)
     if (ls.head.i != nullptr) add_edges(s, ls);
+  for (const WaitSnap& w : s.task_waits)
+    add_wait_edge(s, Node::task_group(w.task_of_handle), "a task of " + node_name(Node::task_group(w.task_of_handle)),
+                  w, true, nullptr);
   return s;
 }
 
-std::vector<std::vector<size_t>> find_cycles(const Snapshot& s) {
-  std::map<uint32_t, std::vector<size_t>> out_edges;
-  for (size_t k = 0; k < s.edges.size(); ++k) out_edges[s.edges[k].from].push_back(k);
-  std::map<uint32_t, int> color;  // 0 white, 1 on stack, 2 done
-  std::vector<size_t> stack;      // edges on the current path
+std::vector<std::vector<size_t>> find_cycles(const Snapshot& s, bool skip_given_up) {
+  std::map<Node, std::vector<size_t>> out_edges;
+  for (size_t k = 0; k < s.edges.size(); ++k)
+    if (!skip_given_up || s.edges[k].wait == nullptr || !s.edges[k].wait->given_up)
+      out_edges[s.edges[k].from].push_back(k);
+  std::map<Node, int> color;  // 0 white, 1 on stack, 2 done
+  std::vector<size_t> stack;  // edges on the current path
   std::vector<std::vector<size_t>> cycles;
-  std::set<std::vector<uint32_t>> seen;
-  auto dfs = [&](auto&& self, uint32_t u) -> void {
+  std::set<std::vector<Node>> seen;
+  auto dfs = [&](auto&& self, Node u) -> void {
     color[u] = 1;
     for (size_t k : out_edges[u]) {
-      uint32_t v = s.edges[k].to;
+      Node v = s.edges[k].to;
       if (color[v] == 1) {
         std::vector<size_t> cyc;
         size_t start = stack.size();
@@ -203,7 +249,7 @@ std::vector<std::vector<size_t>> find_cycles(const Snapshot& s) {
         else if (start > 0) --start;
         for (size_t j = start; j < stack.size(); ++j) cyc.push_back(stack[j]);
         cyc.push_back(k);
-        std::vector<uint32_t> nodes;
+        std::vector<Node> nodes;
         for (size_t j : cyc) nodes.push_back(s.edges[j].from);
         std::sort(nodes.begin(), nodes.end());
         if (seen.insert(nodes).second && cycles.size() < 8) cycles.push_back(cyc);
@@ -215,9 +261,11 @@ std::vector<std::vector<size_t>> find_cycles(const Snapshot& s) {
     }
     color[u] = 2;
   };
-  for (const LaneSnap& ls : s.lanes)
-    if (color[ls.id] == 0) dfs(dfs, ls.id);
+  for (const auto& [u, edges] : out_edges)
+    if (color[u] == 0) dfs(dfs, u);
   return cycles;
 }
+
+std::string node_name(Node n) { return n.group ? "task group " + hex(n.id) : "lane " + std::to_string(n.id); }
 
 }  // namespace flowlane::diag

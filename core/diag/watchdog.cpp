@@ -175,17 +175,21 @@ Diagnostics& diagnostics(Engine& e) {
   return d != nullptr ? *d : attach(e);
 }
 
+// Work a drain would wait for: instructions in flight, or fork-join tasks (a cycle of waits
+// may run through task groups only).
+static bool busy(const Engine& e) { return e.inflight() > 0 || !e.pools_quiescent(); }
+
 void Diagnostics::begin_shutdown() {
   std::lock_guard<std::mutex> lk(mu);
   shutdown = true;
-  if (!thread.joinable() && engine->inflight() > 0) thread = std::thread(run, this);
+  if (!thread.joinable() && busy(*engine)) thread = std::thread(run, this);
   cv.notify_all();
 }
 
 void Diagnostics::begin_drain() {
   std::lock_guard<std::mutex> lk(mu);
   ++drains;
-  if (!thread.joinable() && !exit && engine->inflight() > 0) thread = std::thread(run, this);
+  if (!thread.joinable() && !exit && busy(*engine)) thread = std::thread(run, this);
   cv.notify_all();
 }
 

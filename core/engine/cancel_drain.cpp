@@ -80,7 +80,11 @@ fl_status_t CancelDrain::drain(const Deadline& deadline) {
       for (Extension* x : xs) x->end_drain();
     }
   } watched(&engine_);
-  draining_.store(true, std::memory_order_release);  // pairs with the acquire loads in Engine::submit()
+  // seq_cst: pairs with the acquire loads in Engine::submit() and, with the epoch bump of
+  // refuse_parked() below, with a parked submitter's loads (Window::park).
+  draining_.store(true, std::memory_order_seq_cst);
+  // A submission parked on the full window is refused now, not once the window frees.
+  engine_.window().refuse_parked();
   // An RMW of the window's admission count after that store, so that a submission from a
   // thread of the caller either sees draining_ after it was admitted (and is refused), or
   // its admission is seen by our loads below (and waited for): the two RMWs are ordered in

@@ -27,8 +27,10 @@
 //     documented in the header).
 //   Stream::last_completed_id / last_submitted_id: acquire loads, with Executor::complete's
 //     and Engine::enqueue's release stores.
-//   draining_: release store in drain() with the acquire load in Engine::submit; then the
-//     window's fence (Window::fence_admissions) orders it against admissions.
+//   draining_: seq_cst store in drain() with the acquire load in Engine::submit; then the
+//     window's fence (Window::fence_admissions) orders it against admissions; and with the
+//     seq_cst load of a submitter parked on the window (Window::park), which the drain
+//     then wakes (Window::refuse_parked: a seq_cst bump of the epoch it sleeps on).
 //   outside_spawns_ and draining_: a seq_cst fence on each side (drain after its store of
 //     draining_, begin_outside_spawn after its increment): either the drain sees the count
 //     and waits for the task, or the spawn sees draining_ and is refused. The release
@@ -70,8 +72,10 @@ class CancelDrain {
   }
 
   fl_status_t drain(const Deadline& deadline);  // fl_engine_drain
-  // Pairs with drain()'s release store.
+  // Pairs with drain()'s store.
   bool draining() const { return draining_.load(std::memory_order_acquire); }
+  // The flag itself, for a submitter parked on the window (Window::admit's `refuse`).
+  const std::atomic<bool>* draining_flag() const { return &draining_; }
   // fl_task_group_spawn from a thread of the caller's (not code the engine runs): counted
   // from before its check for a drain until its task is handed to the pool, so that a
   // drain either refuses it or waits for its task. False (refused, not counted) once the

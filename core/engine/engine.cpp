@@ -54,14 +54,12 @@ Engine::~Engine() {
   while (!extensions_.empty()) extensions_.pop_back();
 }
 
-bool Engine::begin_destroy() {
+void Engine::check_destroy_allowed() const {
   if (in_engine_context(this))
     fail(FL_ERR_INVALID_ARGUMENT,
          "fl_engine_destroy called from code the engine runs (an instruction, cleanup or release callback, a "
          "task or loop body, the watchdog callback, or one of its threads): it would wait for itself; destroy "
          "the engine from a thread of your own once its work is done (the engine stays usable)");
-  // acq_rel pairs with the exchange of a concurrent begin_destroy() (one of them wins).
-  return !destroying_.exchange(true, std::memory_order_acq_rel);
 }
 
 void Engine::shutdown() {
@@ -97,18 +95,24 @@ void Engine::wait_until_idle() {
   //    acquire pairs with the runner's seq_cst store of 0 in Lane::give_up().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
+  //    started) finishes while the extensions still watch: a cycle of waits may run through
+  //    task groups only.
+  wait_pools_quiescent();
+}
+
+void Engine::wait_pools_quiescent() {
+  pool_->wait_quiescent();
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  for (auto& [n, p] : extra_pools_) p->wait_quiescent();
 }
 
 void Engine::stop_workers() {
   // The device backend completed every issued instruction during the drain; stop its threads.
   if (services_.device != nullptr) services_.device->engine_stopped(this);
-  // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
-  // started) finishes before the workers go.
-  pool_->wait_quiescent();
-  {
-    std::lock_guard<std::mutex> lock(pools_mu_);
-    for (auto& [n, p] : extra_pools_) p->wait_quiescent();
-  }
+  // Fork-join work started since (callbacks of the device backend's last completions) finishes
+  // before the workers go.
+  wait_pools_quiescent();
   // 4. Run every pending release callback (objects the caller still holds) while the
   //    workers still exist: a release callback may call back in (stats, dumps, waits; a
   //    submission answers FL_ERR_SHUTDOWN).

@@ -27,7 +27,6 @@
 //   shutdown_: release store in stop_accepting() with the acquire load in Engine::enqueue
 //     (under the lane's submit lock, which shutdown then passes through: a submission
 //     either queued before, or sees the flag) and in shutting_down();
-//   destroying_: acq_rel exchange in begin_destroy() against a concurrent one;
 //   streams_[k]: release store of a new stream in stream() with the acquire loads in
 //     stream(), all_streams() and ~Engine(): the stream is seen initialised;
 //   observer_: release stores in set/clear/reinstate_observer() with the acquire load in
@@ -103,11 +102,11 @@ class Engine {
 
   // --- lifetime (engine.cpp; core/engine/README.md, "Destroy") ---
   // Destroy is two steps so that the C handle stays valid while callbacks drain:
-  // begin_destroy() claims the destruction (false if someone else already did; throws
-  // FL_ERR_INVALID_ARGUMENT from code the engine runs, which the drain would wait for),
-  // shutdown() refuses new work, drains, runs pending releases and joins the workers
-  // (idempotent).
-  bool begin_destroy();
+  // check_destroy_allowed() throws FL_ERR_INVALID_ARGUMENT from code the engine runs, which
+  // the drain would wait for (it reads no member: the caller may not own the engine yet);
+  // the caller then claims the destruction (the C layer claims the handle), and shutdown()
+  // refuses new work, drains, runs pending releases and joins the workers (idempotent).
+  void check_destroy_allowed() const;
   void shutdown();
   // Pairs with the release store of shutdown_ in shutdown().
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
@@ -205,6 +204,7 @@ class Engine {
   // The steps of shutdown() (engine.cpp).
   void stop_accepting();
   void wait_until_idle();
+  void wait_pools_quiescent();
   void stop_workers();
 
   EngineServices services_;
@@ -231,7 +231,6 @@ class Engine {
   Waits waits_{*this};
 
   std::atomic<bool> shutdown_{false};
-  std::atomic<bool> destroying_{false};
   bool stopped_ = false;  // shutdown() done (destroying thread only)
 
   std::atomic<Observer*> observer_{nullptr};

@@ -2,6 +2,9 @@
 // (engine/fork_join.hpp).
 #include "engine/fork_join.hpp"
 
+#include <cinttypes>
+#include <cstdio>
+
 #include "engine/engine.hpp"
 #include "sched/topology.hpp"
 
@@ -39,6 +42,8 @@ fl_status_t run_graph(Engine& e, sched::TaskGraph& graph, int64_t num_threads) {
 void EngineTaskGroup::open(Engine& e) {
   if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_task_group_create: the engine is being destroyed");
   group.reset(e.pool());
+  group.set_owner(this);
+  engine_ = &e;
   owner_ = pending_instr(&e);
   if (owner_ != nullptr) {
     owner_->ref();  // dropped by close()
@@ -61,6 +66,60 @@ void EngineTaskGroup::spawn(Engine& e, fl_task_fn fn, void* user_data, fl_releas
     throw;
   }
   if (outside) e.cancel_drain().end_outside_spawn();
+}
+
+const EngineTaskGroup* EngineTaskGroup::running(const Engine& e) {
+  const sched::TaskGroup* g = sched::TaskGroup::running();
+  if (g == nullptr) return nullptr;
+  auto* eg = static_cast<const EngineTaskGroup*>(g->owner());  // null: a group of no engine (core tests)
+  return eg != nullptr && eg->engine_ == &e ? eg : nullptr;
+}
+
+std::string EngineTaskGroup::describe() const {
+  char b[48];
+  std::snprintf(b, sizeof b, "task group 0x%016" PRIx64, handle);
+  return b;
+}
+
+namespace {
+
+// Tells a group wait's note when the wait blocks (sched::BlockWatch).
+class NoteWatch final : public sched::BlockWatch {
+ public:
+  explicit NoteWatch(WaitNote& note) : note_(note) { stop = note.cancel_flag(); }
+  void blocking(bool begins) override {
+    if (begins)
+      note_.link();
+    else
+      note_.unlink();
+  }
+
+ private:
+  WaitNote& note_;
+};
+
+}  // namespace
+
+fl_status_t EngineTaskGroup::wait(Engine& e, const char* call, std::string* detail, const Deadline& deadline,
+                                  bool* given_up) {
+  *given_up = false;
+  if (group.idle()) return group.wait(detail, deadline);  // nothing to block on (fork-join's usual case)
+  WaitNote note(e, pending_instr(&e), call, this);
+  if (!note.tracked()) return group.wait(detail, deadline);  // a thread of the program's
+  NoteWatch watch(note);
+  fl_status_t st = group.wait(detail, deadline, &watch);
+  // Decided once the note has ended: a wait given up whose tasks finished meanwhile reached
+  // its target (the group's result is then collected below).
+  if (note.finish()) {
+    *given_up = true;
+    return report(FL_ERR_CANCELLED,
+                  std::string(call) + " in " + note.waiter() +
+                      " was cancelled: the engine is being drained or destroyed and this wait for " + describe() + " (" +
+                      std::to_string(group.unfinished()) + (group.unfinished() == 1 ? " unfinished task" : " unfinished tasks") +
+                      ") was on a cycle of waits (a deadlock); its tasks go on running");
+  }
+  if (watch.gave_up) st = group.wait(detail, deadline);  // stopped as the tasks ended: their result
+  return st;
 }
 
 void EngineTaskGroup::close(Engine* e) {

@@ -46,36 +46,67 @@
 namespace flowlane::core {
 
 class Engine;
+class EngineTaskGroup;
 struct Lane;
 struct Stream;
 
-// A wait of a lane's running instruction, from its callback or from a task of one of its
-// task groups (fl_object_wait, fl_stream_synchronize, fl_instr_wait_for): what the state
-// dump shows in its wait-for graph, and what engine drain and destroy give up when it lies
-// on a cycle of waits (cancel_cycle_waits(), diag/dump.cpp). Lives on the waiting thread's
-// stack, linked into Lane::waits under the lane's diag_lock for as long as the wait lasts.
+// A wait that the wait-for graph sees (core/diag/dump.hpp): what the state dump shows, and
+// what engine drain and destroy give up when it lies on a cycle of waits
+// (cancel_cycle_waits(), diag/dump.cpp). It is either
+//   - a lane's: a wait of the lane's running instruction `by`, from its callback or from a
+//     task of a task group created in its callback while it is pending (fl_object_wait,
+//     fl_stream_synchronize, fl_instr_wait_for, fl_task_group_wait(_for),
+//     fl_task_group_destroy), linked into Lane::waits under the lane's diag_lock; or
+//   - the engine's (Waits' list of loose waits): a wait of a task of a task group that no
+//     pending instruction owns (`by` null, `task_of` set), under Waits' loose lock.
+// Lives on the waiting thread's stack (WaitNote, engine/waits.hpp) and is linked for as long
+// as the wait lasts (a task group wait: while it blocks). The group pointers are only read
+// while the record is linked, under its list's lock: a group whose task waits cannot be
+// destroyed before the task ends, and a group waited for lives until its waits return (a
+// destroy racing with them is the caller's race).
 struct WaitRecord {
   // The instruction whose wait this is (the lane's head when it registered). A task of its
   // task group may outlive it and go on waiting after the lane moved on: such a record is
   // not shown as, or cancelled for, the new head's.
   const Instr* by = nullptr;
+  // The task group whose task waits (the calling thread's innermost running group task), or
+  // null for an instruction's own callback: the graph's edge out of that group's node.
+  const EngineTaskGroup* task_of = nullptr;
   // fl_object_wait: the user waited for (referenced while linked) and the object's handle,
   // not the object (the wait holds no reference on it, and the user waited for may free it
   // as it completes, its last reference, before the waiter wakes up to unlink this).
   Instr* on = nullptr;
   uint64_t obj = 0;
-  // fl_stream_synchronize (the stream's completion count to reach `target`) or
-  // fl_instr_wait_for (its instruction with id `target`, `is_id`): the call, the stream
-  // (it lives as long as the engine) and the target.
+  // The call (fl_stream_synchronize, fl_instr_wait_for, fl_task_group_wait, ...).
   const char* call = nullptr;
+  // fl_stream_synchronize (the stream's completion count to reach `target`) or
+  // fl_instr_wait_for (its instruction with id `target`, `is_id`): the stream (it lives as
+  // long as the engine) and the target.
   Stream* stream = nullptr;
   uint64_t target = 0;
   bool is_id = false;
-  // Set (release, under diag_lock) when drain or destroy gives the wait up: it is on a
+  // fl_task_group_wait(_for), fl_task_group_destroy: the group waited for.
+  const EngineTaskGroup* group = nullptr;
+  // Set (release, under the list's lock) when drain or destroy gives the wait up: it is on a
   // cycle and can never return. The wait sleeps on it besides its target.
   std::atomic<bool> cancelled{false};
-  WaitRecord* next = nullptr;  // Lane::waits, under diag_lock
+  WaitRecord* next = nullptr;  // its list, under the list's lock
 };
+
+// A list of WaitRecords (a lane's, or the engine's loose waits), newest first. Callers
+// hold the list's lock.
+inline void link_wait(WaitRecord*& head, WaitRecord* r) {
+  r->next = head;
+  head = r;
+}
+inline void unlink_wait(WaitRecord*& head, WaitRecord* r) {
+  for (WaitRecord** p = &head; *p != nullptr; p = &(*p)->next)
+    if (*p == r) {
+      *p = r->next;
+      r->next = nullptr;
+      return;
+    }
+}
 
 struct Lane {
   sched::Task task;  // run = Lane::run_task; submitted to the pool whenever the lane becomes runnable
@@ -141,19 +172,6 @@ struct Lane {
   // give up (WaitRecord): its callback's, and those of tasks of its task groups running on
   // other workers at the same time. A list under diag_lock, newest first.
   WaitRecord* waits = nullptr;
-  // Links / unlinks a record (caller holds diag_lock).
-  void add_wait(WaitRecord* r) {
-    r->next = waits;
-    waits = r;
-  }
-  void remove_wait(WaitRecord* r) {
-    for (WaitRecord** p = &waits; *p != nullptr; p = &(*p)->next)
-      if (*p == r) {
-        *p = r->next;
-        r->next = nullptr;
-        return;
-      }
-  }
 
   void set_active(Instr* i, bool blocked);
   void clear_active(Instr* i);

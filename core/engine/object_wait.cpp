@@ -132,19 +132,20 @@ void refuse_users_waiting_for_caller(const CallbackFrame* frame, const Users& us
                                     chain + "), so it cannot complete before the caller returns");
 }
 
-// Sleeps until every user's state is terminal; from a callback of `self`, each wait is
-// noted on its lane (WaitNote). FL_ERR_TIMEOUT or, given up by drain or destroy on a wait
+// Sleeps until every user's state is terminal; each wait is noted for the wait-for graph
+// (WaitNote: on self's lane, from a callback of `self`; for a task group's task, on the
+// engine's list). FL_ERR_TIMEOUT or, given up by drain or destroy on a wait
 // cycle, FL_ERR_CANCELLED (reported); FL_OK otherwise.
-fl_status_t sleep_on_users(Instr* self, const Object* o, const Users& users, const Deadline& deadline) {
+fl_status_t sleep_on_users(Engine& e, Instr* self, const Object* o, const Users& users, const Deadline& deadline) {
   for (Instr* w : users.list()) {
-    WaitNote note(self, w, o->handle);  // o is alive here: the caller's handle is valid
+    WaitNote note(e, self, w, o->handle);  // o is alive here: the caller's handle is valid
     const bool woke = Waits::sleep_until_terminal(w, note.cancel_flag(), deadline);
     const bool given_up = note.finish();
     if (!woke)
       return report(FL_ERR_TIMEOUT, "fl_object_wait_for: timed out; the object's pending user " + w->describe() +
                                         " has not completed (nothing was consumed: wait again)");
     if (given_up)
-      return report(FL_ERR_CANCELLED, "fl_object_wait in " + self->describe() +
+      return report(FL_ERR_CANCELLED, "fl_object_wait in " + note.waiter() +
                                           " was cancelled: the engine is being drained or destroyed and this wait for " +
                                           w->describe() + " was on a cycle of waits (a deadlock)");
   }
@@ -185,7 +186,7 @@ fl_status_t Waits::wait_object(Object* o, uint32_t access, const Deadline& deadl
     engine_.executor().flush_device(self->stream->lane);
   {
     WaitHook hook(engine_.observer());
-    if (fl_status_t st = sleep_on_users(self, o, users, deadline); st != FL_OK) return st;
+    if (fl_status_t st = sleep_on_users(engine_, self, o, users, deadline); st != FL_OK) return st;
     if (fl_status_t st = wait_for_completions(users, deadline); st != FL_OK) return st;
   }
   // The poison of the object's current value: its writer's failure, reported every time it

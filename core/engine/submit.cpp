@@ -101,7 +101,8 @@ fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
   // draining() acquires the drain's store. Work submitted by the engine's own callbacks is
   // part of what the drain waits for: accepted.
   if (!engine_run && cancel_drain_.draining()) refuse_drained();
-  window_.admit(a.nonblocking, engine_run);
+  // A submitter parked on the full window is refused when a drain starts (the flag).
+  if (!window_.admit(a.nonblocking, engine_run, engine_run ? nullptr : cancel_drain_.draining_flag())) refuse_drained();
   if (!engine_run) {
     // Checked again once admitted (the check above only spares a submitter waiting for the
     // window of a drained engine): a submission that passed the first check and then waited

@@ -10,47 +10,122 @@
 
 #include "base/error.hpp"
 #include "engine/engine.hpp"
+#include "engine/fork_join.hpp"
 
 namespace flowlane::core {
 
-WaitNote::WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id)
-    : lane_(self ? self->stream->lane : nullptr) {
-  if (lane_ == nullptr) return;
-  rec_.by = self;
+namespace {
+// The calling thread's innermost WaitNote (WaitNote::outer_ links the stack).
+FL_TLS thread_local WaitNote* t_notes = nullptr;
+}  // namespace
+
+WaitNote::WaitNote(Engine& e, Instr* self, const char* call, Stream* s, uint64_t target, bool is_id) {
   rec_.call = call;
   rec_.stream = s;
   rec_.target = target;
   rec_.is_id = is_id;
-  add();
+  init(e, self);
+  if (tracked()) link();
 }
 
-WaitNote::WaitNote(Instr* self, Instr* on, uint64_t obj) : lane_(self ? self->stream->lane : nullptr) {
-  if (lane_ == nullptr) return;
-  on->ref();  // the note's reference: `on` may complete and drop its last other one meanwhile
-  rec_.by = self;
+WaitNote::WaitNote(Engine& e, Instr* self, Instr* on, uint64_t obj) {
+  rec_.call = "fl_object_wait";
   rec_.on = on;
   rec_.obj = obj;  // the handle, not the object: the wait holds no reference on it
-  add();
+  init(e, self);
+  if (!tracked()) return;
+  on->ref();  // the note's reference: `on` may complete and drop its last other one meanwhile
+  link();
 }
 
-void WaitNote::add() {
-  std::lock_guard<SpinLock> lock(lane_->diag_lock);
-  lane_->add_wait(&rec_);
+WaitNote::WaitNote(Engine& e, Instr* self, const char* call, const EngineTaskGroup* g) {
+  rec_.call = call;
+  rec_.group = g;
+  lazy_ = true;  // linked while it blocks
+  init(e, self);
+}
+
+void WaitNote::init(Engine& e, Instr* self) {
+  rec_.task_of = EngineTaskGroup::running(e);
+  if (self == nullptr && rec_.task_of == nullptr) return;  // a thread of the program's: untracked
+  engine_ = &e;
+  lane_ = self != nullptr ? self->stream->lane : nullptr;
+  rec_.by = self;
+  outer_ = t_notes;
+  t_notes = this;
+}
+
+WaitNote::~WaitNote() {
+  if (!tracked()) return;
+  finish();
+  t_notes = outer_;  // notes end in the reverse order of their construction
+}
+
+template <class F>
+void WaitNote::with_list(F&& f) {
+  if (lane_ != nullptr) {
+    std::lock_guard<SpinLock> lock(lane_->diag_lock);
+    f(lane_->waits);
+  } else {
+    std::lock_guard<SpinLock> lock(engine_->waits().loose_lock());
+    f(engine_->waits().loose());
+  }
+}
+
+void WaitNote::link_record() {
+  with_list([this](WaitRecord*& list) { link_wait(list, &rec_); });
+  linked_ = true;
+}
+
+void WaitNote::unlink_record() {
+  with_list([this](WaitRecord*& list) { unlink_wait(list, &rec_); });
+  linked_ = false;
+}
+
+void WaitNote::link() {
+  if (!tracked() || linked_) return;
+  link_record();
+  // The thread's outer group waits, suspended while this one lasts (a task run on top of
+  // them while they helped): they cannot return before it does. Only this thread touches
+  // its notes' linked_ and linked_by_.
+  for (WaitNote* n = outer_; n != nullptr; n = n->outer_)
+    if (n->lazy_ && !n->linked_) {
+      n->link_record();
+      n->linked_by_ = this;
+    }
+}
+
+void WaitNote::unlink() {
+  if (!tracked() || !linked_) return;
+  for (WaitNote* n = outer_; n != nullptr; n = n->outer_)
+    if (n->linked_by_ == this) {
+      n->unlink_record();
+      n->linked_by_ = nullptr;
+    }
+  unlink_record();
+}
+
+bool WaitNote::reached() const {
+  if (rec_.on != nullptr) return is_terminal(rec_.on->load_state());
+  if (rec_.group != nullptr) return rec_.group->group.idle();
+  return rec_.stream->reached(rec_.target, rec_.is_id);
 }
 
 bool WaitNote::finish() {
-  if (lane_ == nullptr) return false;
-  bool cancelled;
-  {
-    std::lock_guard<SpinLock> lock(lane_->diag_lock);
-    lane_->remove_wait(&rec_);
-    const bool reached = rec_.on != nullptr ? is_terminal(rec_.on->load_state())
-                                            : rec_.stream->reached(rec_.target, rec_.is_id);
-    cancelled = rec_.cancelled.load(std::memory_order_relaxed) && !reached;
-  }
-  lane_ = nullptr;
+  if (!tracked() || finished_) return false;
+  finished_ = true;
+  unlink();
+  // Read once unlinked: the flag is set only under the list's lock while the record is
+  // linked, so the unlink's lock orders every store before this load.
+  const bool cancelled = rec_.cancelled.load(std::memory_order_relaxed) && !reached();
   if (rec_.on != nullptr && rec_.on->unref()) rec_.on->engine->recycle(rec_.on);
   return cancelled;
+}
+
+std::string WaitNote::waiter() const {
+  if (rec_.by != nullptr) return rec_.by->describe();
+  if (rec_.task_of != nullptr) return "a task of " + rec_.task_of->describe();
+  return "a thread of the program";
 }
 
 bool Waits::wait_stream(Stream* s, uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
@@ -68,8 +143,8 @@ namespace {
                                     " instructions it waits for (nothing was returned or consumed: wait again)");
 }
 
-[[gnu::cold]] fl_status_t wait_given_up(const char* call, const Instr* self, const std::string& what) {
-  return report(FL_ERR_CANCELLED, std::string(call) + " in " + self->describe() +
+[[gnu::cold]] fl_status_t wait_given_up(const char* call, const WaitNote& note, const std::string& what) {
+  return report(FL_ERR_CANCELLED, std::string(call) + " in " + note.waiter() +
                                       " was cancelled: the engine is being drained or destroyed and this wait for " + what +
                                       " was on a cycle of waits (a deadlock)");
 }
@@ -129,12 +204,12 @@ fl_status_t Waits::synchronize(Stream* s, const Deadline& deadline) {
                                       self->describe() + " -> " + chain + "): it cannot complete before the caller returns");
   Observer* ob = engine_.observer();
   if (ob) ob->on_wait(true, "fl_stream_synchronize");
-  WaitNote note(self, "fl_stream_synchronize", s, target, false);
+  WaitNote note(engine_, self, "fl_stream_synchronize", s, target, false);
   (void)wait_stream(s, target, deadline, note.cancel_flag());
   if (ob) ob->on_wait(false, "fl_stream_synchronize");
   // How the wait ended is decided once the note has ended, target first: a wait given up by
   // destroy whose stream got there in the meantime reached it (finish() says not given up).
-  if (note.finish()) return wait_given_up("fl_stream_synchronize", self, s->describe());
+  if (note.finish()) return wait_given_up("fl_stream_synchronize", note, s->describe());
   if (!s->reached(target, false)) return timed_out("fl_stream_synchronize_for", s, target);
   return engine_.ledger().take_of_stream(s, target);
 }
@@ -165,7 +240,7 @@ fl_status_t Waits::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadlin
                                       chain + "): it cannot complete before the caller returns");
   Observer* ob = engine_.observer();
   if (ob) ob->on_wait(true, "fl_instr_wait_for");
-  WaitNote note(self, "fl_instr_wait_for", s, id, true);
+  WaitNote note(engine_, self, "fl_instr_wait_for", s, id, true);
   const std::atomic<bool>* cancelled = note.cancel_flag();
   // The sleeper registers the id: the stream's completions before it do not wake it.
   sched::wait([s, id, cancelled] { return s->reached(id, true) || given_up(cancelled); },
@@ -173,7 +248,7 @@ fl_status_t Waits::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadlin
   if (ob) ob->on_wait(false, "fl_instr_wait_for");
   // Decided once the note has ended, as in synchronize(Stream*): a wait given up whose
   // target completed in the meantime reached it.
-  if (note.finish()) return wait_given_up("fl_instr_wait_for", self, "instruction #" + std::to_string(id) + " of " + s->describe());
+  if (note.finish()) return wait_given_up("fl_instr_wait_for", note, "instruction #" + std::to_string(id) + " of " + s->describe());
   if (!s->reached(id, true))
     return report(FL_ERR_TIMEOUT, "fl_instr_wait_for: timed out; instruction #" + std::to_string(id) + " of " +
                                       s->describe() + " has not completed (nothing was consumed: wait again)");

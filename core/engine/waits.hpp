@@ -91,6 +91,11 @@ class Waits {
   // futex) or the deadline passes; returns false only on the deadline.
   static bool sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline);
 
+  // The engine's loose waits: waits of tasks of groups that no pending instruction owns
+  // (WaitNote), the wait-for graph's edges out of those groups. Under loose_lock().
+  SpinLock& loose_lock() { return loose_lock_; }
+  WaitRecord*& loose() { return loose_; }
+
   // Among the instructions that wait for the instruction of `frame` to complete (its
   // successors and, on a lane that runs them in order, what is queued behind each,
   // transitively), the first one with an id up to `upto` that `match` accepts; null if
@@ -103,30 +108,67 @@ class Waits {
 
  private:
   Engine& engine_;
+  SpinLock loose_lock_;
+  WaitRecord* loose_ = nullptr;
 };
 
-// Notes a wait of the running instruction `self` (its callback, or a task of one of its task
-// groups) on its lane (Lane::waits) while it lives: a wait in `call` for stream `s` to reach
-// `target` (a completion count, or an instruction id: `is_id`), or an fl_object_wait for the
-// user `on` of object handle `obj` (referenced while noted). A no-op when `self` is null
-// (the caller is not inside a callback of an instruction of this engine).
+// Notes a wait for the wait-for graph (a WaitRecord, lane.hpp) while it lasts. Who waits:
+// `self`, the running instruction the caller's wait counts for (pending_frame(): its
+// callback, or a task of a group created in its callback while it is pending), whose lane
+// holds the record; else the task group whose task the calling thread runs
+// (EngineTaskGroup::running()), on the engine's list of loose waits; else nobody (a thread
+// of the program's: nothing the engine runs waits for it) and the note does nothing.
+//
+// Object, stream and instruction waits are noted from construction to finish(). A task
+// group's wait is noted only while it blocks (link() / unlink(), from its BlockWatch):
+// fork-join code waits for groups millions of times and almost never blocks. So that a
+// thread's outer group waits are in the graph while an inner wait of the same thread is —
+// a task run on top of an outer wait while it helps keeps that wait from returning — each
+// note is on a thread-local stack, and a note that is linked also links the outer group
+// waits that are not (and unlinks them when it is unlinked).
 class WaitNote {
  public:
-  WaitNote(Instr* self, const char* call, Stream* s, uint64_t target, bool is_id);
-  WaitNote(Instr* self, Instr* on, uint64_t obj);
-  ~WaitNote() { finish(); }
-  WaitNote(const WaitNote&) = delete;  // linked into its lane's list by address
+  // fl_stream_synchronize / fl_instr_wait_for: stream `s` reaching `target` (a completion
+  // count, or an instruction id: `is_id`).
+  WaitNote(Engine& e, Instr* self, const char* call, Stream* s, uint64_t target, bool is_id);
+  // fl_object_wait: the user `on` of object handle `obj` (referenced while noted).
+  WaitNote(Engine& e, Instr* self, Instr* on, uint64_t obj);
+  // fl_task_group_wait(_for), fl_task_group_destroy: group `g` (of engine `e`); noted while
+  // it blocks.
+  WaitNote(Engine& e, Instr* self, const char* call, const EngineTaskGroup* g);
+  ~WaitNote();
+  WaitNote(const WaitNote&) = delete;  // linked into a list by address
   WaitNote& operator=(const WaitNote&) = delete;
 
+  // Whether anyone tracked waits (the note does something).
+  bool tracked() const { return engine_ != nullptr; }
   // What the wait sleeps on besides its target: set when drain or destroy gives it up.
-  const std::atomic<bool>* cancel_flag() const { return lane_ ? &rec_.cancelled : nullptr; }
+  const std::atomic<bool>* cancel_flag() const { return tracked() ? &rec_.cancelled : nullptr; }
+  // A group wait's blocking begins / ends (BlockWatch::blocking).
+  void link();
+  void unlink();
   // Ends the note; true when drain or destroy gave the wait up (it was on a wait cycle) and
-  // its target has not been reached. The flag is read under diag_lock, where it is set.
+  // its target has not been reached. The flag is read under the list's lock, where it is set.
   bool finish();
+  // "'x' (#3, lane 1, host)" or "a task of task group 0x..": who waits, for messages.
+  std::string waiter() const;
 
  private:
-  void add();
-  Lane* lane_;
+  void init(Engine& e, Instr* self);
+  // Runs f(list head) under the lock of the note's list.
+  template <class F>
+  void with_list(F&& f);
+  void link_record();
+  void unlink_record();
+  bool reached() const;
+
+  Engine* engine_ = nullptr;  // null: untracked
+  Lane* lane_ = nullptr;      // the list: a lane's, or (null) the engine's loose waits
+  bool lazy_ = false;         // a group wait: linked while it blocks
+  bool linked_ = false;
+  bool finished_ = false;
+  WaitNote* outer_ = nullptr;         // the thread's stack of notes
+  WaitNote* linked_by_ = nullptr;     // an inner note that linked this one (a group wait)
   WaitRecord rec_;
 };
 

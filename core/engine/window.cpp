@@ -9,13 +9,13 @@
 
 namespace flowlane::core {
 
-void Window::admit(bool nonblocking, bool engine_run) {
+bool Window::admit(bool nonblocking, bool engine_run, const std::atomic<bool>* refuse) {
   if (engine_run) {
     // Work submitted by engine-run code (a callback, a task, a completion thread) is never
     // blocked: it could be the very work that must finish to open the window. Admitted
     // over the limit.
     admitted_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return true;
   }
   const int64_t limit = int64_t(limit_);
   uint64_t cur = admitted_.load(std::memory_order_relaxed);
@@ -34,19 +34,19 @@ void Window::admit(bool nonblocking, bool engine_run) {
     if (int64_t(cur - seen) < limit) {
       // acquire pairs with the acq_rel RMW of fence_admissions() (fl_engine_drain: submit()
       // then sees draining if the drain's RMW came first); relaxed on failure (we retry).
-      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+      if (admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_acquire, std::memory_order_relaxed)) return true;
       continue;
     }
     if (nonblocking)
       fail(FL_ERR_WOULD_BLOCK, "the in-flight window is full (" + std::to_string(limit) +
                                    " instructions submitted and not completed); retry later or submit without "
                                    "FL_SUBMIT_NONBLOCKING to wait");
-    park();
+    if (!park(refuse)) return false;
     cur = admitted_.load(std::memory_order_relaxed);
   }
 }
 
-void Window::park() {
+bool Window::park(const std::atomic<bool>* refuse) {
   stalls_.fetch_add(1, std::memory_order_relaxed);
   Observer* ob = engine_.observer();
   if (ob) ob->on_window_stall(true);
@@ -62,17 +62,35 @@ void Window::park() {
   // found us not armed read the flag before our arming store, so our look sees its
   // increment (seq_cst total order); one that consumed our arming bumps the epoch after the
   // epoch read below, so the wait returns at once.
+  // The refusal (fl_engine_drain) is looked at after the epoch is read, as retired_ is: a
+  // drain whose seq_cst store of the flag this load misses bumps the epoch after our read
+  // (refuse_parked()), so the sleep returns at once.
   // Store-load (Dekker) pair with retire(): its increment of retired_, then its load of this.
   waiters_.fetch_add(1, std::memory_order_seq_cst);
+  bool admitted = true;
   for (;;) {
-    const uint32_t epoch = epoch_.load(std::memory_order_seq_cst);  // pairs with the bump in wake_parked()
+    const uint32_t epoch = epoch_.load(std::memory_order_seq_cst);  // pairs with the bumps in wake_parked(), refuse_parked()
     armed_.store(1, std::memory_order_seq_cst);                      // pairs with the exchange in wake_parked()
     const uint64_t r = retired_.load(std::memory_order_seq_cst);
     if (int64_t(admitted_.load(std::memory_order_relaxed) - r) <= low) break;
+    if (refuse != nullptr && refuse->load(std::memory_order_seq_cst)) {  // pairs with the store in CancelDrain::drain()
+      admitted = false;
+      break;
+    }
+    // Returns at once if the epoch moved since our read: pairs with the bumps in
+    // wake_parked() and refuse_parked().
     epoch_.wait(epoch, std::memory_order_seq_cst);
   }
   waiters_.fetch_sub(1, std::memory_order_relaxed);
   if (ob) ob->on_window_stall(false);
+  return admitted;
+}
+
+void Window::refuse_parked() {
+  // seq_cst, after the caller's seq_cst store of the flag: pairs with the epoch load and the
+  // flag load in park().
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  epoch_.notify_all();
 }
 
 int64_t Window::low_water() const {

@@ -23,6 +23,10 @@
 //     seq_cst: a completer that found it unarmed read the flag before the arming, so the
 //     look sees that completion; one that consumed the arming bumps the epoch after it was
 //     read, so the sleep returns at once.
+//   epoch_ and the `refuse` flag (fl_engine_drain's draining flag): a parked submitter
+//     reads the epoch, then the flag; the drain stores the flag, then bumps the epoch and
+//     notifies (refuse_parked()). All seq_cst: a submitter that did not see the flag read
+//     the epoch before the bump, so its sleep returns at once.
 //   admitted_ (acquire CAS in admit()) with the acq_rel RMW of fence_admissions(), which
 //     fl_engine_drain makes after raising its flag: a submission from a thread of the
 //     caller's either sees the drain's flag once admitted, or the drain sees its admission.
@@ -49,8 +53,12 @@ class Window {
 
   // Takes a slot, blocking while the window is full (FL_ERR_WOULD_BLOCK, thrown, when
   // `nonblocking`). `engine_run` (in_any_engine_context()): admitted over the limit, never
-  // blocked.
-  void admit(bool nonblocking, bool engine_run);
+  // blocked. False (nothing taken) when `refuse` (may be null: fl_engine_drain's flag) is
+  // seen set while the submitter is parked; refuse_parked() wakes them to look.
+  bool admit(bool nonblocking, bool engine_run, const std::atomic<bool>* refuse = nullptr);
+  // Wakes every parked submitter so that it looks at its `refuse` flag (fl_engine_drain,
+  // after its seq_cst store of that flag).
+  void refuse_parked();
   // Gives a slot back (a completion, or a submission that failed after admit()); wakes the
   // parked submitters once the window has drained to the low-water mark.
   void retire();
@@ -71,8 +79,9 @@ class Window {
   uint64_t stalls() const { return stalls_.load(std::memory_order_relaxed); }    // fl_engine_stats
 
  private:
-  // A full window, blocking: sleeps until in-flight is at most low_water().
-  [[gnu::cold, gnu::noinline]] void park();
+  // A full window, blocking: sleeps until in-flight is at most low_water(), or `refuse` is
+  // set (returns false then).
+  [[gnu::cold, gnu::noinline]] bool park(const std::atomic<bool>* refuse);
   void wake_parked();
 
   const Engine& engine_;

@@ -20,7 +20,7 @@ void Latch::count_down(int64_t n) {
     futex_wake(reinterpret_cast<std::atomic<uint32_t>*>(&count_), INT_MAX);  // reads no memory
 }
 
-bool Latch::wait(const Deadline& deadline) {
+bool Latch::wait(const Deadline& deadline, BlockWatch* watch) {
   if (done()) return true;
   if (Pool::current() == nullptr) {
     for (int i = 0; i < 128; ++i) {  // short spin: fork–join children are often quick
@@ -28,14 +28,25 @@ bool Latch::wait(const Deadline& deadline) {
       cpu_relax();
     }
   }
-  return sched::wait([this] { return done(); }, [this](const Deadline& d) { block(d); }, deadline);
+  if (watch == nullptr) return sched::wait([this] { return done(); }, [this](const Deadline& d) { block(d, nullptr); }, deadline);
+  sched::wait([this, watch] { return done() || watch->stopped(); },
+              [this, watch](const Deadline& d) {
+                watch->blocking(true);
+                block(d, watch);
+                watch->blocking(false);
+              },
+              deadline);
+  return done();
 }
 
-void Latch::block(const Deadline& deadline) {
+void Latch::block(const Deadline& deadline, const BlockWatch* watch) {
   auto* word = reinterpret_cast<std::atomic<uint32_t>*>(&count_);
   int64_t v = count_.load(std::memory_order_acquire);  // pairs with count_down()
   for (;;) {
     if ((v & kCountMask) == 0) return;
+    // Given up (wake() follows the stop flag's store; a wake-up that comes between this
+    // check and the sleep below is lost, and the layer above repeats it: see BlockWatch).
+    if (watch != nullptr && watch->stopped()) return;
     if ((v & kSleeper) == 0) {
       // Announce a sleeper so that the final count_down() issues the FUTEX_WAKE. acquire
       // on failure too: a failed CAS may read the final count.

@@ -3,12 +3,35 @@
 #pragma once
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 
+#include "base/cpu.hpp"
 #include "base/deadline.hpp"
 #include "sched/pool.hpp"
 
 namespace flowlane::sched {
+
+// What a wait tells the layer above while it blocks, and how that layer can end it: a task
+// group's wait is put in the engine's wait-for graph only while it blocks (registering on
+// every wait would cost a shared lock per fork-join call), and drain or destroy give it up
+// by setting `stop` and waking the latch (Latch::wake()). Both calls come from the waiting
+// thread: blocking(true) before it sleeps, blocking(false) once it has stopped sleeping. A
+// wake() that comes between the sleeper's look at `stop` and its sleep is lost (the futex
+// word does not change): the layer above repeats it for as long as the wait is registered
+// (the engine's scan for cycles does, every few milliseconds).
+class BlockWatch {
+ public:
+  virtual void blocking(bool begins) = 0;
+  const std::atomic<bool>* stop = nullptr;
+  // Acquire: pairs with the layer's release store of *stop (cancel_cycle_waits(), diag).
+  bool stopped() const { return stop != nullptr && stop->load(std::memory_order_acquire); }
+  // Set by the wait that returned because of `stop`, with its work not done.
+  bool gave_up = false;
+
+ protected:
+  ~BlockWatch() = default;
+};
 
 // Fork–join counter. count_down() from any thread; wait() follows sched::wait(): on a pool
 // worker it helps with tasks of its own region, then blocks (futex) with a spare standing
@@ -29,10 +52,14 @@ class Latch {
   void count_down();
   void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
   void wait() { (void)wait(Deadline::forever()); }
-  // As wait(), giving up once `deadline` passes; returns done(). A waiter that gave up may
-  // leave the sleeper bit set: the final count_down() then makes one wake-up call for
-  // nobody, and rearm() clears it.
-  bool wait(const Deadline& deadline);
+  // As wait(), giving up once `deadline` passes, or once watch->stop is set (when `watch` is
+  // given; it is told when the wait blocks); returns done(). A waiter that gave up may leave
+  // the sleeper bit set: the final count_down() then makes one wake-up call for nobody, and
+  // rearm() clears it.
+  bool wait(const Deadline& deadline, BlockWatch* watch = nullptr);
+  // Wakes every thread sleeping in wait() so that it looks at its watch's stop flag again.
+  // Reads no memory of the latch (a FUTEX_WAKE hashes the address).
+  void wake() { futex_wake(reinterpret_cast<std::atomic<uint32_t>*>(&count_), INT_MAX); }
   // Counts not yet dropped (a snapshot, for messages).
   int64_t pending() const { return count_.load(std::memory_order_relaxed) & kCountMask; }
   // For a latch reused after it reached zero (a task group): clears a sleeper bit left by
@@ -50,8 +77,8 @@ class Latch {
  private:
   static constexpr int64_t kSleeper = int64_t(1) << 62;
   static constexpr int64_t kCountMask = kSleeper - 1;
-  // Sleeps until the count is zero or `deadline` passes.
-  [[gnu::cold]] void block(const Deadline& deadline);
+  // Sleeps until the count is zero, `deadline` passes or `watch` (may be null) is stopped.
+  [[gnu::cold]] void block(const Deadline& deadline, const BlockWatch* watch);
   std::atomic<int64_t> count_;
 };
 

@@ -23,6 +23,8 @@ bool TaskGroup::inside_own_task() const {
   return t_running != nullptr && t_running->group == this;
 }
 
+const TaskGroup* TaskGroup::running() { return t_running != nullptr ? t_running->group : nullptr; }
+
 struct TaskGroup::Item : Task {
   TaskGroup* group = nullptr;
   fl_task_fn fn = nullptr;
@@ -114,7 +116,7 @@ void TaskGroup::run_item(Task* t) {
   g->latch_.count_down();  // the last access to the group: a waiter may free it now
 }
 
-fl_status_t TaskGroup::wait(std::string* message, const Deadline& deadline) {
+fl_status_t TaskGroup::wait(std::string* message, const Deadline& deadline, BlockWatch* watch) {
   if (!latch_.done()) {
     bool done;
     if (Pool::current() == nullptr && deadline.infinite()) {
@@ -123,11 +125,15 @@ fl_status_t TaskGroup::wait(std::string* message, const Deadline& deadline) {
       // threads"). Not in a timed wait: a task it ran could hold it past its deadline.
       RegionScope scope(region());
       Participation part(*pool_);
-      done = latch_.wait(deadline);
+      done = latch_.wait(deadline, watch);
     } else {
-      done = latch_.wait(deadline);
+      done = latch_.wait(deadline, watch);
     }
-    if (!done) return FL_ERR_TIMEOUT;
+    if (!done) {
+      if (watch == nullptr || !watch->stopped()) return FL_ERR_TIMEOUT;
+      watch->gave_up = true;
+      return FL_ERR_CANCELLED;
+    }
   }
   latch_.rearm();
   // Fast path, no failure: a failure recorded concurrently (by a task spawned meanwhile from

@@ -43,8 +43,13 @@ class TaskGroup {
 
   // Waits for every task; returns FL_OK or the first failure (its text in *message), and
   // clears the failure so the group can be used again. FL_ERR_TIMEOUT once `deadline`
-  // passes with tasks unfinished: they go on, and a failure stays for the next wait.
-  fl_status_t wait(std::string* message, const Deadline& deadline = Deadline::forever());
+  // passes with tasks unfinished, FL_ERR_CANCELLED (and watch->gave_up set: a task may
+  // return FL_ERR_CANCELLED itself) once watch->stop is set with tasks unfinished (`watch`,
+  // when given, is told when the wait blocks: latch.hpp): the tasks go on, and a failure
+  // stays for the next wait.
+  fl_status_t wait(std::string* message, const Deadline& deadline = Deadline::forever(), BlockWatch* watch = nullptr);
+  // Wakes the threads blocked in wait() so that they look at their watch's stop flag.
+  void wake_waiters() { latch_.wake(); }
 
   // No task is spawned and unfinished.
   bool idle() const { return latch_.done(); }
@@ -57,6 +62,13 @@ class TaskGroup {
   // The calling thread's innermost running task is one of this group's: waiting for or
   // destroying the group there would wait for itself.
   bool inside_own_task() const;
+  // The group of the calling thread's innermost running task, or null (the thread runs no
+  // group's task).
+  static const TaskGroup* running();
+  // An opaque pointer the layer above keeps with the group (the engine's record of it), set
+  // while the group is idle; the pool never reads it.
+  void set_owner(const void* owner) { owner_ = owner; }
+  const void* owner() const { return owner_; }
 
  private:
   struct Item;
@@ -69,6 +81,7 @@ class TaskGroup {
 
   Pool* pool_ = nullptr;
   const void* context_ = nullptr;
+  const void* owner_ = nullptr;
   std::atomic<uint64_t> region_{0};
   Latch latch_{0};
   std::atomic<bool> failed_{false};  // a task failed: unstarted ones are skipped

@@ -10,7 +10,9 @@
  *  - Handles are typed opaque pointers. NULL, stale (used after release/destroy) and
  *    foreign handles are detected and answered with FL_ERR_INVALID_HANDLE or
  *    FL_ERR_INVALID_ARGUMENT; they never crash. Using a handle concurrently with the call
- *    that releases it is a race in the caller, as with free().
+ *    that releases it is a race in the caller, as with free(), except another release:
+ *    of concurrent DESTRUCTOR calls on one handle exactly one frees it, and the others
+ *    return FL_ERR_INVALID_HANDLE without touching it.
  *  - Descriptors are size-prefixed (struct_size first), zero means "default", and a
  *    descriptor larger than this version knows is accepted only if its unknown tail is
  *    all zero bytes (else FL_ERR_INVALID_ARGUMENT).
@@ -78,7 +80,9 @@
  *  - Other waits are allowed: a worker that waits helps only with its own callback's work
  *    (never another instruction) and a spare worker stands in while it blocks, so waits
  *    inside callbacks deadlock only if they form a cycle (a hang the state dump names;
- *    fl_engine_drain and fl_engine_destroy cancel the waits on it: FL_ERR_CANCELLED).
+ *    fl_engine_drain and fl_engine_destroy cancel the waits on it: FL_ERR_CANCELLED). A
+ *    cycle may run through task groups: a wait for a group (fl_task_group_wait(_for),
+ *    fl_task_group_destroy) waits for what the group's unfinished tasks wait for.
  *  - While fl_engine_destroy drains, callbacks may still call in: submissions and new
  *    streams, communicators and task groups answer FL_ERR_SHUTDOWN; waits, queries, stats
  *    and dumps give their real answer.
@@ -212,17 +216,20 @@ FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine);
    Afterwards its streams and objects are stale (FL_ERR_INVALID_HANDLE). Communicators are
    aborted first: collectives not yet matched by every rank fail with FL_ERR_CANCELLED; the
    comm handle is stale afterwards. Task graphs outlive it: running one answers
-   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it. A callback's
-   fl_object_wait, fl_stream_synchronize or fl_instr_wait_for that sits on a cycle of waits
-   (it can never return) is cancelled with FL_ERR_CANCELLED; a wait that is not on a cycle
-   is never cancelled.
+   FL_ERR_INVALID_HANDLE, and fl_taskgraph_destroy still frees it; so do task groups:
+   every call of a group but fl_task_group_destroy answers FL_ERR_INVALID_HANDLE, and
+   fl_task_group_destroy frees it. A wait of code the engine runs that sits on a cycle of
+   waits (it can never return) is cancelled with FL_ERR_CANCELLED: a callback's or task's
+   fl_object_wait, fl_stream_synchronize or fl_instr_wait_for, or, when the cycle has none
+   of those, its wait for a task group (fl_task_group_wait(_for), fl_task_group_destroy:
+   the group's tasks go on); a wait that is not on a cycle is never cancelled.
    While it drains, callbacks may still call in ("Calls from callbacks" above); your own
    threads must not (it frees what their calls use, a wait in progress included): stop
    them first. Once it has returned, the engine's handles answer FL_ERR_INVALID_HANDLE.
    FL_ERR_INVALID_ARGUMENT from any code the engine runs (an instruction, cleanup, release,
    task or loop body, the watchdog callback, one of its threads): refused, and the engine
    stays usable. FL_ERR_INVALID_HANDLE for a stale handle or when another thread is
-   already destroying it. */
+   already destroying it (that call is answered at once and touches nothing of the engine). */
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine);
 
 /* METHOD: fl_engine_t — number of lanes (max_lanes). 0 for a NULL or stale engine. */
@@ -451,8 +458,8 @@ FL_API fl_status_t fl_taskgraph_precede(fl_taskgraph_t* graph, uint64_t before, 
    FL_ERR_INVALID_ARGUMENT also for num_threads < -1; FL_ERR_INVALID_HANDLE (graph, or its
    engine destroyed), FL_ERR_SHUTDOWN. */
 FL_API fl_status_t fl_taskgraph_run(fl_taskgraph_t* graph, int64_t num_threads);
-/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. FL_ERR_INVALID_HANDLE,
-   FL_ERR_INVALID_ARGUMENT while the graph is running. */
+/* DESTRUCTOR: fl_taskgraph_t — NULL is a no-op. FL_ERR_INVALID_HANDLE (also to all but
+   one of concurrent calls), FL_ERR_INVALID_ARGUMENT while the graph is running. */
 FL_API fl_status_t fl_taskgraph_destroy(fl_taskgraph_t* graph);
 
 /* ======================================================================== */
@@ -846,7 +853,9 @@ FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine);
    as by fl_engine_destroy: the cycle could never complete. Waits, queries, stats and dumps
    keep working; fl_engine_destroy frees it. Calling it again is
    allowed; from any code the engine runs it is refused (FL_ERR_INVALID_ARGUMENT).
-   FL_ERR_INVALID_HANDLE. */
+   FL_ERR_INVALID_HANDLE. A cycle of waits through task groups only (tasks of groups of
+   your threads waiting for each other's groups) is broken too: the drain waits for every
+   task as well. */
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns);
 
 /* ======================================================================== */
@@ -882,21 +891,32 @@ FL_API fl_status_t fl_task_group_spawn(fl_task_group_t* group, fl_task_fn fn, vo
    Waits until every task spawned into the group (before or during the wait) has finished.
    Returns FL_OK, or the first failure a task returned (the message names the status and,
    when the task set one, the worker's last flowlane error), after which the group is empty
-   and usable again. FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT from one of the group's
-   own tasks (it would wait for itself). */
+   and usable again. FL_ERR_INVALID_HANDLE (stale, or the group's engine was destroyed);
+   FL_ERR_INVALID_ARGUMENT from one of the group's own tasks (it would wait for itself).
+   From code the engine runs (a callback, a task), the wait is in the state dump's wait-for
+   graph while it blocks: FL_ERR_CANCELLED when fl_engine_drain or fl_engine_destroy finds
+   it on a cycle of waits (the tasks go on running, a failure among them is returned by a
+   later wait, and the group stays usable). */
 FL_API fl_status_t fl_task_group_wait(fl_task_group_t* group);
 /* METHOD: fl_task_group_t
    fl_task_group_wait with a timeout (0 polls; FL_WAIT_FOREVER waits as fl_task_group_wait).
    Same results and rules, plus FL_ERR_TIMEOUT when tasks are still unfinished at the
    timeout (the message says how many): they go on running, a failure among them is
-   returned by a later wait, and the group stays usable. On a worker the wait helps run its
+   returned by a later wait, and the group stays usable; FL_ERR_CANCELLED as for
+   fl_task_group_wait. On a worker the wait helps run its
    own work meanwhile, as fl_task_group_wait does, and gives up at the first check after
    the timeout (a task it runs meanwhile is not interrupted). */
 FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeout_ns);
 /* DESTRUCTOR: fl_task_group_t — waits for the group's tasks (their failures are dropped:
-   wait first to see them), then frees it. NULL is a no-op. Destroying a group from one of
-   its own tasks is refused (FL_ERR_INVALID_ARGUMENT). FL_ERR_INVALID_HANDLE (stale, or
-   destroyed concurrently). */
+   wait first to see them), then frees it. NULL is a no-op. While it waits, the group's own
+   tasks may still spawn into it (destroy waits for those too); any other use of the handle
+   from another thread during the call is a race in the caller, as with free(). Destroying
+   a group from one of its own tasks is refused (FL_ERR_INVALID_ARGUMENT).
+   FL_ERR_INVALID_HANDLE (stale, or destroyed concurrently: of two calls one frees, the
+   other is answered at once). Once the group's engine is destroyed it only frees the group.
+   FL_ERR_CANCELLED from code the engine runs when fl_engine_drain or fl_engine_destroy
+   finds its wait on a cycle of waits: the group is then not destroyed (its tasks still
+   run; destroy it again once they are done). */
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
 
 #ifdef __cplusplus
