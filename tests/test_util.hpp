@@ -200,4 +200,34 @@ inline fl_coll_part_t coll_part(uint32_t op, uint32_t dtype, const void* send, v
   return p;
 }
 
+// fib(n) with one task group per call through the C API, as a program written against it
+// would: the calling task spawns one half into a new group and computes the other itself.
+// A failed call or destroy makes the whole run fail.
+struct GroupFib {
+  fl_engine_t* engine;
+  uint64_t n;
+  uint64_t result = 0;
+  static fl_status_t run(void* p) {
+    auto* self = static_cast<GroupFib*>(p);
+    if (self->n < 2) {
+      self->result = self->n;
+      return FL_OK;
+    }
+    GroupFib a{self->engine, self->n - 1}, b{self->engine, self->n - 2};
+    fl_task_group_t* g = nullptr;
+    fl_status_t st = fl_task_group_create(self->engine, &g);
+    if (st != FL_OK) return st;
+    if ((st = fl_task_group_spawn(g, &GroupFib::run, &a, nullptr)) != FL_OK) {
+      fl_task_group_destroy(g);
+      return st;
+    }
+    fl_status_t mine = run(&b);
+    st = fl_task_group_wait(g);
+    if (fl_task_group_destroy(g) != FL_OK) return FL_ERR_INTERNAL;
+    self->result = a.result + b.result;
+    return mine != FL_OK ? mine : st;
+  }
+};
+inline uint64_t fib_sequential(uint64_t n) { return n < 2 ? n : fib_sequential(n - 1) + fib_sequential(n - 2); }
+
 }  // namespace fltest

@@ -126,6 +126,8 @@ core::Engine* group_engine(const GroupBox* g, const char* fn) {
   return e;
 }
 
+void give_back_group(core::EngineTaskGroup* g) { Recycler<GroupBox>::put(static_cast<GroupBox*>(g)); }
+
 void refuse_inside_own_task(const GroupBox* g, const char* fn) {
   if (g->group.inside_own_task())
     fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + " called from one of the group's own tasks: it would wait for "
@@ -169,9 +171,10 @@ FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** o
       throw;
     }
     g->engine_handle = handle_bits(engine);
+    g->give_back = &give_back_group;
     g->handle = group_table().insert(g);
     if (g->handle == 0) {
-      g->close(e);
+      (void)g->close(e);  // on the creating thread: never detached
       Recycler<GroupBox>::put(g);
       fail(FL_ERR_NO_MEMORY, "fl_task_group_create: too many live task groups");
     }
@@ -228,8 +231,10 @@ FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group) {
       (void)g->group.wait(nullptr);  // the engine's destroy waited for every task
     }
     group_table().erase_claimed(h);
-    g->close(e);
-    Recycler<GroupBox>::put(g);
+    // A group destroyed by another thread than the one that created it while that thread
+    // still runs the task the group borrowed its owner from is given back by that thread
+    // (core/engine/fork_join.hpp).
+    if (g->close(e)) Recycler<GroupBox>::put(g);
     return FL_OK;
   });
 }

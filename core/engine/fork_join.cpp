@@ -45,11 +45,75 @@ void EngineTaskGroup::open(Engine& e) {
   group.set_owner(this);
   engine_ = &e;
   owner_ = pending_instr(&e);
+  hold_.store(Hold::kNone, std::memory_order_relaxed);  // published with the handle
   if (owner_ != nullptr) {
-    owner_->ref();  // dropped by close()
     frame_ = CallbackFrame{&e, owner_, CallbackKind::kGroupTask, nullptr, nullptr};
+    // Inside a running task of a group with the same owner: borrow (the top of the file).
+    const EngineTaskGroup* parent = running(e);
+    void** slot = parent != nullptr && parent->owner_ == owner_ ? sched::TaskGroup::running_slot() : nullptr;
+    if (slot != nullptr) {
+      borrow(slot);
+    } else {
+      owner_->ref();  // dropped by close()
+      hold_.store(Hold::kRef, std::memory_order_relaxed);  // published with the handle
+    }
   }
   group.set_context(owner_ != nullptr ? &frame_ : nullptr);
+}
+
+namespace {
+// Installs the pool's task-end call once (before any group can borrow).
+struct TaskEndInstalled {
+  explicit TaskEndInstalled(void (*fn)(void*)) { sched::TaskGroup::set_task_end(fn); }
+};
+}  // namespace
+
+void EngineTaskGroup::borrow(void** slot) {
+  static const TaskEndInstalled installed(&EngineTaskGroup::end_borrows);  // thread-safe, once
+  creator_ = sched::this_thread_token();
+  borrow_slot_ = slot;
+  borrow_prev_ = nullptr;
+  borrow_next_ = static_cast<EngineTaskGroup*>(*slot);
+  if (borrow_next_ != nullptr) borrow_next_->borrow_prev_ = this;
+  *slot = this;
+  hold_.store(Hold::kBorrow, std::memory_order_relaxed);  // published with the handle
+}
+
+void EngineTaskGroup::unlink_borrow() {
+  if (borrow_prev_ != nullptr)
+    borrow_prev_->borrow_next_ = borrow_next_;
+  else
+    *borrow_slot_ = borrow_next_;
+  if (borrow_next_ != nullptr) borrow_next_->borrow_prev_ = borrow_prev_;
+  borrow_slot_ = nullptr;
+  borrow_prev_ = borrow_next_ = nullptr;
+}
+
+void EngineTaskGroup::end_borrows(void* head) {
+  for (auto* g = static_cast<EngineTaskGroup*>(head); g != nullptr;) {
+    EngineTaskGroup* next = g->borrow_next_;
+    g->borrow_slot_ = nullptr;
+    g->borrow_prev_ = g->borrow_next_ = nullptr;
+    // Acquire pairs with the destroyer's acq_rel CAS to kDetached: what it did to the group
+    // happens before we give the record back.
+    Hold h = g->hold_.load(std::memory_order_acquire);
+    if (h == Hold::kBorrow) {
+      // The group whose task ends keeps the owner alive until the pool drops the task's unit
+      // (after this call): a reference taken now is safe, and never the last one dropped.
+      // (A destroyer that detaches the group writes nothing of it after its CAS.)
+      Instr* owner = g->owner_;
+      owner->ref();
+      // acq_rel: our reference happens before a destroyer that reads kRef drops it (its
+      // acquire load); pairs with its CAS to kDetached otherwise.
+      if (g->hold_.compare_exchange_strong(h, Hold::kRef, std::memory_order_acq_rel)) {
+        g = next;
+        continue;
+      }
+      (void)owner->unref();  // detached meanwhile
+    }
+    g->give_back(g);  // kDetached: destroyed on another thread, which left the record to us
+    g = next;
+  }
 }
 
 void EngineTaskGroup::spawn(Engine& e, fl_task_fn fn, void* user_data, fl_release_fn cleanup) {
@@ -122,11 +186,34 @@ fl_status_t EngineTaskGroup::wait(Engine& e, const char* call, std::string* deta
   return st;
 }
 
-void EngineTaskGroup::close(Engine* e) {
-  if (owner_ == nullptr) return;
+void EngineTaskGroup::drop_ref(Engine* e) {
   // The engine recycles the record; if it is gone, so is its pool: the record is left.
   if (owner_->unref() && e != nullptr) e->recycle(owner_);
+}
+
+bool EngineTaskGroup::close(Engine* e) {
+  // Acquire pairs with the creator's acq_rel CAS to kRef (end_borrows): its reference
+  // happens before we drop it.
+  Hold h = hold_.load(std::memory_order_acquire);
+  bool give_back_now = true;
+  if (h == Hold::kRef) {
+    drop_ref(e);
+  } else if (h == Hold::kBorrow && creator_ == sched::this_thread_token()) {
+    // The creating thread, before its task ended (the end would have upgraded the hold, and
+    // only this thread runs it): the owner was never referenced.
+    unlink_borrow();
+  } else if (h == Hold::kBorrow) {
+    // Another thread: the creator's task may end at any moment. acq_rel: pairs with the
+    // creator's acquire load / CAS in end_borrows().
+    if (hold_.compare_exchange_strong(h, Hold::kDetached, std::memory_order_acq_rel))
+      give_back_now = false;  // the creator gives the record back when its task ends
+    else
+      drop_ref(e);  // upgraded meanwhile (h is kRef now)
+  }
+  if (!give_back_now) return false;  // the record is the creator's now: not touched again here
+  hold_.store(Hold::kNone, std::memory_order_relaxed);
   owner_ = nullptr;
+  return true;
 }
 
 }  // namespace flowlane::core

@@ -12,9 +12,16 @@ namespace {
 struct RunningFrame {
   const TaskGroup* group;
   RunningFrame* parent;
+  void* slot = nullptr;  // the layer above's, for this run of the task (TaskGroup::running_slot)
 };
 FL_TLS thread_local RunningFrame* t_running = nullptr;
+// Called with a run's slot when it is set once the task's function has returned.
+void (*g_task_end)(void* slot) = nullptr;
 }  // namespace
+
+void** TaskGroup::running_slot() { return t_running != nullptr ? &t_running->slot : nullptr; }
+
+void TaskGroup::set_task_end(void (*fn)(void* slot)) { g_task_end = fn; }
 
 bool TaskGroup::inside_own_task() const {
   // The innermost task only: a task waiting (directly) for its own group. Deeper nesting —
@@ -89,6 +96,9 @@ void TaskGroup::run_item(Task* t) {
       st = FL_ERR_INTERNAL;
     }
     t_running = frame.parent;
+    // What the layer above left in the run's slot ends with the run, while the group (which
+    // this task's unit keeps alive) still exists.
+    if (frame.slot != nullptr) g_task_end(frame.slot);
     if (st != FL_OK) {
       g->failed_.store(true, std::memory_order_relaxed);
       // The first failing task records its status and the worker's last flowlane error

@@ -65,6 +65,15 @@ class TaskGroup {
   // The group of the calling thread's innermost running task, or null (the thread runs no
   // group's task).
   static const TaskGroup* running();
+  // A pointer-sized slot of the calling thread's innermost running task, this run only, for
+  // the layer above (null when the thread runs no group's task): what it puts there is handed
+  // to the function set_task_end() installed once the task's function has returned, before
+  // its cleanup and before its group may finish (the engine's groups borrow the owner of the
+  // running task's group there: core/engine/fork_join.hpp). Only the running thread touches
+  // the slot.
+  static void** running_slot();
+  // Installs that function (once, before any slot is set).
+  static void set_task_end(void (*fn)(void* slot));
   // An opaque pointer the layer above keeps with the group (the engine's record of it), set
   // while the group is idle; the pool never reads it.
   void set_owner(const void* owner) { owner_ = owner; }

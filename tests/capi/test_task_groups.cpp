@@ -16,32 +16,6 @@ using namespace fltest;
 
 fl_engine_t* g_engine = nullptr;  // the engine of the recursive helpers below
 
-// fib(n) with one task per call, as a program written against the C API would.
-struct Fib {
-  uint64_t n;
-  uint64_t result = 0;
-  static fl_status_t run(void* p) {
-    auto* self = static_cast<Fib*>(p);
-    if (self->n < 2) {
-      self->result = self->n;
-      return FL_OK;
-    }
-    Fib a{self->n - 1}, b{self->n - 2};
-    fl_task_group_t* g = nullptr;
-    fl_status_t st = fl_task_group_create(g_engine, &g);
-    if (st != FL_OK) return st;
-    if ((st = fl_task_group_spawn(g, &Fib::run, &a, nullptr)) != FL_OK) return st;
-    fl_status_t mine = run(&b);  // the calling task does half the work itself
-    st = fl_task_group_wait(g);
-    fl_task_group_destroy(g);
-    if (mine != FL_OK) return mine;
-    self->result = a.result + b.result;
-    return st;
-  }
-};
-
-uint64_t fib_seq(uint64_t n) { return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2); }
-
 // Quicksort: partition, then sort both halves in parallel (small ranges sequentially).
 struct Sort {
   int* lo;
@@ -107,16 +81,16 @@ class TaskGroups : public ::testing::TestWithParam<int> {
 
 TEST_P(TaskGroups, FibWithOneTaskPerCall) {
   const uint64_t n = fl_scaled(24, 16);
-  Fib root{n};
+  GroupFib root{g_engine, n};
   fl_task_group_t* g = nullptr;
   ASSERT_FL_OK(fl_task_group_create(g_engine, &g));
-  ASSERT_FL_OK(fl_task_group_spawn(g, &Fib::run, &root, nullptr));
+  ASSERT_FL_OK(fl_task_group_spawn(g, &GroupFib::run, &root, nullptr));
   ASSERT_FL_OK(fl_task_group_wait(g));
   ASSERT_FL_OK(fl_task_group_destroy(g));
-  EXPECT_EQ(root.result, fib_seq(n));
+  EXPECT_EQ(root.result, fib_sequential(n));
   fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
   ASSERT_FL_OK(fl_engine_stats(g_engine, &st));
-  EXPECT_GE(st.tasks, fib_seq(n)) << "every task is counted";
+  EXPECT_GE(st.tasks, fib_sequential(n)) << "every task is counted";
 }
 
 TEST_P(TaskGroups, QuicksortSortsAndKeepsTheElements) {
@@ -180,10 +154,10 @@ TEST(TaskGroupsInInstructions, AGroupWaitedForInsideAnInstructionNeverDeadlocks)
   std::atomic<uint64_t> result{0};
   std::atomic<int> reader_status{-1};
   submit(f.host(1), [&] {
-    Fib root{18};
+    GroupFib root{f.engine, 18};
     fl_task_group_t* g = nullptr;
     if (fl_task_group_create(f.engine, &g) != FL_OK) return FL_ERR_INTERNAL;
-    fl_task_group_spawn(g, &Fib::run, &root, nullptr);
+    fl_task_group_spawn(g, &GroupFib::run, &root, nullptr);
     fl_status_t st = fl_task_group_wait(g);
     fl_task_group_destroy(g);
     result = root.result;
@@ -194,7 +168,7 @@ TEST(TaskGroupsInInstructions, AGroupWaitedForInsideAnInstructionNeverDeadlocks)
     return FL_OK;
   }, {}, "waits");
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(result.load(), fib_seq(18));
+  EXPECT_EQ(result.load(), fib_sequential(18));
   EXPECT_EQ(reader_status.load(), FL_OK);
   fl_object_release(o);
 }
