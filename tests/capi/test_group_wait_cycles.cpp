@@ -260,8 +260,9 @@ TEST(GroupWaitCycles, NestedGroupsCloseACycleThatDestroyBreaks) {
   EXPECT_FL_OK(fl_engine_destroy(e));
   EXPECT_TRUE(y.cancelled_on_a_cycle() || t1.cancelled_on_a_cycle()) << y.message << "\n" << t1.message;
   for (const Outcome* o : {&y, &t1}) EXPECT_TRUE(o->status == FL_OK || o->cancelled_on_a_cycle()) << o->message;
-  if (t1.status == FL_ERR_CANCELLED)
+  if (t1.status == FL_ERR_CANCELLED) {
     EXPECT_TRUE(has(t1.message, "fl_task_group_wait in a task of " + g1_is + " was cancelled")) << t1.message;
+  }
   EXPECT_EQ(t2.status.load(), FL_OK) << t2.message;  // a task's own wait is never given up
   EXPECT_FL_OK(fl_task_group_destroy(g2.load()));
   EXPECT_FL_OK(fl_task_group_destroy(g1));
