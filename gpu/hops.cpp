@@ -75,6 +75,7 @@ int64_t hop_now() {
 
 HopTimes hop_times(Instr* i, const DeviceRecord& r, int64_t t_seen) {
   HopTimes h;
+  h.engine = i->engine->handle();
   h.id = i->id;
   h.lane = i->stream->lane->id;
   h.submit = r.t_submit;
@@ -118,7 +119,8 @@ void report_counters(core::Engine* e, const Counters& c) {
     return;
   }
   for (const Hop& h : l.hops)
-    std::fprintf(f, "%llu %u %s %lld %lld %lld %lld %lld %lld\n", (unsigned long long)h.t.id, h.t.lane,
+    std::fprintf(f, "%llu %llu %u %s %lld %lld %lld %lld %lld %lld\n", (unsigned long long)h.t.engine,
+                 (unsigned long long)h.t.id, h.t.lane,
                  completer_name(h.who), (long long)h.t.submit, (long long)h.t.issue, (long long)h.t.launched,
                  (long long)h.t.covered, (long long)h.t.seen, (long long)h.done);
   if (l.dropped != 0) std::fprintf(f, "# dropped %llu records (more than %zu)\n", (unsigned long long)l.dropped, kMaxHops);

@@ -4,8 +4,9 @@
 //                            device instructions (lane runner, waiting thread, poller), the
 //                            event queries each made, and its value edges and fallbacks;
 //   FLOWLANE_GPU_HOPS=FILE   each completed device instruction appends one line to FILE
-//                            (written when its engine is destroyed): its id, lane, who
-//                            completed it, and steady_clock nanoseconds at submit, issue
+//                            (written when its engine is destroyed): its engine's handle,
+//                            its id, lane, who completed it, and steady_clock nanoseconds
+//                            at submit, issue
 //                            (lane runner picks it up), launched, covered (kIssued), seen
 //                            complete, completion done. scripts/dev/gpu_hops.py turns
 //                            them into per-hop medians and tails.
@@ -40,6 +41,7 @@ void report_counters(core::Engine* e, const Counters& c);
 bool hops_on();
 int64_t hop_now();
 struct HopTimes {
+  uint64_t engine = 0;  // the engine's C handle
   uint64_t id = 0;
   uint32_t lane = 0;
   int64_t submit = 0, issue = 0, launched = 0, covered = 0, seen = 0;

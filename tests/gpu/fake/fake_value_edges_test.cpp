@@ -35,7 +35,18 @@ TEST_F(ValueEdges, AConsumerIsIssuedBeforeItsProducer) {
   ASSERT_EQ(kernel(g.gpu(1), kAdd, {&xp, &one}, {{o, FL_WRITE, 0}}, "producer"), FL_OK);
   const long waits0 = fake_cudart_value_waits();
   ASSERT_EQ(kernel(g.gpu(2), kScale, {&yp, &xp, &c}, {{o, FL_READ, 0}, {out, FL_WRITE, 0}}, "consumer"), FL_OK);
-  EXPECT_TRUE(eventually([&] { return fake_cudart_value_waits() > waits0; })) << "the consumer waited on the host";
+  // A host probe behind the consumer on its lane runs while the producer's lane is held
+  // (the GPU twin, GpuModel.AValueEdgeConsumerIsIssuedBeforeItsProducer, checks this way).
+  std::atomic<int> probe{0};
+  fl_host_instr_t h = FL_HOST_INSTR_INIT;
+  h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
+    static_cast<std::atomic<int>*>(u)->store(1);
+    return FL_OK;
+  };
+  h.user_data = &probe;
+  ASSERT_EQ(fl_submit_host(g.s(2, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+  EXPECT_TRUE(eventually([&] { return probe.load() == 1; })) << "the consumer's lane waited for the producer's launch";
+  EXPECT_GT(fake_cudart_value_waits(), waits0) << "the consumer waited on the host";
   gate.open.store(1);
   ASSERT_EQ(or_die([out] { return fl_object_wait(out, FL_READ); }, "value edge"), FL_OK) << fl_last_error_message();
   EXPECT_EQ(y, 13);
