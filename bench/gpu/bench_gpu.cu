@@ -220,20 +220,6 @@ struct CallerHops {
   }
 };
 
-fl_status_t submit_add_id(fl_stream_t* s, int* p, fl_object_t* o, fl_instr_id* id) {
-  fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
-  k.func = reinterpret_cast<const void*>(&add_one);
-  const void* args[] = {&p};
-  const uint64_t sizes[] = {sizeof(p)};
-  k.args = args;
-  k.arg_sizes = sizes;
-  k.num_args = 1;
-  fl_operand_t op{o, FL_READ_WRITE, 0};
-  k.operands = &op;
-  k.num_operands = 1;
-  return fl_submit_kernel(s, &k, id);
-}
-
 void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
   if (!have_gpu(state)) return;
   Engine eng;
@@ -246,7 +232,7 @@ void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
   for (auto _ : state) {
     const int64_t t0 = hops.on() ? CallerHops::now() : 0;
     fl_instr_id id = 0;
-    FLB_FL(state, submit_add_id(s, p, o, &id));
+    FLB_FL(state, submit_add(s, p, o, &id));
     FLB_FL(state, fl_object_wait(o, FL_READ));
     if (hops.on()) hops.rows.push_back({int64_t(id), t0, CallerHops::now()});
   }
@@ -278,7 +264,7 @@ void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
   for (auto _ : state) {
     const int64_t t0 = hops.on() ? CallerHops::now() : 0;
     fl_instr_id id = 0;
-    FLB_FL(state, submit_add_id(s, p, o, &id));
+    FLB_FL(state, submit_add(s, p, o, &id));
     fl_host_instr_t h = FL_HOST_INSTR_INIT;
     h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
       static_cast<std::atomic<long>*>(u)->fetch_add(1, std::memory_order_relaxed);

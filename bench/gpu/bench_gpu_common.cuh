@@ -86,7 +86,7 @@ fl_status_t submit_empty(fl_stream_t* s, fl_operand_t* ops = nullptr, uint64_t n
   return fl_submit_kernel(s, &k, nullptr);
 }
 
-fl_status_t submit_add(fl_stream_t* s, int* p, fl_object_t* o) {
+fl_status_t submit_add(fl_stream_t* s, int* p, fl_object_t* o, fl_instr_id* id = nullptr) {
   fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
   k.func = reinterpret_cast<const void*>(&add_one);
   const void* args[] = {&p};
@@ -97,7 +97,7 @@ fl_status_t submit_add(fl_stream_t* s, int* p, fl_object_t* o) {
   fl_operand_t op{o, FL_READ_WRITE, 0};
   k.operands = &op;
   k.num_operands = 1;
-  return fl_submit_kernel(s, &k, nullptr);
+  return fl_submit_kernel(s, &k, id);
 }
 
 // The raw-CUDA same-stream chain: each iteration kBatch dependent kernels on one stream,

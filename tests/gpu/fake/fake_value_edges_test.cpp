@@ -9,8 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <random>
-
 #include "fake_test_util.hpp"
 
 namespace {
@@ -227,80 +225,12 @@ TEST_F(ValueEdges, AWaitForTheCallerThroughAValueEdgeIsRefused) {
   for (fl_object_t* x : {a, b, c}) fl_object_release(x);
 }
 
-// dst = (dst * 31 + src + c) mod 1000003, dawdling now and then on the stream.
-int run_mix(const void* const* a) {
-  int* dst = *static_cast<int* const*>(a[0]);
-  const int* src = *static_cast<const int* const*>(a[1]);
-  int c = *static_cast<const int*>(a[2]);
-  int spin = *static_cast<const int*>(a[3]);
-  int s = std::atomic_ref<const int>(*src).load();
-  int d = std::atomic_ref<int>(*dst).load();
-  if (spin > 0) std::this_thread::sleep_for(std::chrono::microseconds(spin));
-  std::atomic_ref<int>(*dst).store(int((int64_t(d) * 31 + s + c) % 1000003));
-  return 0;
-}
-const fake::Kernel kMix{4, {sizeof(int*), sizeof(int*), sizeof(int), sizeof(int)}, &run_mix};
-
 // Random dependent work over 4 lanes (a CUDA stream each, and host instructions), some
 // lanes held now and then so that consumers run ahead of producers: the same result as
 // sequential execution.
 TEST_F(ValueEdges, RandomCrossLaneWorkMatchesSequentialExecution) {
   const long waits0 = fake_cudart_value_waits();
-  for (uint32_t seed = 1; seed <= 4; ++seed) {
-    std::mt19937 rng(seed);
-    constexpr int kObjects = 6, kOps = 1200;
-    std::vector<int> vals(kObjects), model(kObjects);
-    for (int k = 0; k < kObjects; ++k) vals[k] = model[k] = k + 1;
-    std::vector<std::unique_ptr<Gate>> gates;
-    {
-      Eng g;
-      std::vector<fl_object_t*> objs;
-      for (int k = 0; k < kObjects; ++k) objs.push_back(g.obj());
-      struct HostMix {
-        int* dst;
-        const int* src;
-        int c;
-      };
-      std::vector<HostMix> host_args;
-      host_args.reserve(kOps);
-      for (int n = 0; n < kOps; ++n) {
-        const int dst = int(rng() % kObjects), src = int(rng() % kObjects), c = int(rng() % 1000);
-        const uint32_t lane = 1 + rng() % 4;
-        if (rng() % 200 == 0) {  // hold a lane for a while: its successors elsewhere go ahead
-          gates.push_back(std::make_unique<Gate>());
-          gates.back()->submit(g, lane);
-        }
-        model[dst] = int((int64_t(model[dst]) * 31 + model[src] + c) % 1000003);
-        std::vector<fl_operand_t> ops = {{objs[dst], FL_READ_WRITE, 0}};
-        if (src != dst) ops.push_back({objs[src], FL_READ, 0});
-        if (rng() % 8 == 0) {
-          host_args.push_back({&vals[dst], &vals[src], c});
-          fl_host_instr_t h = FL_HOST_INSTR_INIT;
-          h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
-            auto* m = static_cast<HostMix*>(u);
-            int s = std::atomic_ref<const int>(*m->src).load();
-            int d = std::atomic_ref<int>(*m->dst).load();
-            std::atomic_ref<int>(*m->dst).store(int((int64_t(d) * 31 + s + m->c) % 1000003));
-            return FL_OK;
-          };
-          h.user_data = &host_args.back();
-          h.operands = ops.data();
-          h.num_operands = ops.size();
-          ASSERT_EQ(fl_submit_host(g.s(lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
-          continue;
-        }
-        int* pd = &vals[dst];
-        const int* ps = &vals[src];
-        int spin = rng() % 16 == 0 ? 50 : 0;
-        ASSERT_EQ(kernel(g.gpu(lane), kMix, {&pd, &ps, &c, &spin}, ops, "mix"), FL_OK) << fl_last_error_message();
-        if (!gates.empty() && rng() % 64 == 0) gates[rng() % gates.size()]->open.store(1);
-      }
-      for (auto& gt : gates) gt->open.store(1);
-      ASSERT_EQ(synchronize_or_die(g, "random cross-lane work with value edges"), FL_OK);
-      for (fl_object_t* o : objs) fl_object_release(o);
-    }
-    EXPECT_EQ(vals, model) << "seed " << seed;
-  }
+  for (uint32_t seed = 1; seed <= 4; ++seed) random_work(seed, 1200, true);
   EXPECT_GT(fake_cudart_value_waits(), waits0) << "no value edge was used";
 }
 
