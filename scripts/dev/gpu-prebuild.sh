@@ -2,7 +2,7 @@
 # Builds what scripts/dev/gpu-check.sh and gpu-session.sh run (the library, the GPU test
 # suite, the GPU benchmarks and their controls, the memory-operations probe,
 # parallel_compile) on a build machine that has the CUDA toolkit but no GPU, and packs it
-# into .gpuprebuilt/flgpu-build.tar.gz (ignored by .gitignore), so that the GPU host's
+# into .gpuprebuilt/flgpu-build.tar.gz (ignored by .gitignore, else by git's exclude file), so that the GPU host's
 # scarce time goes to running tests rather than compiling them. gpu-check.sh unpacks it when
 # FLOWLANE_GPU_PREBUILT names it, checks that the binaries start there, and builds from
 # source if they do not.
@@ -48,6 +48,15 @@ done
 git diff --quiet HEAD -- . 2>/dev/null || echo "dirty" >> "$B/prebuilt-commit"
 echo "source $(source_hash)" >> "$B/prebuilt-commit"
 mkdir -p "$out"
+# A tarball inside the checkout must not show as untracked (a carried path has to be an
+# ignored one). .gitignore names .gpuprebuilt/; a checkout whose .gitignore does not gets it
+# in git's own exclude file, wherever git keeps it: in a worktree .git is a file, and
+# `git rev-parse --git-path` names the common info/exclude.
+if [[ "$out" == "$root"/* ]] && git rev-parse --git-dir > /dev/null 2>&1 && ! git check-ignore -q "$out"; then
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  echo "/${out#"$root"/}/" >> "$exclude"
+fi
 rel=${B#/}
 (
   cd /  # the paths in the tarball are absolute ones without the leading /

@@ -4,7 +4,9 @@
 #     "== build tree:" line, whatever the check said before it (it used to take the word
 #     after "== prebuilt tree" of the check's refusal lines, "was" or "does", for the tree);
 #  2. gpu-prebuild.sh packs a build in a git worktree, where .git is a file (it used to write
-#     .git/info/exclude and fail there), and the tarball holds every binary the session runs;
+#     .git/info/exclude and fail there), the tarball holds every binary the session runs, and
+#     git ignores it in a checkout whose .gitignore does not name it (the exclude file found
+#     through `git rev-parse --git-path info/exclude`);
 #  3. gpu_ab.py and gpu_report.py --require fail when a row is missing.
 #   tests/gpu/scripts_test.sh SOURCE_DIR
 set -euo pipefail
@@ -63,6 +65,10 @@ check "gpu-prebuild.sh packs a build from a worktree" bash -c "cd '$tmp/wt' && F
 for b in tests/flowlane_gpu_tests bench/gpu_bench_gpu bench/gpu_bench_gpu_controls bench/gpu_memops_probe; do
   check "the tarball holds $b" bash -c "tar -tzf '$tmp/pbout/flgpu-build.tar.gz' | grep -q '$b\$'"
 done
+check "a tarball in the worktree is ignored by git there (no .gitignore: git's exclude file)" bash -c "cd '$tmp/wt' &&
+  FLOWLANE_GPU_PREBUILD_SKIP_BUILD=1 FLOWLANE_GPU_PREBUILD_DIR='$pb' bash scripts/dev/gpu-prebuild.sh > '$tmp/pb2.log' 2>&1 &&
+  test -s .gpuprebuilt/flgpu-build.tar.gz && git check-ignore -q .gpuprebuilt/flgpu-build.tar.gz &&
+  test -z \"\$(git status --porcelain)\""
 check "the tarball records the source hash" bash -c "tar -xzOf '$tmp/pbout/flgpu-build.tar.gz' '${pb#/}/prebuilt-commit' | grep -q '^source '"
 
 # --- 3. reports fail on missing rows ----------------------------------------------------------------
