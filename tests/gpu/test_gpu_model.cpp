@@ -6,10 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <random>
 #include <thread>
 
 #include "gpu/gpu_test_util.hpp"
+#include "gpu/random_model.hpp"
 
 namespace {
 
@@ -52,69 +52,62 @@ struct Gate {
   }
 };
 
-// `ops` random steps over 6 objects on 4 lanes (two CUDA streams each, or one with `gates`,
-// which hold a lane now and then so that other lanes run ahead of it), one in 8 a host
-// instruction: the engine must order every read-after-write, write-after-read and
-// write-after-write on the GPU and between host and GPU.
+// The randomized cross-stream model test's work (randmodel::random_plan, the same as the
+// fake runtime's) on the GPU: the objects must end with the sequential model's values.
 void random_work(uint32_t seed, int ops, bool gates) {
-  std::mt19937 rng(seed);
-  constexpr int kObjects = 6;
-  MappedInts vals(kObjects);
-  std::vector<int> model(kObjects);
-  for (int k = 0; k < kObjects; ++k) vals.h[k] = model[k] = k + 1;
+  const randmodel::Plan plan = randmodel::random_plan(seed, ops, gates);
+  MappedInts vals(randmodel::kObjects);
+  for (int k = 0; k < randmodel::kObjects; ++k) vals.h[k] = plan.initial[size_t(k)];
   std::vector<std::unique_ptr<Gate>> held;
   {
     Engine eng;
     std::vector<fl_object_t*> objs;
-    for (int k = 0; k < kObjects; ++k) objs.push_back(eng.object());
+    for (int k = 0; k < randmodel::kObjects; ++k) objs.push_back(eng.object());
     struct HostMix {
       int* dst;
       const int* src;
       int c;
     };
     std::vector<HostMix> host_args;
-    host_args.reserve(size_t(ops));
-    for (int n = 0; n < ops; ++n) {
-      const int dst = int(rng() % kObjects), src = int(rng() % kObjects), c = int(rng() % 1000);
-      const uint32_t lane = 1 + rng() % 4;
-      if (gates && rng() % 200 == 0) {
+    host_args.reserve(plan.steps.size());
+    for (const randmodel::Step& st : plan.steps) {
+      if (st.hold) {
         held.push_back(std::make_unique<Gate>());
-        ASSERT_FL_OK(held.back()->submit(eng, lane));
+        ASSERT_FL_OK(held.back()->submit(eng, st.lane));
       }
-      model[dst] = int((int64_t(model[dst]) * 31 + model[src] + c) % 1000003);
-      std::vector<fl_operand_t> opnds = {{objs[dst], FL_READ_WRITE, 0}};
-      if (src != dst) opnds.push_back({objs[src], FL_READ, 0});
-      if (rng() % 8 == 0) {
-        host_args.push_back({&vals.h[dst], &vals.h[src], c});
+      std::vector<fl_operand_t> opnds = {{objs[st.dst], FL_READ_WRITE, 0}};
+      if (st.src != st.dst) opnds.push_back({objs[st.src], FL_READ, 0});
+      if (st.host) {
+        host_args.push_back({&vals.h[st.dst], &vals.h[st.src], st.c});
         fl_host_instr_t h = FL_HOST_INSTR_INIT;
         h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
           auto* m = static_cast<HostMix*>(u);
           const int s = *static_cast<const volatile int*>(m->src);
           const int d = *static_cast<volatile int*>(m->dst);
-          *static_cast<volatile int*>(m->dst) = int((int64_t(d) * 31 + s + m->c) % 1000003);
+          *static_cast<volatile int*>(m->dst) = randmodel::mix(d, s, m->c);
           return FL_OK;
         };
         h.user_data = &host_args.back();
         h.operands = opnds.data();
         h.num_operands = opnds.size();
-        ASSERT_FL_OK(fl_submit_host(eng.stream(lane, kCpu, FL_STREAM_HOST), &h, nullptr));
+        ASSERT_FL_OK(fl_submit_host(eng.stream(st.lane, kCpu, FL_STREAM_HOST), &h, nullptr));
         continue;
       }
-      int* pd = vals.d + dst;
-      const int* ps = vals.d + src;
-      unsigned long long spin = rng() % 16 == 0 ? 2000ull : 0ull;
-      const fl_stream_kind_t kind = !gates && rng() % 2 ? FL_STREAM_H2D : FL_STREAM_COMPUTE;
+      int* pd = vals.d + st.dst;
+      const int* ps = vals.d + st.src;
+      const unsigned long long spin = st.dawdle ? 2000ull : 0ull;
+      const fl_stream_kind_t kind = st.h2d ? FL_STREAM_H2D : FL_STREAM_COMPUTE;
       Kernel k(fltest::mix_kernel(), "mix");
-      k.arg(pd).arg(ps).arg(c).arg(spin);
+      k.arg(pd).arg(ps).arg(st.c).arg(spin);
       for (const fl_operand_t& o : opnds) k.op(o.object, o.access);
-      ASSERT_FL_OK(k.submit(eng.stream(lane, kGpu0, kind)));
-      if (!held.empty() && rng() % 64 == 0) held[rng() % held.size()]->open.store(1);
+      ASSERT_FL_OK(k.submit(eng.stream(st.lane, kGpu0, kind)));
+      if (st.open >= 0) held[size_t(st.open)]->open.store(1);
     }
     for (auto& g : held) g->open.store(1);
     ASSERT_FL_OK(fl_engine_synchronize(eng.e));
     for (fl_object_t* o : objs) fl_object_release(o);
   }
-  EXPECT_EQ(std::vector<int>(vals.h, vals.h + kObjects), model) << "seed " << seed;
+  EXPECT_EQ(std::vector<int>(vals.h, vals.h + randmodel::kObjects), plan.model) << "seed " << seed;
 }
 
 TEST(GpuModel, RandomCrossStreamWorkMatchesSequentialExecution) {

@@ -15,11 +15,11 @@
 #include <cstring>
 #include <future>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../random_model.hpp"
 #include "fake_kernel.hpp"
 #include "flowlane/flowlane.h"
 
@@ -185,8 +185,8 @@ inline std::string thread_name() {
   return name;
 }
 
-// dst = (dst * 31 + src + c) mod 1000003, dawdling `spin` us on the stream first (a missing
-// wait then shows as a wrong value).
+// dst = mix(dst, src, c), dawdling `spin` us on the stream first (a missing wait then shows
+// as a wrong value).
 inline int run_mix(const void* const* a) {
   int* dst = *static_cast<int* const*>(a[0]);
   const int* src = *static_cast<const int* const*>(a[1]);
@@ -195,72 +195,65 @@ inline int run_mix(const void* const* a) {
   int s = std::atomic_ref<const int>(*src).load();
   int d = std::atomic_ref<int>(*dst).load();
   if (spin > 0) std::this_thread::sleep_for(std::chrono::microseconds(spin));
-  std::atomic_ref<int>(*dst).store(int((int64_t(d) * 31 + s + c) % 1000003));
+  std::atomic_ref<int>(*dst).store(randmodel::mix(d, s, c));
   return 0;
 }
 inline const fake::Kernel kMix{4, {sizeof(int*), sizeof(int*), sizeof(int), sizeof(int)}, &run_mix};
 
-// `ops` random dependent steps over 6 objects on 4 lanes, one in 8 a host instruction,
-// compared with sequential execution: two CUDA streams per lane, or, with `gates`, one, and
-// lanes held now and then (so that other lanes run ahead of them). The engine must order
-// every read-after-write, write-after-read and write-after-write through stream order,
-// events, value waits and completion. (The GPU twin: tests/gpu/test_gpu_model.cpp.)
+// The randomized cross-stream model test's work (randmodel::random_plan) run against the fake
+// runtime: the objects must end with the sequential model's values. (The GPU twin:
+// tests/gpu/test_gpu_model.cpp.)
 inline void random_work(uint32_t seed, int ops, bool gates) {
-  std::mt19937 rng(seed);
-  constexpr int kObjects = 6;
-  std::vector<int> vals(kObjects), model(kObjects);
-  for (int k = 0; k < kObjects; ++k) vals[k] = model[k] = k + 1;
+  const randmodel::Plan plan = randmodel::random_plan(seed, ops, gates);
+  std::vector<int> vals = plan.initial;
   std::vector<std::unique_ptr<Gate>> held;
   {
     Eng g;
     std::vector<fl_object_t*> objs;
-    for (int k = 0; k < kObjects; ++k) objs.push_back(g.obj());
+    for (int k = 0; k < randmodel::kObjects; ++k) objs.push_back(g.obj());
     struct HostMix {
       int* dst;
       const int* src;
       int c;
     };
     std::vector<HostMix> host_args;
-    host_args.reserve(size_t(ops));
-    for (int n = 0; n < ops; ++n) {
-      const int dst = int(rng() % kObjects), src = int(rng() % kObjects), c = int(rng() % 1000);
-      const uint32_t lane = 1 + rng() % 4;
-      if (gates && rng() % 200 == 0) {
+    host_args.reserve(plan.steps.size());
+    for (const randmodel::Step& st : plan.steps) {
+      if (st.hold) {
         held.push_back(std::make_unique<Gate>());
-        held.back()->submit(g, lane);
+        held.back()->submit(g, st.lane);
       }
-      model[dst] = int((int64_t(model[dst]) * 31 + model[src] + c) % 1000003);
-      std::vector<fl_operand_t> opnds = {{objs[dst], FL_READ_WRITE, 0}};
-      if (src != dst) opnds.push_back({objs[src], FL_READ, 0});
-      if (rng() % 8 == 0) {
-        host_args.push_back({&vals[dst], &vals[src], c});
+      std::vector<fl_operand_t> opnds = {{objs[st.dst], FL_READ_WRITE, 0}};
+      if (st.src != st.dst) opnds.push_back({objs[st.src], FL_READ, 0});
+      if (st.host) {
+        host_args.push_back({&vals[st.dst], &vals[st.src], st.c});
         fl_host_instr_t h = FL_HOST_INSTR_INIT;
         h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
           auto* m = static_cast<HostMix*>(u);
           int s = std::atomic_ref<const int>(*m->src).load();
           int d = std::atomic_ref<int>(*m->dst).load();
-          std::atomic_ref<int>(*m->dst).store(int((int64_t(d) * 31 + s + m->c) % 1000003));
+          std::atomic_ref<int>(*m->dst).store(randmodel::mix(d, s, m->c));
           return FL_OK;
         };
         h.user_data = &host_args.back();
         h.operands = opnds.data();
         h.num_operands = opnds.size();
-        ASSERT_EQ(fl_submit_host(g.s(lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
+        ASSERT_EQ(fl_submit_host(g.s(st.lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
         continue;
       }
-      int* pd = &vals[dst];
-      const int* ps = &vals[src];
-      int spin = rng() % 16 == 0 ? 50 : 0;
-      const fl_stream_kind_t kind = !gates && rng() % 2 ? FL_STREAM_H2D : FL_STREAM_COMPUTE;
-      ASSERT_EQ(kernel(g.s(lane, kGpu, kind), kMix, {&pd, &ps, &c, &spin}, opnds, "mix"), FL_OK)
+      int* pd = &vals[st.dst];
+      const int* ps = &vals[st.src];
+      int c = st.c, spin = st.dawdle ? 50 : 0;
+      const fl_stream_kind_t kind = st.h2d ? FL_STREAM_H2D : FL_STREAM_COMPUTE;
+      ASSERT_EQ(kernel(g.s(st.lane, kGpu, kind), kMix, {&pd, &ps, &c, &spin}, opnds, "mix"), FL_OK)
           << fl_last_error_message();
-      if (!held.empty() && rng() % 64 == 0) held[rng() % held.size()]->open.store(1);
+      if (st.open >= 0) held[size_t(st.open)]->open.store(1);
     }
     for (auto& gt : held) gt->open.store(1);
     ASSERT_EQ(synchronize_or_die(g, "random cross-stream work"), FL_OK);
     for (fl_object_t* o : objs) fl_object_release(o);
   }
-  EXPECT_EQ(vals, model) << "seed " << seed;
+  EXPECT_EQ(vals, plan.model) << "seed " << seed;
 }
 
 // Sets an environment variable for the engines created while it lives (the CUDA backend

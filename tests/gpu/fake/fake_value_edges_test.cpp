@@ -85,7 +85,9 @@ void producer_never_ran(Fate fate) {
   ASSERT_EQ(kernel(g.gpu(3), kScale, {&zp, &yp, &c}, {{out, FL_READ, 0}, {last, FL_WRITE, 0}}, "consumer2"), FL_OK);
   // The consumer waits on its stream (consumer2 may too, or wait for the consumer's event).
   ASSERT_TRUE(eventually([&] { return fake_cudart_value_waits() > waits0; })) << "the consumer waited on the host";
-  if (fate == Fate::kCancelled) ASSERT_EQ(fl_instr_cancel(g.gpu(1), pid), FL_OK);
+  if (fate == Fate::kCancelled) {
+    ASSERT_EQ(fl_instr_cancel(g.gpu(1), pid), FL_OK);
+  }
   if (fate == Fate::kWriteFails) fake_cudart_fail_value_writes(1);
   gate.open.store(1);
   std::string msg;  // the waiting thread's message
@@ -198,7 +200,7 @@ TEST_F(ValueEdges, AWaitForTheCallerThroughAValueEdgeIsRefused) {
     fl_object_t* b;
     fl_status_t st = FL_ERR_INTERNAL;
     std::string msg;
-  } ctx{b};
+  } ctx{b, FL_ERR_INTERNAL, {}};
   fl_host_instr_t h = FL_HOST_INSTR_INIT;  // writes a, then waits for b
   h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
     auto* cx = static_cast<Ctx*>(u);
