@@ -11,8 +11,11 @@
 #include <mutex>
 #include <vector>
 
+#include "gpu/complete.hpp"
 #include "gpu/cuda.hpp"
+#include "gpu/hops.hpp"
 #include "gpu/poller.hpp"
+#include "gpu/value_edges.hpp"
 
 namespace flowlane::gpu {
 
@@ -34,6 +37,10 @@ struct LaneState {
   // completion was deferred (defer_completion), each with a reference: until they
   // complete, a later reader on this lane (lane order, no edge) sees their poison here.
   std::vector<Instr*> deferred;
+  // The stream this lane goes on launching on and completes itself between launches
+  // (gpu/complete.hpp, lane_watch), or null. Set only by a flush that stays, so the
+  // engine's `unflushed` is set meanwhile and the lane flushes (leaving) before it leaves.
+  StreamState* watching = nullptr;
 };
 
 LaneState& lane_state(core::Lane* lane) {
@@ -57,7 +64,8 @@ void prune_deferred(LaneState& ls) {
   ls.deferred.resize(out);
 }
 
-// Records the event covering the lane's run and hands the run to the poller.
+// Records the event covering the lane's run and queues the run on its stream for
+// completion (gpu/complete.hpp).
 void cover(core::Lane* lane) {
   std::vector<Instr*>& run = run_of(lane);
   if (run.empty()) return;
@@ -93,17 +101,36 @@ void cover(core::Lane* lane) {
     return;
   }
   record_of(last).event = ev;
+  const int64_t t = hops_on() ? hop_now() : 0;
   for (Instr* x : run) {
+    DeviceRecord& xr = record_of(x);
     if (x != last) {
       last->ref();  // dropped when x is recycled
-      record_of(x).cover = last;
+      xr.cover = last;
     }
+    xr.t_covered = t;
     // A deferred one (skipped or failed) is never kIssued: its successors wait for its
     // completion and then see its outcome.
-    if (!record_of(x).deferred) e->executor().mark_issued(x);
+    if (!xr.deferred) e->executor().mark_issued(x);
   }
-  track(run.data(), run.size());  // the poller may complete and recycle them from here on
+  append_run(ss, run.data(), run.size());  // anyone may complete and recycle them from here on
   run.clear();
+}
+
+// The lane stops watching the stream it launched on: the poller takes what is queued.
+void leave(LaneState& ls) {
+  if (ls.watching == nullptr) return;
+  lane_leave(ls.watching);
+  ls.watching = nullptr;
+}
+
+// True when `i` has a successor that waits for its issue (an edge holding one of its units;
+// a value edge's entry does not wait).
+bool issue_successor_waits(const Instr* i) {
+  // acquire: pairs with the release CAS in push_edge() (the entries are read).
+  for (const core::Edge* e = i->issue_succ_head.load(std::memory_order_acquire); e != nullptr; e = e->next)
+    if (e->holds_unit) return true;
+  return false;
 }
 
 void free_record(void* p) { delete static_cast<DeviceRecord*>(p); }
@@ -130,12 +157,15 @@ class CudaBackend final : public core::DeviceBackend {
     ss->device = s->device.index;
     ss->poller = poller_of(s->engine);
     stream_attached(ss->poller);
+    value_stream_created(ss);
+    stream_listed(ss->poller, ss);  // waiting threads may look at it from here on
     s->device_state = ss;
   }
 
   void stream_destroyed(core::Stream* s) override {
     StreamState* ss = state_of(s);
     if (ss == nullptr) return;
+    value_stream_destroyed(ss);
     if (ss->cs != nullptr) release_cuda_stream(ss->poller, ss->device, ss->cs);  // drained: nothing pending
     stream_detached(ss->poller);  // the last one frees the engine's poller and its pools
     delete ss;
@@ -145,6 +175,8 @@ class CudaBackend final : public core::DeviceBackend {
   fl_status_t issue(Instr* i, bool* flush_now) override {
     core::Stream* s = i->stream;
     StreamState* ss = state_of(s);
+    DeviceRecord& rec = record_of(i);
+    if (hops_on()) rec.t_issue = hop_now();
     const int dev = ss->device;
     cudaError_t r = make_current(dev);
     if (r != cudaSuccess) {
@@ -160,54 +192,61 @@ class CudaBackend final : public core::DeviceBackend {
         return FL_ERR_CUDA;
       }
     }
-    // Cross-stream device predecessors: ordered by their events on the GPU, never by a
-    // host wait. acquire pairs with the release store of kIssued in Executor::mark_issued(),
-    // which follows the writes of the predecessor's record (its event or cover); the dep
-    // entry's reference keeps the predecessor, and its reference keeps its cover, so the
-    // event stays ours while we wait on it. A predecessor that is not yet kIssued here was
-    // issued by this very lane (no edge: lane order), and the lane flushed it before
-    // switching streams.
-    for (const Instr::Dep& d : i->deps) {
-      if ((d.flags & Instr::Dep::kIssueWait) == 0) continue;
-      // acquire: pairs with mark_issued's release store (see above); completed: nothing to wait for
-      if (d.pred->load_state(std::memory_order_acquire) != InstrState::kIssued) continue;
-      const DeviceRecord& pr = record_of(d.pred);
-      cudaEvent_t ev = pr.event != nullptr ? pr.event : record_of(pr.cover).event;
-      r = cu().cudaStreamWaitEvent(ss->cs, ev, 0);
-      if (r != cudaSuccess) {
-        i->error = cuda_message(r, "cudaStreamWaitEvent") + " waiting for " + d.pred->describe();
-        return FL_ERR_CUDA;
+    // Cross-stream device predecessors: ordered on the GPU (their events, or values), never
+    // by a host wait (gpu/value_edges.hpp).
+    if (order_after_preds(ss, i) != cudaSuccess) {
+      (void)cu().cudaGetLastError();
+      return FL_ERR_CUDA;
+    }
+    LaneState& ls = lane_state(s->lane);
+    fl_status_t st;
+    if (internal_launch(i->fn)) {
+      // A kernel or a copy: the launch call's own status is checked and consumed by the
+      // launch function, so the thread's last error is neither cleared before nor read after.
+      st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
+    } else {
+      // User code (a device function) or a collective may block or wait: the lane stops
+      // watching its stream first. This thread's last CUDA error belongs to whoever left it
+      // (a user callback's cudaStreamQuery, an earlier failure): cleared before, checked
+      // after the launch.
+      leave(ls);
+      (void)cu().cudaGetLastError();
+      st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
+      cudaError_t last = cu().cudaGetLastError();
+      if (st == FL_OK && last != cudaSuccess) {
+        if (i->error.empty()) i->error = cuda_message(last, "the launch") + note_fault(dev, last, i);
+        st = FL_ERR_CUDA;
       }
     }
-    // This thread's last CUDA error belongs to whoever left it (a user callback's
-    // cudaStreamQuery, an earlier failure): cleared before, checked after the launch.
-    (void)cu().cudaGetLastError();
-    fl_status_t st = i->fn(reinterpret_cast<fl_instr_ctx_t*>(i), i->user_data);
-    cudaError_t last = cu().cudaGetLastError();
-    if (st == FL_OK && last != cudaSuccess) {
-      if (i->error.empty()) i->error = cuda_message(last, "the launch") + note_fault(dev, last, i);
-      st = FL_ERR_CUDA;
-    }
     if (st != FL_OK) return st;
+    if (after_launch(ss, i) != cudaSuccess) {
+      rec.may_enqueue = true;  // its work is enqueued: its failure completes after an event
+      return FL_ERR_CUDA;
+    }
+    if (hops_on()) rec.t_launched = hop_now();
     ss->inflight.fetch_add(1, std::memory_order_relaxed);  // lane runner only; see StreamState
     // On its CUDA stream. It becomes kIssued once an event is recorded after it: at once
-    // when a cross-stream successor already waits for it (acquire pairs with the release
-    // CAS that published the edge: nothing to read, but the count must be current), else
-    // with a later instruction of the run.
-    std::vector<Instr*>& run = run_of(s->lane);
+    // when a cross-stream successor already waits for its issue, else with a later
+    // instruction of the run.
+    std::vector<Instr*>& run = ls.run;
     if (!run.empty() && run.back()->stream != s) cover(s->lane);  // one stream per run
     run.push_back(i);
-    // acquire: pairs with the release CAS in push_edge() (see above).
-    *flush_now = i->issue_succ_head.load(std::memory_order_acquire) != nullptr || run.size() >= kMaxUncovered;
+    // With value edges, every instruction gets its own event (gpu/value_edges.hpp: an event
+    // covering later launches could make a wait for this one wait for work that waits, by
+    // value, for that very wait).
+    *flush_now = run.size() >= kMaxUncovered || settings_of(ss->poller).value_edges || issue_successor_waits(i);
     return FL_OK;
   }
 
   bool defer_completion(Instr* i) override {
     StreamState* ss = state_of(i->stream);
     DeviceRecord& rec = record_of(i);
-    const bool may_enqueue = rec.may_enqueue;
+    if (ss == nullptr) return false;
+    // A value edge's consumer waits for i's value: written all the same, in stream order,
+    // and i completes after that write.
+    const bool may_enqueue = release(ss, i) || rec.may_enqueue;
     rec.may_enqueue = false;
-    if (ss == nullptr || ss->cs == nullptr) return false;  // nothing was ever issued on its stream
+    if (ss->cs == nullptr) return false;  // nothing was ever issued on its stream
     // acquire pairs with the poller's release decrement: 0 means every earlier instruction
     // of the stream has completed, so completing i now keeps stream order.
     if (!may_enqueue && ss->inflight.load(std::memory_order_acquire) == 0) return false;
@@ -222,6 +261,7 @@ class CudaBackend final : public core::DeviceBackend {
     if (!run.empty() && run.back()->stream != i->stream) cover(lane);  // one stream per run
     run.push_back(i);
     cover(lane);  // an event after everything before it (and its own leftovers): rare path
+    if (ls.watching != state_of(i->stream)) hand_to_poller(state_of(i->stream));
     return true;
   }
 
@@ -239,7 +279,37 @@ class CudaBackend final : public core::DeviceBackend {
     return nullptr;
   }
 
-  void flush(core::Lane* lane) override { cover(lane); }
+  void flush(core::Lane* lane, bool leaving) override {
+    LaneState& ls = lane_state(lane);
+    StreamState* ss = ls.run.empty() ? nullptr : state_of(ls.run.back()->stream);
+    cover(lane);
+    if (ss == nullptr) ss = ls.watching;
+    if (ss == nullptr) return;
+    if (leaving || !settings_of(ss->poller).lane_completes) {
+      // Queries of work just launched would find it running: the poller (or a waiting
+      // thread) takes it from here.
+      if (ls.watching != nullptr && ls.watching != ss) leave(ls);
+      ls.watching = ss;
+      leave(ls);
+      return;
+    }
+    // The lane goes on launching on ss: it completes what has finished there itself, and
+    // the poller keeps out of the driver for it — unless something queued runs user code.
+    if (ls.watching != ss) {
+      leave(ls);
+      ls.watching = ss;
+      lane_watch(ss);
+    }
+    // acquire pairs with append_run's seq_cst increment (a hint: the count is exact under fifo_lock).
+    if (ss->heavy.load(std::memory_order_acquire) != 0) hand_to_poller(ss);
+    // Between launches, about once per kMaxUncovered of them: a query finds most of it done
+    // on a launch-bound stream, and costs the launches little.
+    if (ss->queued.load(std::memory_order_relaxed) >= kMaxUncovered) (void)complete_ready(ss, Completer::kLane);
+  }
+
+  bool help(core::Engine* e, core::Stream* s) override { return help_complete(e, s); }
+
+  bool value_edge(Instr* pred, Instr* succ) override { return gpu::value_edge(pred, succ); }
 
   void engine_stopped(core::Engine* e) override {
     stop_poller(e);
@@ -257,6 +327,10 @@ class CudaBackend final : public core::DeviceBackend {
     rec->hook = nullptr;
     rec->deferred = false;
     rec->may_enqueue = false;
+    rec->needs_poller = false;
+    rec->check_preds = false;
+    rec->value_gate.store(DeviceRecord::kValueOpen, std::memory_order_relaxed);  // nobody else holds it now
+    rec->t_submit = rec->t_issue = rec->t_launched = rec->t_covered = 0;
     if (rec->event != nullptr) {  // every dependent that could wait on it has completed
       StreamState* ss = state_of(i->stream);
       event_put(ss->poller, ss->device, rec->event);

@@ -11,6 +11,7 @@
 #if FLOWLANE_HAVE_CUDA
 
 #include "gpu/cuda.hpp"
+#include "gpu/hops.hpp"
 
 namespace flowlane::gpu {
 
@@ -173,12 +174,14 @@ fl_host_fn prepare_kernel(Instr* i, const fl_kernel_instr_t& in) {
                                     " bytes (CUDA's kernel parameter limit)");
   }
   fill_kernel(i, in);
+  if (hops_on()) record_of(i).t_submit = hop_now();
   return &launch_kernel;
 }
 
 fl_host_fn prepare_device_fn(Instr* i, const fl_device_instr_t& in) {
   if (in.fn == nullptr) fail(FL_ERR_INVALID_ARGUMENT, "fl_submit_device: fn is NULL");
   fill_device_fn(i, in);
+  if (hops_on()) record_of(i).t_submit = hop_now();
   return &launch_device_fn;
 }
 
@@ -195,8 +198,11 @@ fl_host_fn prepare_memcpy(Instr* i, const fl_memcpy_instr_t& in) {
   if (in.bytes > 0 && in.kind == FL_MEMCPY_H2D) refuse_pageable(in.src, "src");
   if (in.bytes > 0 && in.kind == FL_MEMCPY_D2H) refuse_pageable(in.dst, "dst");
   fill_memcpy(i, in);
+  if (hops_on()) record_of(i).t_submit = hop_now();
   return &launch_memcpy;
 }
+
+bool internal_launch(fl_host_fn fn) { return fn == &launch_kernel || fn == &launch_memcpy; }
 
 // ---- pinned memory and priorities ----------------------------------------------------------
 

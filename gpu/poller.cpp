@@ -3,6 +3,8 @@
 
 #if FLOWLANE_HAVE_CUDA
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,18 +17,22 @@
 
 #include "base/cpu.hpp"
 #include "base/env.hpp"
+#include "gpu/complete.hpp"
 #include "gpu/cuda.hpp"
+#include "gpu/hops.hpp"
+#include "gpu/value_edges.hpp"
 
 namespace flowlane::gpu {
 
 namespace {
 
-// One thread per engine, started with the first device instruction. Lanes
-// append covered runs to `incoming` (launch order per stream, since a stream's
-// instructions launch one at a time on its lane); the poller moves them to their stream's
-// FIFO and queries the event covering the head of each stream, completing instructions in
-// stream order. With work in flight and no progress it spins briefly (pacing its queries),
-// then yields, then sleeps in growing steps (bounded by kMaxSleep) until new work arrives. With nothing in
+// One thread per engine, started with the first device instruction: the fallback that
+// completes device work no other thread completes (gpu/complete.hpp). Lanes hand it streams
+// with queued work (`incoming`) when they leave them, or when what they queued runs user
+// code; it keeps them in `active` and queries the event covering each one's head until
+// nothing is queued, dropping a stream its lane watches again (the lane completes it). With
+// work in flight and no progress it spins briefly (pacing its queries), then yields, then
+// sleeps in growing steps (bounded by kMaxSleep) until new work arrives. With nothing in
 // flight it watches `has_incoming` for kIdleSpin (a host that waits for a GPU result and
 // then launches the next step comes back within microseconds), then sleeps on `cv`; a
 // lane notifies only a sleeping poller, so a busy one costs launchers no system call.
@@ -47,15 +53,22 @@ constexpr auto kIdleSpin = std::chrono::microseconds(50);
 
 struct Poller {
   core::Engine* engine = nullptr;
+  Settings settings;
+  Counters counters;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Instr*> incoming;  // under mu
+  std::vector<StreamState*> incoming;  // streams handed over (registered), under mu
   bool stop = false;             // under mu
   bool sleeping = false;         // under mu: the poller waits on cv
   // A hint that `incoming` is not empty or `stop` is set, read without the lock: written
   // under mu (release), read by the poller (acquire) before it takes mu, which decides.
   std::atomic<bool> has_incoming{false};
   std::thread thread;
+  // The engine's stream states, newest first (StreamState::next_of_engine): waiting threads
+  // walk them (help_complete). Release store of each new head (stream_listed, under
+  // pool_mu) pairs with the acquire load in all_streams(); entries are freed only after
+  // the engine drained.
+  std::atomic<StreamState*> all{nullptr};
 
   // The engine's event pool, per device, and the count of its CUDA stream states (the
   // last one destroyed after the drain frees this poller). Under pool_mu.
@@ -74,6 +87,7 @@ struct Poller {
 
   void run();
   bool poll(std::vector<StreamState*>& active);
+  bool keep(StreamState* ss);
   void pace();
   void spin_while_idle();
 };
@@ -82,6 +96,18 @@ namespace {
 int64_t poll_pace_ns() {
   static const int64_t ns = env_count("FLOWLANE_POLL_PACE_NS", kPollPaceNs, 1'000'000);
   return ns;
+}
+
+// Settings of a new engine's poller (poller.hpp), from the environment of the moment.
+Settings read_settings() {
+  Settings s;
+  if (const char* v = std::getenv("FLOWLANE_GPU_COMPLETE"); v != nullptr && *v != 0) {
+    const std::string list(v);
+    s.lane_completes = list.find("lane") != std::string::npos;
+    s.waiter_completes = list.find("waiter") != std::string::npos;
+  }
+  s.value_edges = env_count("FLOWLANE_GPU_VALUE_EDGES", 0, 1) == 1;
+  return s;
 }
 }  // namespace
 
@@ -101,7 +127,7 @@ void Poller::pace() {
 void Poller::spin_while_idle() {
   auto until = std::chrono::steady_clock::now() + kIdleSpin;
   for (int n = 1;; ++n) {
-    if (has_incoming.load(std::memory_order_acquire)) return;  // pairs with the release store in track()
+    if (has_incoming.load(std::memory_order_acquire)) return;  // pairs with the release store in hand_to_poller()
     if ((n & 31) == 0) {
       if (std::chrono::steady_clock::now() >= until) return;
       std::this_thread::yield();  // an oversubscribed machine's lanes need the core more
@@ -111,17 +137,6 @@ void Poller::spin_while_idle() {
   }
 }
 
-namespace {
-
-// The event that tells whether `i` (launched, in a stream FIFO) has completed: its own, or
-// the one recorded after it on the same stream (Instr::cover).
-cudaEvent_t completion_event(Instr* i) {
-  DeviceRecord& r = record_of(i);
-  return r.event != nullptr ? r.event : record_of(r.cover).event;
-}
-
-}  // namespace
-
 cudaError_t make_current(int dev) {
   int cur = -1;
   cudaError_t r = cu().cudaGetDevice(&cur);
@@ -129,54 +144,48 @@ cudaError_t make_current(int dev) {
   return cu().cudaSetDevice(dev);
 }
 
+// Whether the poller keeps `ss` in its active list: something is queued that no lane
+// completes (its lane left it, or it needs the poller). Otherwise it drops the stream:
+// `registered` cleared, then `queued` and `watched` looked at again (seq_cst: the
+// store-load pairs with append_run / lane_leave, see StreamState), re-registering it if
+// work arrived meanwhile.
+bool Poller::keep(StreamState* ss) {
+  // seq_cst loads: the load half of the store-load pairs with lane_leave (its store of
+  // `watched`) and append_run / hand_to_poller (their increments, then the exchange of
+  // `registered`).
+  auto wanted = [ss] {
+    const bool queued = ss->queued.load(std::memory_order_seq_cst) != 0;  // pairs with append_run (store-load)
+    const bool watched = ss->watched.load(std::memory_order_seq_cst);     // pairs with lane_leave (store-load)
+    const bool heavy = ss->heavy.load(std::memory_order_seq_cst) != 0;    // pairs with append_run (store-load)
+    return queued && (!watched || heavy);
+  };
+  if (wanted()) return true;
+  // The store of that store-load pair; the exchange pairs with hand_to_poller's (one of
+  // us registers it).
+  ss->registered.store(false, std::memory_order_seq_cst);
+  if (wanted() && !ss->registered.exchange(true, std::memory_order_seq_cst)) return true;
+  ss->in_active = false;
+  return false;
+}
+
 bool Poller::poll(std::vector<StreamState*>& active) {
   bool progress = false;
   for (size_t k = 0; k < active.size();) {
     StreamState* ss = active[k];
-    // The stream's device is current while its events are queried and the release and
-    // cleanup callbacks of its instructions run (they may use CUDA themselves).
-    if (make_current(ss->device) != cudaSuccess) (void)cu().cudaGetLastError();
-    while (!ss->launched.empty()) {
-      // The FIFO's head and the instructions up to its covering event complete together.
-      Instr* head = ss->launched.front();
-      cudaError_t r = cu().cudaEventQuery(completion_event(head));
-      if (r == cudaErrorNotReady) {
-        (void)cu().cudaGetLastError();  // the runtime also keeps it as this thread's last error
-        break;
-      }
-      progress = true;
-      std::string detail;
-      if (r != cudaSuccess) {
-        (void)cu().cudaGetLastError();  // a sticky error stays; a non-sticky one is reported once
-        detail = cuda_message(r, "the GPU work (asynchronous fault, seen by cudaEventQuery on the event recorded "
-                                 "after this instruction's run of its stream)") +
-                 note_fault(ss->device, r, head);
-      }
-      for (;;) {
-        Instr* i = ss->launched.front();
-        ss->launched.pop_front();
-        DeviceRecord& rec = record_of(i);
-        bool owner = rec.event != nullptr;  // read before completion may recycle i
-        if (rec.deferred) {
-          engine->executor().complete_async(i, FL_OK, std::string());  // its outcome was decided at issue
-        } else if (r == cudaSuccess && rec.hook != nullptr) {
-          std::string why;  // e.g. an NCCL collective cut short by an abort completes on the GPU too
-          fl_status_t st = rec.hook(i, &why);
-          engine->executor().complete_async(i, st, why);
-        } else {
-          engine->executor().complete_async(i, r == cudaSuccess ? FL_OK : FL_ERR_CUDA, detail);
-        }
-        // release pairs with the acquire load in defer_completion: i's completion first.
-        ss->inflight.fetch_sub(1, std::memory_order_release);
-        if (owner) break;
-      }
+    // A stream its lane watches is the lane's to complete (unless user code must run).
+    // acquire pairs with lane_watch/lane_leave's and append_run's seq_cst writes (hints:
+    // completing under the try-lock is right either way).
+    if (!ss->watched.load(std::memory_order_acquire) || ss->heavy.load(std::memory_order_acquire) != 0) {
+      // The stream's device is current while its events are queried and the release and
+      // cleanup callbacks of its instructions run (they may use CUDA themselves).
+      if (make_current(ss->device) != cudaSuccess) (void)cu().cudaGetLastError();
+      if (complete_ready(ss, Completer::kPoller)) progress = true;
     }
-    if (ss->launched.empty()) {
-      ss->polled = false;
+    if (keep(ss)) {
+      ++k;
+    } else {
       active[k] = active.back();
       active.pop_back();
-    } else {
-      ++k;
     }
   }
   return progress;
@@ -184,13 +193,13 @@ bool Poller::poll(std::vector<StreamState*>& active) {
 
 void Poller::run() {
   std::vector<StreamState*> active;
-  std::vector<Instr*> batch;
+  std::vector<StreamState*> batch;
   int idle = 0;
   auto sleep = kMinSleep;
   for (;;) {
     if (active.empty()) spin_while_idle();
     const bool quiet = idle >= kSpinPolls + kYieldPolls;
-    // acquire: pairs with the release store of has_incoming in track() and stop_poller().
+    // acquire: pairs with the release store of has_incoming in hand_to_poller() and stop_poller().
     if (active.empty() || quiet || has_incoming.load(std::memory_order_acquire)) {
       std::unique_lock<std::mutex> lock(mu);
       if (active.empty() && incoming.empty()) {
@@ -208,11 +217,9 @@ void Poller::run() {
       batch.swap(incoming);
       has_incoming.store(stop, std::memory_order_relaxed);  // under mu
     }
-    for (Instr* i : batch) {
-      StreamState* ss = state_of(i->stream);
-      ss->launched.push_back(i);
-      if (!ss->polled) {
-        ss->polled = true;
+    for (StreamState* ss : batch) {
+      if (!ss->in_active) {
+        ss->in_active = true;
         active.push_back(ss);
       }
     }
@@ -236,28 +243,43 @@ Poller* poller_of(core::Engine* e) {
   if (void* p = e->device_state.load(std::memory_order_relaxed)) return static_cast<Poller*>(p);
   auto p = std::make_unique<Poller>();
   p->engine = e;
+  p->settings = read_settings();
   p->thread = std::thread([raw = p.get()] {
+    pthread_setname_np(pthread_self(), "fl-gpu-poller");  // named for profilers and the fake's counters
     core::set_completion_thread(raw->engine);
     raw->run();
   });
   Poller* raw = p.release();
-  // release: publishes the started poller; pairs with the acquire loads above and in track().
+  // release: publishes the started poller; pairs with the acquire loads above, in help_complete() and in value_edge().
   e->device_state.store(raw, std::memory_order_release);
   return raw;
 }
 
-void track(Instr* const* run, size_t n) {
-  // acquire: pairs with the release store in poller_of() (the poller exists: the stream made it).
-  Poller* p = static_cast<Poller*>(run[0]->engine->device_state.load(std::memory_order_acquire));
+void hand_to_poller(StreamState* ss) {
+  // seq_cst: pairs with Poller::keep's store and exchange of `registered` (a store-load
+  // pair with what the caller stored before: one of the two registers the stream).
+  if (ss->registered.exchange(true, std::memory_order_seq_cst)) return;
+  Poller* p = ss->poller;
   bool wake;
   {
     std::lock_guard<std::mutex> lock(p->mu);
-    p->incoming.insert(p->incoming.end(), run, run + n);
+    p->incoming.push_back(ss);
     p->has_incoming.store(true, std::memory_order_release);  // pairs with the poller's acquire loads
     wake = p->sleeping;
   }
   if (wake) p->cv.notify_one();
 }
+
+void stream_listed(Poller* p, StreamState* ss) {
+  std::lock_guard<std::mutex> lock(p->pool_mu);
+  ss->next_of_engine = p->all.load(std::memory_order_relaxed);
+  p->all.store(ss, std::memory_order_release);  // pairs with the acquire load in all_streams()
+}
+
+StreamState* all_streams(Poller* p) { return p->all.load(std::memory_order_acquire); }  // pairs with stream_listed()
+
+const Settings& settings_of(Poller* p) { return p->settings; }
+Counters& counters_of(Poller* p) { return p->counters; }
 
 void stop_poller(core::Engine* e) {
   // acq_rel: pairs with the release store in poller_of(); after the drain, so nothing races.
@@ -270,6 +292,7 @@ void stop_poller(core::Engine* e) {
   }
   p->cv.notify_one();
   p->thread.join();
+  report_counters(p->engine, p->counters);  // FLOWLANE_GPU_STATS, FLOWLANE_GPU_HOPS
   bool last;
   {
     std::lock_guard<std::mutex> lock(p->pool_mu);

@@ -1,6 +1,8 @@
-// The per-engine poller thread of the CUDA backend (CUDA builds only): it watches the event
-// covering the head of every CUDA stream with issued work and completes instructions in
-// stream order (gpu/README.md, "The poller").
+// The per-engine poller thread of the CUDA backend (CUDA builds only): the fallback that
+// completes device work in stream order when no lane runner or waiting thread does
+// (gpu/complete.hpp): streams are handed to it (hand_to_poller) when their lane leaves them
+// or when what they queue runs user code; it watches the event covering each one's head
+// (gpu/README.md, "The poller"). It also holds the engine's GPU resources and settings.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 namespace flowlane::gpu {
 
 struct Poller;
+struct StreamState;
 
 // The engine's poller, started on first use (its first CUDA stream). It also holds the
 // engine's GPU resources: the event pool (per device), freed after the drain.
@@ -34,9 +37,30 @@ void release_cuda_stream(Poller* p, int device, cudaStream_t cs);
 // destroyed frees the poller and what it holds.
 void stream_attached(Poller* p);
 void stream_detached(Poller* p);
-// Hands a run of issued instructions of one CUDA stream, in issue order, to their engine's
-// poller: the last one owns the covering event, the others point to it.
-void track(core::Instr* const* run, size_t n);
+// Hands a stream with queued work (gpu/complete.hpp) to its engine's poller, unless it has
+// it already (StreamState::registered); wakes the poller if it sleeps.
+void hand_to_poller(StreamState* ss);
+// A stream state of the engine was created: listed for waiting threads (all_streams).
+void stream_listed(Poller* p, StreamState* ss);
+// The engine's stream states, newest first (append-only until the engine is stopped).
+StreamState* all_streams(Poller* p);
+
+// Who completes what, per engine, read from the environment when the engine's poller starts
+// (so tests and A/B runs can change them between engines):
+//   FLOWLANE_GPU_COMPLETE  which threads besides the poller complete device work: a list
+//                          of `lane` and `waiter` (default "lane,waiter"); "poller": only
+//                          the poller, as before (for A/B measurements);
+//   FLOWLANE_GPU_VALUE_EDGES=1  device edges across lanes by stream memory operations
+//                          where they are safe (gpu/value_edges.hpp); default 0.
+struct Settings {
+  bool lane_completes = true;
+  bool waiter_completes = true;
+  bool value_edges = false;
+};
+const Settings& settings_of(Poller* p);
+// The engine's completion counters (gpu/hops.hpp).
+struct Counters;
+Counters& counters_of(Poller* p);
 // Engine destroy, after the drain: stops and joins the poller thread, destroys the pooled
 // events (those still attached to instruction records are destroyed when returned).
 void stop_poller(core::Engine* e);

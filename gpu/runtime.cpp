@@ -33,6 +33,10 @@ namespace {
 #define FL_RT_CHECK_T(f, T) \
   static_assert(std::is_same_v<decltype(CudaApi::f), decltype(static_cast<T>(&::f))>, #f);
 FL_CUDA_FUNCTIONS(FL_RT_CHECK, FL_RT_CHECK_T)
+#define FL_RT_CHECK_OPT(f) static_assert(std::is_same_v<decltype(CudaOptionalApi::f), decltype(&::f)>, #f);
+#define FL_RT_CHECK_OPT_T(f, T) \
+  static_assert(std::is_same_v<decltype(CudaOptionalApi::f), decltype(static_cast<T>(&::f))>, #f);
+FL_CUDA_OPTIONAL_FUNCTIONS(FL_RT_CHECK_OPT, FL_RT_CHECK_OPT_T)
 
 std::string dl_error() {
   const char* e = dlerror();
@@ -206,7 +210,27 @@ const Loaded<CudaApi>& cuda_load() {
   return *l;
 }
 
+// The optional entry points, from the library the runtime was loaded from (or the global
+// scope, for a program's own runtime): null where missing.
+CudaOptionalApi load_optional() {
+  CudaOptionalApi t;
+  const std::string& file = cuda_load().file;
+  void* h = file.empty() || file == "the program" ? dlopen(nullptr, RTLD_NOW) : dlopen(file.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return t;
+#define FL_RT_OPTIONAL(f) t.f = reinterpret_cast<decltype(t.f)>(dlsym(h, FL_RT_NAME(f)));
+#define FL_RT_OPTIONAL_T(f, T) FL_RT_OPTIONAL(f)
+  FL_CUDA_OPTIONAL_FUNCTIONS(FL_RT_OPTIONAL, FL_RT_OPTIONAL_T)
+#undef FL_RT_OPTIONAL_T
+#undef FL_RT_OPTIONAL
+  return t;
+}
+
 }  // namespace
+
+const CudaOptionalApi& cu_optional() {
+  static const CudaOptionalApi t = cuda_load().ok ? load_optional() : CudaOptionalApi{};
+  return t;
+}
 
 const CudaApi& cu() { return cuda_load().api; }
 bool cuda_loaded() { return cuda_load().ok; }

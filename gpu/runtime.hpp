@@ -66,9 +66,27 @@ struct CudaApi {
   FL_CUDA_FUNCTIONS(FL_RT_MEMBER, FL_RT_MEMBER_T)
 };
 
+// ---- optional runtime entry points (completion by waiting threads, value edges) --------
+// Resolved when the runtime has them; a missing one only turns off what needs it (its
+// member stays null), never the runtime. cudaPeekAtLastError: a waiting program thread
+// completes device work only when its own last CUDA error is clear (gpu/complete.cpp).
+// cudaGetDriverEntryPointByVersion: the driver's stream memory operations (value edges,
+// gpu/value_edges.hpp). cudaHostGetDevicePointer: the device address of their slots.
+#define FL_CUDA_OPTIONAL_FUNCTIONS(X, XT)                                                   \
+  X(cudaPeekAtLastError)                                                                    \
+  X(cudaGetDriverEntryPointByVersion)                                                       \
+  XT(cudaHostGetDevicePointer, cudaError_t (*)(void**, void*, unsigned int))
+
+struct CudaOptionalApi {
+  FL_CUDA_OPTIONAL_FUNCTIONS(FL_RT_MEMBER, FL_RT_MEMBER_T)
+};
+// ---- end of the optional entry points ---------------------------------------------------
+
 // The loaded CUDA runtime's table; only valid where cuda_loaded() (backend() is non-null
 // exactly then, and every CUDA path starts from the backend).
 const CudaApi& cu();
+// The optional entry points of the same runtime (null members where it lacks them).
+const CudaOptionalApi& cu_optional();
 bool cuda_loaded();
 // Why the CUDA runtime is not usable (empty when it is): names the library, the symbol or
 // version and dlerror's text.

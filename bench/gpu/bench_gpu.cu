@@ -12,100 +12,16 @@
 //                   each thread: kBatch launches then a wait for its stream)
 //   host consumer   BM_RawLaunchSync            vs BM_FlowlaneKernelThenObjectWait
 //                   and BM_FlowlaneKernelThenHostInstr (a host instruction reads the result)
-//   polling cost    BM_RawChainWithPollingThread/0 and /1000 vs BM_RawSingleStreamChain (what a
-//                   thread querying events, with no pause or 1 us between queries, costs launches)
-#include <benchmark/benchmark.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "flowlane/flowlane.h"
+//   idle            BM_FlowlaneIdleEngineCpu: the CPU an engine with CUDA streams uses when no
+//                   GPU work is in flight (idle_cpu_percent, goal <= 1)
+// What else costs the launching thread (a polling thread, a spinning one, extra runtime
+// calls) is measured without flowlane in bench_gpu_controls.cu.
+// With FLOWLANE_GPU_HOPS=FILE, BM_FlowlaneKernelThenObjectWait and ..HostInstr also write
+// FILE.bench (instruction id, ns at the submit call, ns when the wait returned) for
+// scripts/dev/gpu_hops.py, beside the backend's per-hop timestamps in FILE.
+#include "bench/gpu/bench_gpu_common.cuh"
 
 namespace {
-
-__global__ void empty_kernel() {}
-__global__ void add_one(int* p) { *p += 1; }
-
-constexpr int kBatch = 1000;  // kernels per timed batch for the chain benchmarks
-
-// Every call of a raw-CUDA floor and of flowlane is checked: a benchmark whose calls fail
-// measures nothing, so it ends with an error (which scripts/dev/gpu-check.sh treats as a failure).
-void fail_with(benchmark::State& state, const std::string& what) {
-  static thread_local std::string message;  // SkipWithError keeps the pointer
-  message = what;
-  state.SkipWithError(message.c_str());
-}
-#define FLB_CUDA(state, call)                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      fail_with(state, std::string(#call) + ": " + cudaGetErrorString(e_));                \
-      return;                                                                              \
-    }                                                                                      \
-  } while (0)
-#define FLB_FL(state, call)                                                                \
-  do {                                                                                     \
-    fl_status_t s_ = (call);                                                               \
-    if (s_ != FL_OK) {                                                                     \
-      fail_with(state, std::string(#call) + ": " + fl_status_name(s_) + ": " + fl_last_error_message()); \
-      return;                                                                              \
-    }                                                                                      \
-  } while (0)
-
-bool have_gpu(benchmark::State& state) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    state.SkipWithError("no CUDA device visible");
-    return false;
-  }
-  return true;
-}
-
-struct Engine {
-  fl_engine_t* e = nullptr;
-  explicit Engine(uint64_t lanes = 16) {
-    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-    d.max_lanes = lanes;
-    d.inflight_limit = 8192;
-    if (fl_engine_create(&d, &e) != FL_OK) std::fprintf(stderr, "engine: %s\n", fl_last_error_message());
-  }
-  ~Engine() { fl_engine_destroy(e); }
-  fl_stream_t* compute(uint32_t lane) {
-    fl_stream_t* s = nullptr;
-    fl_stream_get(e, lane, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_COMPUTE, &s);
-    return s;
-  }
-};
-
-fl_status_t submit_empty(fl_stream_t* s, fl_operand_t* ops = nullptr, uint64_t nops = 0) {
-  fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
-  k.func = reinterpret_cast<const void*>(&empty_kernel);
-  k.operands = ops;
-  k.num_operands = nops;
-  return fl_submit_kernel(s, &k, nullptr);
-}
-
-fl_status_t submit_add(fl_stream_t* s, int* p, fl_object_t* o) {
-  fl_kernel_instr_t k = FL_KERNEL_INSTR_INIT;
-  k.func = reinterpret_cast<const void*>(&add_one);
-  const void* args[] = {&p};
-  const uint64_t sizes[] = {sizeof(p)};
-  k.args = args;
-  k.arg_sizes = sizes;
-  k.num_args = 1;
-  fl_operand_t op{o, FL_READ_WRITE, 0};
-  k.operands = &op;
-  k.num_operands = 1;
-  return fl_submit_kernel(s, &k, nullptr);
-}
 
 // --- submit cost ------------------------------------------------------------------------
 
@@ -150,75 +66,9 @@ BENCHMARK(BM_FlowlaneSubmitKernel)->UseManualTime();
 // --- chains (each iteration: kBatch dependent kernels, then wait for the last) ----------
 
 void BM_RawSingleStreamChain(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  cudaStream_t s;
-  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  int* p;
-  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) {
-      void* args[1] = {&p};
-      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s));
-    }
-    FLB_CUDA(state, cudaStreamSynchronize(s));
-  }
-  FLB_CUDA(state, cudaFree(p));
-  FLB_CUDA(state, cudaStreamDestroy(s));
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  raw_chain(state, [](benchmark::State&, cudaStream_t, int) { return cudaSuccess; });
 }
 BENCHMARK(BM_RawSingleStreamChain)->UseRealTime();
-
-// The raw chain again, with an event recorded after every 8 kernels (as flowlane covers a
-// run) and a second thread querying the latest one in a loop, pausing `pace_ns` between
-// queries that find it not ready (Arg: 0 = no pause, as a poller that spins on the driver).
-// Against BM_RawSingleStreamChain it shows what a polling thread costs the launching one.
-void BM_RawChainWithPollingThread(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  const auto pace = std::chrono::nanoseconds(state.range(0));
-  cudaStream_t s;
-  FLB_CUDA(state, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::vector<cudaEvent_t> ev(kBatch / 8 + 1);
-  for (auto& e : ev) FLB_CUDA(state, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  int* p;
-  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
-  std::atomic<cudaEvent_t> latest{nullptr};
-  std::atomic<bool> stop{false};
-  std::atomic<long> queries{0};
-  std::thread poller([&] {
-    long n = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
-      cudaEvent_t e = latest.load(std::memory_order_acquire);  // pairs with the release store below
-      if (e == nullptr || cudaEventQuery(e) == cudaSuccess) continue;
-      ++n;
-      (void)cudaGetLastError();
-      const auto until = std::chrono::steady_clock::now() + pace;
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    }
-    queries.store(n);
-  });
-  for (auto _ : state) {
-    for (int k = 0; k < kBatch; ++k) {
-      void* args[1] = {&p};
-      FLB_CUDA(state, cudaLaunchKernel(reinterpret_cast<const void*>(&add_one), dim3(1), dim3(1), args, 0, s));
-      if (k % 8 == 7) {
-        FLB_CUDA(state, cudaEventRecord(ev[size_t(k / 8)], s));
-        latest.store(ev[size_t(k / 8)], std::memory_order_release);  // pairs with the poller's acquire
-      }
-    }
-    FLB_CUDA(state, cudaStreamSynchronize(s));
-    latest.store(nullptr, std::memory_order_release);
-  }
-  stop.store(true);
-  poller.join();
-  state.counters["not_ready_queries_per_kernel"] =
-      double(queries.load()) / double(std::max<int64_t>(1, state.iterations() * kBatch));
-  for (auto& e : ev) FLB_CUDA(state, cudaEventDestroy(e));
-  FLB_CUDA(state, cudaFree(p));
-  FLB_CUDA(state, cudaStreamDestroy(s));
-  state.SetItemsProcessed(state.iterations() * kBatch);
-}
-BENCHMARK(BM_RawChainWithPollingThread)->Arg(0)->Arg(1000)->UseRealTime();
 
 // Each iteration: kBatch kernels incrementing one counter, alternating between streams a
 // and b (a == b: one stream), then a wait for the last.
@@ -345,6 +195,31 @@ void BM_RawLaunchSync(benchmark::State& state) {
 }
 BENCHMARK(BM_RawLaunchSync)->UseRealTime();
 
+// The caller's side of the hop timestamps (FLOWLANE_GPU_HOPS): per round trip, the
+// benchmark, the engine's handle, the id of the kernel, the time of the submit call and the
+// time the wait returned, appended to FILE.bench when the benchmark ends.
+struct CallerHops {
+  const char* path = std::getenv("FLOWLANE_GPU_HOPS");
+  const char* label;
+  uint64_t engine;
+  std::vector<std::array<int64_t, 3>> rows;
+  CallerHops(const char* l, fl_engine_t* e) : label(l), engine(reinterpret_cast<uintptr_t>(e)) {}
+  static int64_t now() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  bool on() const { return path != nullptr && *path != 0; }
+  ~CallerHops() {
+    if (!on() || rows.empty()) return;
+    FILE* f = std::fopen((std::string(path) + ".bench").c_str(), "a");
+    if (f == nullptr) return;
+    for (const auto& r : rows)
+      std::fprintf(f, "%s %llu %lld %lld %lld\n", label, (unsigned long long)engine, (long long)r[0], (long long)r[1],
+                   (long long)r[2]);
+    std::fclose(f);
+  }
+};
+
 void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
   if (!have_gpu(state)) return;
   Engine eng;
@@ -353,9 +228,13 @@ void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
   FLB_FL(state, fl_object_create(eng.e, nullptr, nullptr, &o));
   int* p;
   FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
+  CallerHops hops("object_wait", eng.e);
   for (auto _ : state) {
-    FLB_FL(state, submit_add(s, p, o));
+    const int64_t t0 = hops.on() ? CallerHops::now() : 0;
+    fl_instr_id id = 0;
+    FLB_FL(state, submit_add(s, p, o, &id));
     FLB_FL(state, fl_object_wait(o, FL_READ));
+    if (hops.on()) hops.rows.push_back({int64_t(id), t0, CallerHops::now()});
   }
   FLB_FL(state, fl_object_release(o));
   FLB_FL(state, fl_engine_synchronize(eng.e));
@@ -364,8 +243,9 @@ void BM_FlowlaneKernelThenObjectWait(benchmark::State& state) {
 }
 BENCHMARK(BM_FlowlaneKernelThenObjectWait)->UseRealTime();
 
-// The GPU result consumed by a host instruction (a completion edge through the poller), the
-// caller waiting for that host instruction.
+// The GPU result consumed by a host instruction (a completion edge; the waiting caller
+// completes the kernel and runs the host instruction itself when it can), the caller
+// waiting for that host instruction.
 void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
   if (!have_gpu(state)) return;
   Engine eng;
@@ -380,8 +260,11 @@ void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
   FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
   std::atomic<long> seen{0};
   fl_operand_t ops[2] = {{o, FL_READ, 0}, {done, FL_WRITE, 0}};
+  CallerHops hops("host_instr", eng.e);
   for (auto _ : state) {
-    FLB_FL(state, submit_add(s, p, o));
+    const int64_t t0 = hops.on() ? CallerHops::now() : 0;
+    fl_instr_id id = 0;
+    FLB_FL(state, submit_add(s, p, o, &id));
     fl_host_instr_t h = FL_HOST_INSTR_INIT;
     h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
       static_cast<std::atomic<long>*>(u)->fetch_add(1, std::memory_order_relaxed);
@@ -392,6 +275,7 @@ void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
     h.num_operands = 2;
     FLB_FL(state, fl_submit_host(host, &h, nullptr));
     FLB_FL(state, fl_object_wait(done, FL_READ));
+    if (hops.on()) hops.rows.push_back({int64_t(id), t0, CallerHops::now()});
   }
   FLB_FL(state, fl_object_release(o));
   FLB_FL(state, fl_object_release(done));
@@ -401,6 +285,41 @@ void BM_FlowlaneKernelThenHostInstr(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_FlowlaneKernelThenHostInstr)->UseRealTime();
+
+// --- an idle engine ----------------------------------------------------------------------
+
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// An engine with CUDA streams on 4 lanes that just ran GPU work, then nothing: the CPU the
+// whole process uses over one second (its other engines are idle too), in percent of one
+// core. Goal: <= 1 (nothing spins when no GPU work is in flight).
+void BM_FlowlaneIdleEngineCpu(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Engine eng;
+  fl_object_t* o = nullptr;
+  FLB_FL(state, fl_object_create(eng.e, nullptr, nullptr, &o));
+  int* p;
+  FLB_CUDA(state, cudaMalloc(&p, sizeof(int)));
+  double percent = 0;
+  for (auto _ : state) {
+    for (int k = 0; k < 400; ++k) FLB_FL(state, submit_add(eng.compute(1 + uint32_t(k % 4)), p, o));
+    FLB_FL(state, fl_object_wait(o, FL_READ));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the spins that follow work end
+    const double c0 = process_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    percent = 100.0 * (process_cpu_seconds() - c0) / wall;
+  }
+  state.counters["idle_cpu_percent"] = percent;
+  FLB_FL(state, fl_object_release(o));
+  FLB_CUDA(state, cudaFree(p));
+}
+BENCHMARK(BM_FlowlaneIdleEngineCpu)->Iterations(1)->UseRealTime();
 
 }  // namespace
 

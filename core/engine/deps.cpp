@@ -74,19 +74,45 @@ inline void check_order(const Instr* pred, const Instr* succ) {
   succ->deps.push_back(Instr::Dep{pred, obj, flags});  // within the reserved capacity
 }
 
+// A value edge's entry in pred's issue list (Edge::holds_unit false): succ does not wait
+// for pred's issue, but the walk of what waits for pred (Waits::find_waiter) must find it.
+// False when the list is sealed (pred was issued meanwhile: an ordinary event wait then).
+bool push_walk_edge(std::atomic<Edge*>& head_ref, Instr* succ) {
+  Edge& e = succ->edges.emplace_back();
+  e.succ = succ;
+  e.holds_unit = false;
+  // Acquire, here and on a failed CAS, pairs with the acq_rel exchange that seals the list.
+  Edge* head = head_ref.load(std::memory_order_acquire);
+  for (;;) {
+    if (head == kSealed) {
+      succ->edges.pop_back();
+      return false;
+    }
+    e.next = head;
+    // release publishes the entry to the walk's acquire loads (find_waiter); pairs with them.
+    if (head_ref.compare_exchange_weak(head, &e, std::memory_order_release, std::memory_order_acquire)) return true;
+  }
+}
+
 // Asynchronous → asynchronous (device.hpp): on the same device stream, stream order
 // suffices; on another stream, succ is ordered after pred on the device when it is issued
 // (kIssueWait), and succ waits for pred to be *issued* (an edge in pred's issue list)
-// unless lane order already issues pred first or pred has been issued. Never a host wait
-// for device completion.
+// unless lane order already issues pred first or pred has been issued — or, where the
+// backend can order them with a value (DeviceBackend::value_edge: kValueWait), does not
+// wait for pred's issue at all. Never a host wait for device completion.
 [[gnu::noinline]] void add_device_dep(Engine* engine, Instr* pred, Instr* succ, Object* obj, bool reads) {
   uint8_t flags = reads ? Instr::Dep::kReads : 0;
   // Acquire pairs with the seq_cst store of the terminal state in complete().
   if (pred->stream != succ->stream && !is_terminal(pred->load_state(std::memory_order_acquire))) {
     flags |= Instr::Dep::kIssueWait;
-    if (pred->stream->lane != succ->stream->lane && push_edge(pred->issue_succ_head, succ)) {
-      flags |= Instr::Dep::kEdge;
-      if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
+    if (pred->stream->lane != succ->stream->lane) {
+      if (engine->device()->value_edge(pred, succ) && push_walk_edge(pred->issue_succ_head, succ)) {
+        flags |= Instr::Dep::kValueWait;
+      } else if (push_edge(pred->issue_succ_head, succ)) {
+        flags |= Instr::Dep::kEdge;
+      }
+      if ((flags & (Instr::Dep::kEdge | Instr::Dep::kValueWait)) != 0)
+        if (Observer* ob = engine->observer()) ob->on_edge(*pred, *succ, obj);
     }
   }
   if (flags != 0) note_dep(pred, succ, obj, flags);
@@ -191,7 +217,11 @@ void Recorder::record_operands(Instr* i) {
   for (const Operand& op : i->operands) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
   // The id is taken with every operand locked: a submission sharing an object with this
   // one took it before us or will take it after, consistently on every shared object.
-  i->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  // acq_rel (no dearer than relaxed on x86: a locked add either way): whatever a submitter
+  // did before taking a smaller id (creating a device stream) is visible to one taking a
+  // larger id, which the CUDA backend's value-edge rule relies on (gpu/value_edges.cpp,
+  // Slabs::streams). Pairs with the other submitters' fetch_adds here.
+  i->id = next_id_.fetch_add(1, std::memory_order_acq_rel);
   for (const Operand& op : i->operands) record_operand(&engine_, i, op);
 }
 

@@ -33,9 +33,12 @@
 //     state (a completed predecessor gets no edge).
 //   succ->pending: relaxed increment per edge, before it is published; the submitter's own
 //     unit keeps pending above zero whatever order a completer's decrement takes.
-//   next_id_: relaxed fetch_add under the operands' locks; next_id()'s acquire load pairs
-//     with no release: fl_engine_synchronize compares it with the ids of ledger entries,
-//     which it reads under the ledger's mutex.
+//   next_id_: acq_rel fetch_add under the operands' locks (relaxed for an instruction
+//     without operands, which is nobody's predecessor), pairing with the other submitters'
+//     (the CUDA backend's value-edge rule: what a submitter did before taking a smaller id
+//     is visible to one that takes a larger one); next_id()'s acquire load pairs with no
+//     release: fl_engine_synchronize compares it with the ids of ledger entries, which it
+//     reads under the ledger's mutex.
 #pragma once
 
 #include <atomic>

@@ -16,8 +16,9 @@
 // A backend may report several instructions with one mark (a run that one event covers).
 //
 // Threads: issue() and flush() run on the lane runner (the worker running the lane's
-// task); mark_issued() and complete_async() may be called from any thread the backend owns
-// (its poller), which must call set_completion_thread() first.
+// task); mark_issued() and complete_async() may be called from the lane runner, from any
+// thread the backend owns (its poller, which must call set_completion_thread() first) and
+// from a program thread inside help() (which runs no user callback there).
 #pragma once
 
 #include "flowlane/flowlane.h"
@@ -66,10 +67,28 @@ class DeviceBackend {
   // after it without an edge, so the engine's own check cannot see that outcome yet.)
   virtual Instr* deferred_poison(const Instr* i) = 0;
 
-  // Lane runner: the lane is about to run something else, to block or to go idle; every
-  // instruction it issued since the last flush must be marked issued (step 1) now, or it
-  // could wait forever. Until this call the backend must not complete them.
-  virtual void flush(Lane* lane) = 0;
+  // Lane runner: every instruction the lane issued since the last flush must be marked
+  // issued (step 1) now. `leaving`: the lane is about to run something else, to block or to
+  // go idle, so nothing it issued may wait for the lane to come back; otherwise (a
+  // successor already waits for the issue, or the run is long) the lane goes on issuing on
+  // the same device stream and may complete that stream's finished work itself. Until the
+  // first flush after an issue the backend must not complete the instruction.
+  virtual void flush(Lane* lane, bool leaving) = 0;
+
+  // A program thread (outside any engine callback) waits for work of engine `e` (for an
+  // instruction of stream `s`, or, s null or a host stream, for work that device work of the
+  // engine may hold up): it may complete device work that has finished, in stream order,
+  // instead of waiting for the backend's own thread to see it (gpu/README.md, "Completion").
+  // Runs no user callback: work whose completion does (cleanup, release, hooks) is left to
+  // the backend. Returns true when it completed anything.
+  virtual bool help(Engine* e, Stream* s) = 0;
+
+  // Recording (under the operands' locks): `succ`, on another lane, depends on device
+  // instruction `pred`, which is not issued yet. True when the backend orders succ after
+  // pred on the device without waiting for pred's issue (a value edge: pred's stream writes
+  // a value after pred that succ's stream waits for); succ then records a Dep::kValueWait
+  // entry and no counted edge. False: the usual issue edge.
+  virtual bool value_edge(Instr* pred, Instr* succ) = 0;
 
   // Engine destroy, after the drain: stop the backend's per-engine threads.
   virtual void engine_stopped(Engine* e) = 0;

@@ -146,15 +146,17 @@ void Executor::execute_async(Instr* i) {
   i->error.clear();
   lane->clear_active(i);
   // The backend marks i issued at the next flush (i may complete and be recycled from then
-  // on, so i is not touched after it).
+  // on, so i is not touched after it). A flush the backend asks for at once does not leave
+  // the stream: `unflushed` stays, so the lane still flushes (leaving) before it runs
+  // anything else, blocks or goes idle.
   lane->unflushed = i->stream;
-  if (flush_now) flush_device(lane);
+  if (flush_now) e.device()->flush(lane, false);
 }
 
 void Executor::flush_device(Lane* lane) {
   if (lane->unflushed == nullptr) return;
   lane->unflushed = nullptr;
-  engine_.device()->flush(lane);
+  engine_.device()->flush(lane, true);
 }
 
 void Executor::mark_issued(Instr* x) {
@@ -176,6 +178,42 @@ void Executor::complete_async(Instr* i, fl_status_t st, const std::string& detai
   complete(i);
 }
 
+void Executor::complete_async_poisoned(Instr* i, const Instr* poisoned_by) {
+  mark_skipped(i, poisoned_by);
+  run_cleanup(i);
+  complete(i);
+}
+
+namespace {
+// help_device's caller: the instruction it waits for, and the lane a completion resumed for
+// it (to run on this thread once the backend's help returns). Program threads only.
+FL_TLS thread_local Instr* t_help_target = nullptr;
+FL_TLS thread_local Lane* t_help_resumed = nullptr;
+}  // namespace
+
+bool Executor::help_device(Stream* s, Instr* target) {
+  DeviceBackend* dev = engine_.device();
+  if (dev == nullptr || in_any_engine_context()) return false;
+  t_help_target = target;
+  bool progress = dev->help(&engine_, s);
+  t_help_target = nullptr;
+  if (Lane* lane = t_help_resumed) {
+    t_help_resumed = nullptr;
+    lane->run_resumed_here();  // the target: what this thread waits for, run here
+    progress = true;
+  }
+  return progress;
+}
+
+void Executor::resume(Lane* lane, Instr* succ) {
+  if (succ == t_help_target && t_help_resumed == nullptr && succ->stream->is_host_executed()) {
+    t_help_resumed = lane;  // help_device runs it once the backend returns
+    return;
+  }
+  if (Lane::continue_here(lane)) return;  // a lane runner takes it on after its own lane
+  engine_.pool().submit(&lane->task);
+}
+
 void Executor::release_successors(Edge* e) {
   if (e == kSealed) return;
   while (e != nullptr) {
@@ -183,9 +221,10 @@ void Executor::release_successors(Edge* e) {
     Edge* next = e->next;  // read first: once succ's unit is dropped, succ (and e) may be recycled
     // acq_rel: release hands our writes to whoever launches succ; acquire when we are last.
     // Pairs with the other droppers of succ's units: Lane::take_unit() and Engine::enqueue().
-    if (succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // A value edge's entry holds no unit (Edge::holds_unit).
+    if (e->holds_unit && succ->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // Its lane is blocked on it (the lane's unit was already dropped): resume the lane.
-      engine_.pool().submit(&succ->stream->lane->task);
+      resume(succ->stream->lane, succ);
     }
     e = next;
   }

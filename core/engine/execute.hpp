@@ -16,8 +16,9 @@
 // Lane::clear_active, the pool (to resume a successor's lane), Engine::recycle and the
 // observer (on_start, on_end).
 // Called by: the lane runner (Lane::run_task, Lane::run_owned: execute_host,
-// execute_async, flush_device) and device backends (mark_issued, complete_async; from the
-// backend's threads, set_completion_thread()).
+// execute_async, flush_device), device backends (mark_issued, complete_async: from the lane
+// runner, the backend's threads, set_completion_thread(), and program threads inside
+// help_device), and Waits (help_device, from a program thread's wait).
 // No lock of its own (the lane's diag_lock through Lane::clear_active). The atomics it
 // shares, and with whom:
 //   state: the seq_cst store of the terminal state with the seq_cst load of `sleepers`
@@ -62,13 +63,28 @@ class Executor {
   void flush_device(Lane* lane);
 
   // Device backends (device.hpp): i is on its device and its completion can be tracked;
-  // i's device work finished with `st` (FL_OK, or a failure with `detail`).
+  // i's device work finished with `st` (FL_OK, or a failure with `detail`); or it finished,
+  // but an input it read was poisoned after it was issued (`poisoned_by`, terminal, failed
+  // or skipped): i is skipped as if its lane had seen that (a value edge's consumer).
   void mark_issued(Instr* i);
   void complete_async(Instr* i, fl_status_t st, const std::string& detail);
+  void complete_async_poisoned(Instr* i, const Instr* poisoned_by);
+
+  // A program thread's wait (Waits) polls this while it spins: outside any engine callback,
+  // the device backend may complete finished device work for it (DeviceBackend::help) —
+  // for stream `s`, or for the engine's device streams when s is null or a host stream. A
+  // host instruction `target` (what the wait waits for, or null) that such a completion
+  // releases runs on the calling thread at once (Lane::run_resumed_here), instead of being
+  // handed to a worker. True when anything completed.
+  bool help_device(Stream* s, Instr* target);
 
  private:
   void complete(Instr* i);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
+  // Whoever dropped the last unit of `succ` (blocked at the head of `lane`) resumes the lane:
+  // on this thread when help_device's caller waits for succ, or, on a lane runner, right
+  // after its own lane (Lane::continue_here); else on the pool.
+  void resume(Lane* lane, Instr* succ);
 
   Engine& engine_;
 };

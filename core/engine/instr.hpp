@@ -42,6 +42,11 @@ inline bool is_terminal(InstrState s) { return s >= InstrState::kDone; }
 struct Edge {
   Instr* succ = nullptr;
   Edge* next = nullptr;
+  // False for a value edge's entry in pred's issue list (Dep::kValueWait): succ waits for
+  // pred on the device, not for pred's issue, so it holds no unit of succ's `pending`. It
+  // is there for the walk of what waits for an instruction (Waits::find_waiter); succ
+  // completes only after pred has (gpu/README.md, "Value edges"), so it outlives the list.
+  bool holds_unit = true;
 };
 
 struct Operand {
@@ -106,6 +111,10 @@ struct alignas(64) Instr {
     // issued, the backend orders it after pred on the device (device.hpp), unless pred has
     // completed by then. No host wait.
     static constexpr uint8_t kIssueWait = 4;
+    // With kIssueWait, pred on another lane: the backend orders this instruction after
+    // pred with a value its stream waits for, whether or not pred is issued yet
+    // (DeviceBackend::value_edge); no host wait for pred's issue.
+    static constexpr uint8_t kValueWait = 8;
     Instr* pred;
     Object* obj;
     uint8_t flags;

@@ -2,6 +2,7 @@
 // the MPSC queue, the run loop, going idle without losing a wake-up, running on the
 // submitting thread.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <exception>
@@ -10,11 +11,32 @@
 #include <vector>
 #include <string>
 
+#include "base/env.hpp"
 #include "engine/engine.hpp"
 
 namespace flowlane::core {
 
 namespace {
+
+// FLOWLANE_LANE_HANDOFF (default 1): a lane runner that resumes another lane takes it on
+// itself (Lane::continue_here) and spins briefly before a device instruction blocks; 0
+// hands every resumed lane to the pool at once and blocks at once, as before (for A/B
+// measurements).
+bool handoff_enabled() {
+  static const bool on = env_count("FLOWLANE_LANE_HANDOFF", 1, 1) != 0;
+  return on;
+}
+// How long a lane whose head device instruction waits for a predecessor on another lane
+// (typically for its issue: a launch, a few microseconds) spins before it blocks, when this
+// worker took on no other lane meanwhile: the other lane's runner may release it at once,
+// and blocking costs a trip through the pool and often a wake-up.
+constexpr int64_t kBlockSpinNs = 10'000;
+
+// The lane this thread is running (Lane::run_batch) and the lane it took on to run next
+// (continue_here). Worker threads only; lane tasks never nest (only a worker's top-level
+// loop runs them).
+FL_TLS thread_local Lane* t_running = nullptr;
+FL_TLS thread_local Lane* t_next = nullptr;
 
 // A lane runs at most this many instructions before it re-queues itself, so that one busy
 // lane cannot starve the others on a small pool.
@@ -100,6 +122,18 @@ bool Lane::take_unit(Instr* i) {
   // fetch_subs of pending in release_successors() and Engine::enqueue(): the predecessors'
   // results are visible before i runs.
   if (i->pending.load(std::memory_order_acquire) == 1) return true;
+  // A device instruction waiting for another lane (its predecessor's issue, usually): that
+  // lane's runner may drop the unit within a launch. Unless this worker took on a lane
+  // meanwhile (it runs that one instead), spin briefly rather than block.
+  if (t_next == nullptr && !i->stream->is_host_executed() && handoff_enabled()) {
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned n = 1;; ++n) {
+      cpu_relax();
+      // Acquire, as above: pairs with the release fetch_subs of the other droppers.
+      if (i->pending.load(std::memory_order_acquire) == 1) return true;
+      if ((n & 63) == 0 && std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(kBlockSpinNs)) break;
+    }
+  }
   // Drop the lane's unit. cur is set first: whoever drops the last unit re-submits this
   // lane task, and the resumed runner must find the instruction.
   cur = i;
@@ -123,6 +157,23 @@ bool Lane::give_up() {
   // Pairs with schedule()'s exchange (one of us owns the lane) and, acquire, with the
   // store of 0 above by whichever thread ran the lane since.
   return scheduled.exchange(1, std::memory_order_seq_cst) == 0;  // else re-scheduled by a producer
+}
+
+bool Lane::continue_here(Lane* lane) {
+  Lane* self = t_running;
+  if (self == nullptr || t_next != nullptr || self->engine != lane->engine || !handoff_enabled()) return false;
+  t_next = lane;
+  return true;
+}
+
+void Lane::run_resumed_here() {
+  // The lane blocked on `cur` after flushing its device work, and whoever dropped the last
+  // unit owns it now: the same state run_task() resumes from.
+  Instr* i = cur;
+  cur = nullptr;
+  set_active(i, false);
+  engine->executor().execute_host(i);  // i may be recycled from here on
+  if (peek() != nullptr || give_up()) engine->pool().submit(&task);
 }
 
 void Lane::run_owned(Instr* i) {
@@ -152,8 +203,22 @@ void Lane::schedule() {
 
 void Lane::run_task(sched::Task* t) {
   Lane* lane = reinterpret_cast<Lane*>(reinterpret_cast<char*>(t) - offsetof(Lane, task));
+  // A lane taken on meanwhile (continue_here) runs next on this worker: no hand-off.
+  while (lane != nullptr) lane = lane->run_batch();
+}
+
+Lane* Lane::run_batch() {
+  Lane* lane = this;
   Engine* engine = lane->engine;
   Executor& run = engine->executor();
+  t_running = lane;
+  // What this turn ends with: the lane taken on meanwhile, which this thread runs next.
+  auto finish = [] {
+    t_running = nullptr;
+    Lane* next = t_next;
+    t_next = nullptr;
+    return next;
+  };
   for (int n = 0; n < kLaneBatch; ++n) {
     Instr* i = lane->cur;
     if (i == nullptr) {
@@ -174,12 +239,17 @@ void Lane::run_task(sched::Task* t) {
       }
       if (i != nullptr) {
         if (must_flush_before(lane, i)) run.flush_device(lane);
-        if (!lane->take_unit(i)) return;  // blocked: its last predecessor resumes the lane
+        if (!lane->take_unit(i)) return finish();  // blocked: its last predecessor resumes the lane
       } else {
         if (Observer* ob = engine->observer()) ob->on_lane_idle(lane->id);
-        if (!lane->give_up()) return;
+        if (!lane->give_up()) return finish();
         continue;  // a producer pushed meanwhile and we took the lane back
       }
+    }
+    // This lane goes on: a lane taken on meanwhile must not wait for it.
+    if (Lane* other = t_next) {
+      t_next = nullptr;
+      engine->pool().submit(&other->task);
     }
     lane->cur = nullptr;
     lane->set_active(i, false);  // running
@@ -190,6 +260,7 @@ void Lane::run_task(sched::Task* t) {
   }
   run.flush_device(lane);  // the lane may wait in the injection queue for a while
   engine->pool().yield(&lane->task);  // behind other waiting work; the lane stays owned
+  return finish();
 }
 
 void Lane::set_active(Instr* i, bool blocked) {

@@ -196,7 +196,22 @@ struct Lane {
   // calling thread, then hands the lane on (to the pool if work was queued meanwhile,
   // else idle).
   void run_owned(Instr* i);
+  // The calling thread dropped the last unit of the host instruction the lane is blocked on
+  // (`cur`), so it owns the lane: runs that one instruction here, then hands the lane on as
+  // run_owned() does (Executor::help_device: a program thread waiting for it).
+  void run_resumed_here();
+  // Called by whoever dropped the last unit of `lane`'s blocked head: true when the calling
+  // thread runs lanes of the same engine (a lane runner) and takes `lane` on right after its
+  // own (one at a time; it goes to the pool at once if its own lane goes on with ready work
+  // instead). The lane then continues on this worker without a hand-off to another thread
+  // (core/engine/README.md, "Lanes as strands"). FLOWLANE_LANE_HANDOFF=0 turns it off.
+  static bool continue_here(Lane* lane);
   static void run_task(sched::Task* t);
+
+ private:
+  // One turn of the run loop (up to kLaneBatch instructions). Returns the lane this thread
+  // took on meanwhile (continue_here), to run next, or null.
+  Lane* run_batch();
 };
 
 }  // namespace flowlane::core

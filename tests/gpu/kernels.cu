@@ -55,6 +55,17 @@ __global__ void sleep_then_set(volatile int* flag, unsigned long long ns) {
 
 __global__ void write_to(int* p) { *p = 1; }
 
+__global__ void mix(int* dst, const int* src, int c, unsigned long long spin_ns) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int s = *static_cast<const volatile int*>(src);
+  int d = *static_cast<volatile int*>(dst);
+  unsigned long long start = now_ns();
+  while (now_ns() - start < spin_ns) {
+  }
+  *static_cast<volatile int*>(dst) = int((static_cast<long long>(d) * 31 + s + c) % 1000003);
+  __threadfence_system();
+}
+
 __global__ void echo_big(fltest::BigArg b) {
   int* out = reinterpret_cast<int*>((static_cast<unsigned long long>(b.out_hi) << 32) | b.out_lo);
   for (int k = threadIdx.x; k < 8189; k += blockDim.x) out[k] = b.v[k];
@@ -71,12 +82,13 @@ const void* set_flag_kernel() { return reinterpret_cast<const void*>(&set_flag);
 const void* sleep_then_set_kernel() { return reinterpret_cast<const void*>(&sleep_then_set); }
 const void* write_to_kernel() { return reinterpret_cast<const void*>(&write_to); }
 const void* echo_big_kernel() { return reinterpret_cast<const void*>(&echo_big); }
+const void* mix_kernel() { return reinterpret_cast<const void*>(&mix); }
 
 int preload_kernels() {
   static const int failed = [] {
     int bad = 0;
     for (const void* f : {fill_kernel(), add_kernel(), copy_kernel(), wait_flag_then_write_kernel(), set_flag_kernel(),
-                          sleep_then_set_kernel(), write_to_kernel(), echo_big_kernel()}) {
+                          sleep_then_set_kernel(), write_to_kernel(), echo_big_kernel(), mix_kernel()}) {
       cudaFuncAttributes a;
       if (cudaFuncGetAttributes(&a, f) != cudaSuccess) {
         (void)cudaGetLastError();

@@ -19,6 +19,9 @@ const void* set_flag_kernel();
 const void* sleep_then_set_kernel();
 // write_to(int* p): *p = 1 — given a bad pointer, an illegal address.
 const void* write_to_kernel();
+// mix(int* dst, const int* src, int c, unsigned long long spin_ns): spins spin_ns, then
+// *dst = (*dst * 31 + *src + c) mod 1000003 (the randomized model tests' step).
+const void* mix_kernel();
 
 // echo_big(BigArg b): out[k] = b.v[k] for every k: one kernel argument of exactly 32764
 // bytes, CUDA's parameter limit (sm_70+, CUDA 12.1+). The output pointer travels as two

@@ -16,9 +16,13 @@
 // counters completed by their stream; cudaStreamWaitEvent queues a wait. "Kernels" are
 // FakeKernel descriptors (see fake_kernel.hpp) passed as the function pointer: the
 // argument bytes are copied at launch, as CUDA does, and `run` executes on the stream.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +68,8 @@ struct HwQueue {
   }
 };
 
+void fake_after_push(struct CUstream_st* s);  // the synchronous mode (the block at the end of this file)
+
 struct CUstream_st {
   int device = 0;
   HwQueue* hw = nullptr;
@@ -74,6 +80,7 @@ struct CUstream_st {
       f();
       pending.fetch_sub(1);
     });
+    fake_after_push(this);
   }
 };
 
@@ -187,6 +194,10 @@ cudaError_t set_err(cudaError_t e) {
   if (e != cudaSuccess) t_last = e;
   return e;
 }
+// The timing model and the query counters (defined in the block at the end of this file).
+bool fake_note_query(bool ready);
+void fake_launch_cost();
+void fake_kernel_time();
 }  // namespace
 
 extern "C" {
@@ -313,7 +324,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (g_sticky.load() != cudaSuccess) return set_err(cudaError_t(g_sticky.load()));
   // Like the runtime, a not-ready answer is also the thread's last error.
-  return e->completed.load() >= e->recorded.load() ? cudaSuccess : set_err(cudaErrorNotReady);
+  // Who asks, and whether that kind of thread is blinded (the block at the end of this file).
+  const bool ready = fake_note_query(e->completed.load() >= e->recorded.load());
+  return ready ? cudaSuccess : set_err(cudaErrorNotReady);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   g_stream_waits.fetch_add(1);
@@ -335,7 +348,9 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** arg
     const auto* p = static_cast<const unsigned char*>(args[a]);
     bytes->emplace_back(p, p + k->sizes[a]);
   }
+  fake_launch_cost();  // host time of a launch, when a test sets one (the block at the end)
   s->push([k, bytes] {
+    fake_kernel_time();  // device time of a kernel, likewise
     if (g_sticky.load() != cudaSuccess) return;
     std::vector<const void*> ptrs;
     for (auto& b : *bytes) ptrs.push_back(b.data());
@@ -387,3 +402,158 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 }  // extern "C"
+
+// ---- completion by whoever is there; stream memory operations (gpu/complete.hpp,
+// gpu/value_edges.hpp) ---------------------------------------------------------------------
+// Who queries events: the thread a test marked as its own (fake_cudart_mark_this_thread),
+// the engine's poller (the thread named fl-gpu-poller), or anyone else (lane workers); each
+// query counted, and those that found the event complete (after which that thread
+// completes the work). A timing model: a host-side cost per kernel launch (busy, on the
+// launching thread) and a device-side time per kernel (busy, on its queue), so that tests
+// can make launches slower or faster than kernels. The driver's stream memory operations,
+// found through cudaGetDriverEntryPointByVersion (FAKE_CUDA_NO_MEMOPS=1 or
+// fake_cudart_set_memops(0): not found): a wait polls its 64-bit slot on the stream's queue
+// until it reaches the value (>=, cyclic), so a host store releases it too; a wait that
+// never ends stops the process after FAKE_CUDA_VALUE_WAIT_S seconds (default 30), naming
+// itself, instead of hanging the suite.
+namespace {
+enum { kByMarked = 0, kByPoller = 1, kByOther = 2 };
+thread_local int t_who = -1;
+std::atomic<long> g_queries[3];
+std::atomic<long> g_ready_queries[3];
+std::atomic<long> g_launch_ns{0};
+std::atomic<long> g_kernel_ns{0};
+std::atomic<int> g_memops{-1};  // -1: from FAKE_CUDA_NO_MEMOPS
+std::atomic<long> g_value_waits{0};
+std::atomic<long> g_value_writes{0};
+std::atomic<int> g_fail_value_writes{0};
+std::atomic<long> g_write_delay_ns{0};
+
+int who() {
+  if (t_who < 0) {
+    char name[32] = {0};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    t_who = std::strcmp(name, "fl-gpu-poller") == 0 ? kByPoller : kByOther;
+  }
+  return t_who;
+}
+
+std::atomic<int> g_blind[3];  // queries by that thread kind answer cudaErrorNotReady
+std::atomic<int> g_sync{0};
+
+bool fake_note_query(bool ready) {
+  const int w = who();
+  if (g_blind[w].load() != 0) ready = false;
+  g_queries[w].fetch_add(1);
+  if (ready) g_ready_queries[w].fetch_add(1);
+  return ready;
+}
+
+void busy_for(long ns) {
+  if (ns <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+void fake_launch_cost() { busy_for(g_launch_ns.load()); }
+void fake_kernel_time() { busy_for(g_kernel_ns.load()); }
+
+bool memops_on() {
+  int m = g_memops.load();
+  if (m < 0) {
+    const char* v = std::getenv("FAKE_CUDA_NO_MEMOPS");
+    m = (v != nullptr && *v == '1') ? 0 : 1;
+  }
+  return m == 1;
+}
+
+long value_wait_limit_s() {
+  const char* v = std::getenv("FAKE_CUDA_VALUE_WAIT_S");
+  long s = v != nullptr ? std::atol(v) : 30;
+  return s > 0 ? s : 30;
+}
+
+CUresult fake_wait_value64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  if (g_sticky.load() != cudaSuccess) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  if (flags != CU_STREAM_WAIT_VALUE_GEQ) return CUDA_ERROR_INVALID_VALUE;  // the only mode flowlane uses
+  g_value_waits.fetch_add(1);
+  auto* slot = reinterpret_cast<uint64_t*>(addr);
+  s->push([slot, value] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(value_wait_limit_s());
+    while (int64_t(std::atomic_ref<uint64_t>(*slot).load() - value) < 0 && g_sticky.load() == cudaSuccess) {
+      if (std::chrono::steady_clock::now() > until) {
+        std::fprintf(stderr, "FATAL (fake CUDA): a stream waited %ld s for value %llu at %p (it holds %llu): "
+                             "nobody released it\n",
+                     value_wait_limit_s(), (unsigned long long)value, static_cast<void*>(slot),
+                     (unsigned long long)std::atomic_ref<uint64_t>(*slot).load());
+        std::fflush(stderr);
+        std::_Exit(4);
+      }
+      std::this_thread::yield();
+    }
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fake_write_value64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int) {
+  for (int n = g_fail_value_writes.load(); n > 0;)
+    if (g_fail_value_writes.compare_exchange_weak(n, n - 1)) return CUDA_ERROR_LAUNCH_FAILED;
+  if (g_sticky.load() != cudaSuccess) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  g_value_writes.fetch_add(1);
+  auto* slot = reinterpret_cast<uint64_t*>(addr);
+  s->push([slot, value] {
+    busy_for(g_write_delay_ns.load());  // a slow write, when a test asks for one
+    std::atomic_ref<uint64_t>(*slot).store(value);
+  });
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+// Synchronous mode: whatever is pushed on a stream has run when the call returns (as with
+// CUDA_LAUNCH_BLOCKING=1): every event is complete once recorded, so who sees it first is
+// decided by who asks first.
+void fake_after_push(CUstream_st* s) {
+  if (g_sync.load() == 0) return;
+  while (s->pending.load() != 0) std::this_thread::yield();
+}
+
+extern "C" {
+
+void fake_cudart_mark_this_thread() { t_who = kByMarked; }
+// Queries by the marked thread (0), the poller (1) or other threads (2) answer "not ready"
+// while blinded: the others must complete the work.
+void fake_cudart_blind(int by, int on) { g_blind[by].store(on); }
+void fake_cudart_set_sync(int on) { g_sync.store(on); }
+// Queries of events by the marked thread, the poller and others (workers): all, or only
+// those that found the event complete.
+long fake_cudart_queries(int by) { return g_queries[by].load(); }
+long fake_cudart_ready_queries(int by) { return g_ready_queries[by].load(); }
+void fake_cudart_set_launch_ns(long ns) { g_launch_ns.store(ns); }
+void fake_cudart_set_kernel_ns(long ns) { g_kernel_ns.store(ns); }
+void fake_cudart_set_memops(int on) { g_memops.store(on); }
+long fake_cudart_value_waits() { return g_value_waits.load(); }
+long fake_cudart_value_writes() { return g_value_writes.load(); }
+void fake_cudart_fail_value_writes(int n) { g_fail_value_writes.store(n); }
+void fake_cudart_set_write_delay_ns(long ns) { g_write_delay_ns.store(ns); }
+
+cudaError_t cudaPeekAtLastError(void) {
+  if (t_last == cudaSuccess && g_sticky.load() != cudaSuccess) return cudaError_t(g_sticky.load());
+  return t_last;
+}
+
+cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned int) {
+  *d = h;  // host memory is device memory here
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int, unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  *fn = nullptr;
+  if (memops_on() && std::strcmp(symbol, "cuStreamWaitValue64") == 0) *fn = reinterpret_cast<void*>(&fake_wait_value64);
+  if (memops_on() && std::strcmp(symbol, "cuStreamWriteValue64") == 0) *fn = reinterpret_cast<void*>(&fake_write_value64);
+  if (status != nullptr) *status = *fn != nullptr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
+
+}  // extern "C"
+// ---- end of completion by whoever is there; stream memory operations ----------------------

@@ -20,8 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "fake_kernel.hpp"
-#include "flowlane/flowlane.h"
+#include "fake_test_util.hpp"
 #include "flowlane/flowlane.hpp"
 
 extern "C" long fake_cudart_events_created();
@@ -32,30 +31,7 @@ extern "C" void fake_cudart_fail_event_records(int n);
 
 namespace {
 
-int run_add(const void* const* a) {
-  int* p = *static_cast<int* const*>(a[0]);
-  int v = *static_cast<const int*>(a[1]);
-  *p += v;
-  return 0;
-}
-const fake::Kernel kAdd{2, {sizeof(int*), sizeof(int)}, &run_add};
-
-int run_wait_flag(const void* const* a) {
-  int* flag = *static_cast<int* const*>(a[0]);
-  int* out = *static_cast<int* const*>(a[1]);
-  int v = *static_cast<const int*>(a[2]);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::atomic_ref<int>(*flag).load() == 0) {
-    if (std::chrono::steady_clock::now() > until) {
-      *out = -1;
-      return 0;
-    }
-    std::this_thread::yield();
-  }
-  *out = v;
-  return 0;
-}
-const fake::Kernel kWaitFlag{3, {sizeof(int*), sizeof(int*), sizeof(int)}, &run_wait_flag};
+using namespace fakegpu;
 
 int run_set_flag(const void* const* a) {
   std::atomic_ref<int>(**static_cast<int* const*>(a[0])).store(1);
@@ -75,45 +51,6 @@ const fake::Kernel kSleepSet{2, {sizeof(int*), sizeof(long)}, &run_sleep_set};
 int run_fault(const void* const*) { return 1; }
 const fake::Kernel kFault{0, {}, &run_fault};
 
-constexpr fl_device_t kCpu{FL_DEVICE_CPU, 0};
-constexpr fl_device_t kGpu{FL_DEVICE_CUDA, 0};
-
-struct Eng {
-  fl_engine_t* e = nullptr;
-  Eng() {
-    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-    d.num_workers = 4;
-    EXPECT_EQ(fl_engine_create(&d, &e), FL_OK);
-  }
-  ~Eng() { fl_engine_destroy(e); }
-  fl_stream_t* s(uint32_t lane, fl_device_t dev, fl_stream_kind_t k) {
-    fl_stream_t* out = nullptr;
-    EXPECT_EQ(fl_stream_get(e, lane, dev, k, &out), FL_OK) << fl_last_error_message();
-    return out;
-  }
-  fl_object_t* obj(void* u = nullptr, fl_release_fn r = nullptr) {
-    fl_object_t* o = nullptr;
-    EXPECT_EQ(fl_object_create(e, u, r, &o), FL_OK);
-    return o;
-  }
-};
-
-fl_status_t kernel(fl_stream_t* s, const fake::Kernel& k, std::vector<const void*> args,
-                   std::vector<fl_operand_t> ops, const char* name, uint32_t block = 1,
-                   fl_instr_id* out_id = nullptr) {
-  std::vector<uint64_t> sizes;
-  for (int a = 0; a < k.nargs; ++a) sizes.push_back(k.sizes[a]);
-  fl_kernel_instr_t ki = FL_KERNEL_INSTR_INIT;
-  ki.func = &k;
-  ki.block = {block, 1, 1};
-  ki.args = args.data();
-  ki.arg_sizes = sizes.data();
-  ki.num_args = args.size();
-  ki.operands = ops.data();
-  ki.num_operands = ops.size();
-  ki.name = name;
-  return fl_submit_kernel(s, &ki, out_id);
-}
 
 TEST(FakeGpu, ChainAcrossLanesAndStreams) {
   int value = 0;
@@ -321,42 +258,6 @@ TEST(FakeGpu, ManyLanesSubmittingConcurrently) {
 
 // --- events only where needed (gpu/README.md, "Events") -------------------------------
 
-// A host instruction that holds its lane until `open` is set, so that everything submitted
-// to the lane behind it is queued when the lane goes on.
-struct Gate {
-  std::atomic<int> open{0};
-  void submit(Eng& g, uint32_t lane) {
-    fl_host_instr_t h = FL_HOST_INSTR_INIT;
-    h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
-      auto* gate = static_cast<Gate*>(u);
-      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (gate->open.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-      return FL_OK;
-    };
-    h.user_data = this;
-    h.name = "gate";
-    ASSERT_EQ(fl_submit_host(g.s(lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
-  }
-};
-
-// fl_engine_synchronize, or the process ends with a message: a hang must fail the test,
-// not stall the suite (the engine could not be destroyed anyway). A failure is reported
-// with its message (thread-local to the waiting thread).
-fl_status_t synchronize_or_die(Eng& g, const char* what) {
-  auto f = std::async(std::launch::async, [&g] {
-    fl_status_t st = fl_engine_synchronize(g.e);
-    return std::make_pair(st, std::string(st == FL_OK ? "" : fl_last_error_message()));
-  });
-  if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: %s: fl_engine_synchronize did not return within 30 s (a hang)\n", what);
-    std::fflush(stderr);
-    std::_Exit(3);
-  }
-  auto [st, msg] = f.get();
-  if (st != FL_OK) ADD_FAILURE_AT(__FILE__, __LINE__) << what << ": " << msg;
-  return st;
-}
-
 TEST(FakeGpu, SameStreamRunRecordsOneEventPerRunAndNoWaits) {
   Eng g;
   int x = 0;
@@ -476,80 +377,11 @@ TEST(FakeGpu, FailedEventRecordFailsTheWholeRunByName) {
   fl_object_release(o);
 }
 
-// dst = (dst * 31 + src + c) mod 1000003; every `spin`-th call dawdles on the stream, so
-// that a missing event wait shows as a wrong value.
-int run_mix(const void* const* a) {
-  int* dst = *static_cast<int* const*>(a[0]);
-  const int* src = *static_cast<const int* const*>(a[1]);
-  int c = *static_cast<const int*>(a[2]);
-  int spin = *static_cast<const int*>(a[3]);
-  int s = std::atomic_ref<const int>(*src).load();
-  int d = std::atomic_ref<int>(*dst).load();
-  if (spin > 0) std::this_thread::sleep_for(std::chrono::microseconds(spin));
-  std::atomic_ref<int>(*dst).store(int((int64_t(d) * 31 + s + c) % 1000003));
-  return 0;
-}
-const fake::Kernel kMix{4, {sizeof(int*), sizeof(int*), sizeof(int), sizeof(int)}, &run_mix};
-
 // Random dependent work over 4 lanes x 2 CUDA streams + host instructions, compared with
 // sequential execution: the engine must order every read-after-write, write-after-read and
 // write-after-write through stream order, covering events, event waits and completion.
 TEST(FakeGpu, RandomCrossStreamWorkMatchesSequentialExecution) {
-  for (uint32_t seed = 1; seed <= 4; ++seed) {
-    std::mt19937 rng(seed);
-    constexpr int kObjects = 6, kOps = 1500;
-    std::vector<int> vals(kObjects), model(kObjects);
-    for (int k = 0; k < kObjects; ++k) vals[k] = model[k] = k + 1;
-    {
-      Eng g;
-      std::vector<fl_object_t*> objs;
-      for (int k = 0; k < kObjects; ++k) objs.push_back(g.obj());
-      struct HostMix {
-        int* dst;
-        const int* src;
-        int c;
-      };
-      std::vector<HostMix> host_args;
-      host_args.reserve(kOps);
-      for (int n = 0; n < kOps; ++n) {
-        int dst = int(rng() % kObjects), src = int(rng() % kObjects);
-        int c = int(rng() % 1000);
-        uint32_t lane = 1 + rng() % 4;
-        model[dst] = int((int64_t(model[dst]) * 31 + model[src] + c) % 1000003);
-        std::vector<fl_operand_t> ops;
-        if (src == dst) {
-          ops = {{objs[dst], FL_READ_WRITE, 0}};
-        } else {
-          ops = {{objs[dst], FL_READ_WRITE, 0}, {objs[src], FL_READ, 0}};
-        }
-        if (rng() % 8 == 0) {  // a host instruction now and then
-          host_args.push_back({&vals[dst], &vals[src], c});
-          fl_host_instr_t h = FL_HOST_INSTR_INIT;
-          h.fn = [](fl_instr_ctx_t*, void* u) -> fl_status_t {
-            auto* m = static_cast<HostMix*>(u);
-            int s = std::atomic_ref<const int>(*m->src).load();
-            int d = std::atomic_ref<int>(*m->dst).load();
-            std::atomic_ref<int>(*m->dst).store(int((int64_t(d) * 31 + s + m->c) % 1000003));
-            return FL_OK;
-          };
-          h.user_data = &host_args.back();
-          h.operands = ops.data();
-          h.num_operands = ops.size();
-          ASSERT_EQ(fl_submit_host(g.s(lane, kCpu, FL_STREAM_HOST), &h, nullptr), FL_OK);
-          continue;
-        }
-        int* pd = &vals[dst];
-        const int* ps = &vals[src];
-        int spin = rng() % 16 == 0 ? 50 : 0;
-        fl_stream_kind_t kind = rng() % 2 ? FL_STREAM_COMPUTE : FL_STREAM_H2D;
-        ASSERT_EQ(kernel(g.s(lane, kGpu, kind), kMix, {&pd, &ps, &c, &spin}, ops, "mix"), FL_OK)
-            << fl_last_error_message();
-      }
-      ASSERT_EQ(synchronize_or_die(g, "random cross-stream work"), FL_OK);
-      for (fl_object_t* o : objs) fl_object_release(o);
-    }
-    EXPECT_EQ(vals, model) << "seed " << seed;
-  }
+  for (uint32_t seed = 1; seed <= 4; ++seed) random_work(seed, 1500, false);
 }
 
 // A release callback runs on the poller. If it submits while the window is full of GPU

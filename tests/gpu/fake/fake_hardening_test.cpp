@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "fake_kernel.hpp"
+#include "fake_test_util.hpp"
 #include "flowlane/flowlane.h"
 
 extern "C" void fake_cudart_reset_sticky();
@@ -58,41 +58,11 @@ const fake::Kernel kBigArg{1, {32764}, &run_nothing};
 const fake::Kernel kTooBigArg{1, {32765}, &run_nothing};
 const fake::Kernel kForeign{0, {}, &run_nothing};
 
-struct Eng {
-  fl_engine_t* e = nullptr;
-  explicit Eng(uint32_t workers = 2) {
-    fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-    d.num_workers = workers;
-    EXPECT_EQ(fl_engine_create(&d, &e), FL_OK);
-  }
-  ~Eng() { fl_engine_destroy(e); }
-  fl_stream_t* s(uint32_t lane, fl_device_t dev, fl_stream_kind_t k) {
-    fl_stream_t* out = nullptr;
-    EXPECT_EQ(fl_stream_get(e, lane, dev, k, &out), FL_OK) << fl_last_error_message();
-    return out;
-  }
-  fl_object_t* obj() {
-    fl_object_t* o = nullptr;
-    EXPECT_EQ(fl_object_create(e, nullptr, nullptr, &o), FL_OK);
-    return o;
-  }
+// The shared engine of the fake tests (fake_test_util.hpp), with 2 workers here.
+struct Eng : fakegpu::Eng {
+  explicit Eng(uint32_t workers = 2) : fakegpu::Eng(workers) {}
 };
-
-fl_status_t kernel(fl_stream_t* s, const fake::Kernel& k, std::vector<const void*> args,
-                   std::vector<fl_operand_t> ops, const char* name, uint32_t block = 1, fl_instr_id* id = nullptr) {
-  std::vector<uint64_t> sizes;
-  for (int a = 0; a < k.nargs; ++a) sizes.push_back(k.sizes[a]);
-  fl_kernel_instr_t ki = FL_KERNEL_INSTR_INIT;
-  ki.func = &k;
-  ki.block = {block, 1, 1};
-  ki.args = args.data();
-  ki.arg_sizes = sizes.data();
-  ki.num_args = args.size();
-  ki.operands = ops.data();
-  ki.num_operands = ops.size();
-  ki.name = name;
-  return fl_submit_kernel(s, &ki, id);
-}
+using fakegpu::kernel;
 
 // Submits a host instruction to `s` running `f` (a captureless-friendly std::function).
 template <class F>
