@@ -166,6 +166,13 @@ bool Lane::continue_here(Lane* lane) {
   return true;
 }
 
+void Lane::hand_off_taken() {
+  Lane* next = t_next;
+  if (next == nullptr) return;
+  t_next = nullptr;
+  next->engine->pool().submit(&next->task);
+}
+
 void Lane::run_resumed_here() {
   // The lane blocked on `cur` after flushing its device work, and whoever dropped the last
   // unit owns it now: the same state run_task() resumes from.

@@ -206,6 +206,10 @@ struct Lane {
   // instead). The lane then continues on this worker without a hand-off to another thread
   // (core/engine/README.md, "Lanes as strands"). FLOWLANE_LANE_HANDOFF=0 turns it off.
   static bool continue_here(Lane* lane);
+  // Code that may block is about to run on this thread before its lane's turn ends (an
+  // object's release callback, run by a completion): the lane it took on (continue_here), if
+  // any, goes to the pool now, since that code may wait for it.
+  static void hand_off_taken();
   static void run_task(sched::Task* t);
 
  private:

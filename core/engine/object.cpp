@@ -29,6 +29,9 @@ void Objects::destroy(Object* o, Instr* completing) {
   for (Instr* r : o->readers)
     if (r->unref()) engine_.recycle(r);
   if (o->release != nullptr) {
+    // The callback may wait for anything, a lane this thread took on to run after its own
+    // included (Lane::continue_here): that lane goes to the pool first.
+    Lane::hand_off_taken();
     CallbackScope frame(&engine_, completing, CallbackKind::kRelease);
     try {
       o->release(o->user_data);

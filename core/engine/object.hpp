@@ -7,7 +7,8 @@
 // release callback) and each object's lifetime (refs, release). The dependency state
 // (lock, last_writer, readers) is Recorder's; Waits reads it under the object's lock.
 // Calls: the release callback inside a kRelease CallbackScope (context.hpp), for the
-// instruction whose completion drops the last reference; Engine::recycle (the users an
+// instruction whose completion drops the last reference, after Lane::hand_off_taken (a
+// lane this thread took on must not wait behind the callback); Engine::recycle (the users an
 // object still references when it goes), Engine::forget_handle (destroy).
 // Called by: the C API (create, release), Recorder (a reference per operand, taken at
 // submission), Executor::complete (release_ref per operand), engine destroy (release_all).
