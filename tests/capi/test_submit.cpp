@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "guarantees_util.hpp"
+#include "capi_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 namespace {
 

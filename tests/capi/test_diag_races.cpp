@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 #include "capi/test_diag_util.hpp"
 
 namespace {
