@@ -1,5 +1,6 @@
-// Helpers for the concurrency-guarantee suites (public API only): a hang guard that turns a
-// deadlock into a clear failure, and small engine helpers.
+// Helpers shared by the C API suites (public API only): a hang guard that turns a deadlock
+// into a clear failure, small engine helpers (flguard), and the instruction, object and
+// gate helpers several conformance files use (flcapi; each file names the ones it uses).
 #pragma once
 
 #include <chrono>
@@ -7,8 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "test_util.hpp"
 
@@ -96,7 +99,77 @@ inline fl_status_t submit_raw(fl_stream_t* s, fl_host_fn fn, void* ud, const fl_
 
 }  // namespace flguard
 
-// What the guarantee suites use unqualified.
+namespace flcapi {
+
+inline fl_status_t noop(fl_instr_ctx_t*, void*) { return FL_OK; }
+
+// Adds one to the std::atomic<int> at ud.
+inline fl_status_t bump(fl_instr_ctx_t*, void* ud) {
+  static_cast<std::atomic<int>*>(ud)->fetch_add(1);
+  return FL_OK;
+}
+
+// A release or cleanup callback that adds one to the std::atomic<int> at ud.
+inline void count_release(void* ud) { static_cast<std::atomic<int>*>(ud)->fetch_add(1); }
+
+// Submits fn(ud) with the given operands and expects FL_OK; returns the instruction's id.
+inline fl_instr_id submit(fl_stream_t* s, fl_host_fn fn, void* ud, std::vector<fl_operand_t> ops = {},
+                          const char* name = nullptr, fl_release_fn cleanup = nullptr) {
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = fn;
+  in.user_data = ud;
+  in.cleanup = cleanup;
+  in.operands = ops.empty() ? nullptr : ops.data();
+  in.num_operands = ops.size();
+  in.name = name;
+  fl_instr_id id = 0;
+  fl_status_t st = fl_submit_host(s, &in, &id);
+  EXPECT_EQ(st, FL_OK) << fl_last_error_message();
+  return id;
+}
+
+inline fl_object_t* make_object(fl_engine_t* e, void* ud = nullptr, fl_release_fn rel = nullptr) {
+  fl_object_t* o = nullptr;
+  EXPECT_EQ(fl_object_create(e, ud, rel, &o), FL_OK) << fl_last_error_message();
+  return o;
+}
+
+// Submits an instruction named `name` that fails (FL_ERR_INSTRUCTION_FAILED) and writes o.
+inline fl_instr_id submit_failing(fl_stream_t* s, fl_object_t* o, const char* name) {
+  return fltest::submit(s, [] { return FL_ERR_INSTRUCTION_FAILED; }, {fltest::W(o)}, name);
+}
+
+// The engine still works: a submission runs and synchronize and destroy succeed.
+inline void check_usable_and_destroy(fl_engine_t* e) {
+  std::atomic<bool> ran{false};
+  fltest::submit(flguard::host_stream(e, 1), [&] {
+    ran = true;
+    return FL_OK;
+  });
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_TRUE(ran.load());
+  EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
+// A gate held by the test: instructions behind it stay pending until it opens.
+struct Held {
+  fltest::Gate gate;
+  std::atomic<bool> started{false};
+  fl_instr_id id = 0;
+  Held(fl_stream_t* s, fl_object_t* w) {
+    id = fltest::submit(s, [this] {
+      started = true;
+      return gate.wait() ? FL_OK : FL_ERR_TIMEOUT;
+    }, {fltest::W(w)}, "held");
+  }
+  void wait_started() const {
+    while (!started.load()) std::this_thread::yield();
+  }
+};
+
+}  // namespace flcapi
+
+// What the C API suites use unqualified.
 using flguard::HangGuard;
 using flguard::has;
 using flguard::host_stream;

@@ -1,5 +1,6 @@
-// Adversarial tests for cancel, drain, task groups, timed waits and instruction queries
-// under the concurrency real programs bring (public API only). Outcomes are deterministic:
+// Cancel and drain (public API only): each on its own, then under the concurrency real
+// programs bring (cancels racing submissions and completions, cancels from every kind of
+// callback, drains racing failures, window waits and task spawns). Outcomes are deterministic:
 // sleeps only widen windows, and every gate gives up after 60 s so that a bug fails the
 // test instead of hanging it.
 #include <algorithm>
@@ -13,21 +14,19 @@
 #include <thread>
 #include <vector>
 
+#include "capi_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
 
 using namespace fltest;
+using flcapi::Held;
+using flcapi::submit_failing;
 using std::chrono::milliseconds;
 
 constexpr uint64_t kMs = 1'000'000;  // nanoseconds
 
 bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
-
-// Submits an instruction named `name` that fails (FL_ERR_INSTRUCTION_FAILED) and writes o.
-fl_instr_id submit_failing(fl_stream_t* s, fl_object_t* o, const char* name) {
-  return submit(s, [] { return FL_ERR_INSTRUCTION_FAILED; }, {W(o)}, name);
-}
 
 // Polls fl_instr_query until instruction `id` of s is terminal (a query consumes nothing);
 // false after 60 s.
@@ -80,7 +79,7 @@ struct TwoFailuresAndABusyPool {
 // ("A wait that times out ... changes nothing"). Two failures have completed before the
 // drain; a task-group task keeps the pool busy, so the drain times out: both failures are
 // still there for the waits after it, oldest first.
-TEST(AdvDrain, ATimedOutDrainConsumesNoFailure) {
+TEST(DrainRaces, ATimedOutDrainConsumesNoFailure) {
   TwoFailuresAndABusyPool t;
   ASSERT_NO_FATAL_FAILURE(t.start());
   EXPECT_FL_ERR(fl_engine_drain(t.f.engine, 20 * kMs), FL_ERR_TIMEOUT, "timed out");
@@ -95,7 +94,7 @@ TEST(AdvDrain, ATimedOutDrainConsumesNoFailure) {
 // Two program threads drain at once while a task keeps the pool busy, and failures are
 // waiting: between the two drains and the synchronizes after them, each failure is
 // returned exactly once.
-TEST(AdvDrain, ConcurrentDrainsReturnEachFailureOnce) {
+TEST(DrainRaces, ConcurrentDrainsReturnEachFailureOnce) {
   EngineFixture f(2);
   std::vector<fl_object_t*> objs;
   const int n = 3;
@@ -137,7 +136,7 @@ TEST(AdvDrain, ConcurrentDrainsReturnEachFailureOnce) {
 // fl_engine_drain "returns what fl_engine_synchronize would": one entry, the oldest. When
 // the drain needs several rounds (a task-group task still runs), the entries after the
 // first must stay for later waits, not be consumed by the rounds and dropped.
-TEST(AdvDrain, ADrainInRoundsReturnsTheOldestFailureAndLeavesTheOthers) {
+TEST(DrainRaces, ADrainInRoundsReturnsTheOldestFailureAndLeavesTheOthers) {
   TwoFailuresAndABusyPool t;
   ASSERT_NO_FATAL_FAILURE(t.start());
   std::thread opener([&] {
@@ -187,7 +186,7 @@ void count_release(void*) { g_storm_released.fetch_add(1); }
 // of the objects in id order (skipped exactly when it read a poisoned value, unless it was
 // cancelled itself); every entry was returned exactly once (one per cancelled instruction);
 // every skipped one names a cancelled instruction; release callbacks ran once each.
-TEST(AdvCancel, CancelsRacingSubmissionsAndCompletionsEndEveryInstructionExactlyOnce) {
+TEST(CancelRaces, CancelsRacingSubmissionsAndCompletionsEndEveryInstructionExactlyOnce) {
   const int kThreads = 4, kPer = int(fl_scaled(150, 60)), kObjs = 6;
   for (int round = 0; round < 3; ++round) {
     g_storm_released = 0;
@@ -526,186 +525,11 @@ void run_from_callback(Where where) {
   EXPECT_EQ(after.load(), 1);
 }
 
-TEST(AdvCancelFromCallbacks, FromAnInstructionFunction) { run_from_callback(Where::kFn); }
-TEST(AdvCancelFromCallbacks, FromACleanup) { run_from_callback(Where::kCleanup); }
-TEST(AdvCancelFromCallbacks, FromAReleaseRunByTheCallersCompletion) { run_from_callback(Where::kRelease); }
-TEST(AdvCancelFromCallbacks, FromATaskGroupTaskOfTheInstruction) { run_from_callback(Where::kGroupTask); }
-TEST(AdvCancelFromCallbacks, FromAParallelForBodyOfTheInstruction) { run_from_callback(Where::kParallelFor); }
-
-// ---------------------------------------------------------------------------------------
-// Timed waits with zero and tiny timeouts racing the completion of a failure
-
-// Each round submits a failing instruction and polls one kind of timed wait (0 or 1 µs)
-// until it answers something other than FL_ERR_TIMEOUT, racing the completion: the first
-// answer is the failure (with its name), the timeouts before it consumed nothing, and the
-// failure was returned exactly once (a synchronize after it has nothing left).
-TEST(AdvTimedWaits, PollsRacingAFailuresCompletionReturnItExactlyOnce) {
-  EngineFixture f(2, 4);
-  fl_stream_t* s = f.host(1);
-  fl_object_t* o = make_obj(f.engine);
-  const int rounds = int(fl_scaled(400, 100));
-  int timeouts = 0;
-  for (int k = 0; k < rounds; ++k) {
-    const int kind = k % 5;
-    const uint64_t t = (k / 5) % 2 ? 1000 : 0;
-    fl_instr_id id = submit_failing(s, o, "raced_failure");
-    fl_status_t st;
-    auto deadline = Clock::now() + std::chrono::seconds(60);
-    for (;;) {
-      switch (kind) {
-        case 0: st = fl_instr_wait_for(s, id, t); break;
-        case 1: st = fl_engine_synchronize_for(f.engine, t); break;
-        case 2: st = fl_stream_synchronize_for(s, t); break;
-        case 3: st = fl_object_wait_for(o, FL_READ, t); break;
-        default: st = fl_object_wait_for(o, FL_WRITE, t); break;
-      }
-      if (st != FL_ERR_TIMEOUT) break;
-      ++timeouts;
-      ASSERT_TRUE(contains(fl_last_error_message(), "wait again")) << fl_last_error_message();
-      ASSERT_LT(Clock::now(), deadline);
-    }
-    ASSERT_EQ(st, FL_ERR_INSTRUCTION_FAILED) << "round " << k << " kind " << kind << ": " << fl_last_error_message();
-    ASSERT_TRUE(contains(fl_last_error_message(), "'raced_failure' (#" + std::to_string(id)))
-        << fl_last_error_message();
-    ASSERT_EQ(fl_engine_synchronize(f.engine), FL_OK)
-        << "round " << k << " kind " << kind << ": returned twice: " << fl_last_error_message();
-    uint32_t qs = 0;
-    ASSERT_FL_OK(fl_instr_query(s, id, &qs));
-    ASSERT_EQ(qs, uint32_t(FL_INSTR_FAILED));
-  }
-  RecordProperty("timeouts", timeouts);
-  fl_object_release(o);
-}
-
-// ---------------------------------------------------------------------------------------
-// Ids of another stream or engine, huge and invalid ids
-
-TEST(AdvIds, IdsOfAnotherStreamOrEngineAndHugeIdsAreAnsweredNotMisapplied) {
-  EngineFixture f(2, 4);
-  EngineFixture f2(1, 2);
-  fl_stream_t* s1 = f.host(1);
-  fl_stream_t* s2 = f.host(2);
-  Gate g1, g2;
-  submit(s1, [&] { return g1.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate1");
-  submit(s2, [&] { return g2.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate2");
-  std::atomic<int> ran1{0}, ran2{0};
-  fl_instr_id v1 = submit(s1, [&] { ++ran1; return FL_OK; }, {}, "v1");
-  fl_instr_id x2 = submit(s2, [&] { ++ran2; return FL_OK; }, {}, "x2");
-  ASSERT_LT(v1, x2);
-  // Not submitted to this stream (yet), 0, and the largest id: refused with the reason.
-  for (fl_instr_id bad : {fl_instr_id(0), x2 + 1, fl_instr_id(UINT64_MAX), fl_instr_id(UINT64_MAX - 1)}) {
-    uint32_t qs = 77;
-    EXPECT_FL_ERR(fl_instr_query(s1, bad, &qs), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
-    EXPECT_EQ(qs, 77u) << "outputs are left unchanged on failure";
-    EXPECT_FL_ERR(fl_instr_wait_for(s1, bad, 0), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
-    EXPECT_FL_ERR(fl_instr_wait_for(s1, bad, FL_WAIT_FOREVER), FL_ERR_INVALID_ARGUMENT,
-                  "was not submitted to this stream");
-    EXPECT_FL_ERR(fl_instr_cancel(s1, bad), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
-  }
-  EXPECT_FL_ERR(fl_instr_query(s1, v1, nullptr), FL_ERR_INVALID_ARGUMENT, "NULL");
-  // Stale and foreign handles.
-  EXPECT_FL_ERR(fl_instr_cancel(nullptr, v1), FL_ERR_INVALID_HANDLE, "");
-  EXPECT_FL_ERR(fl_stream_cancel(nullptr), FL_ERR_INVALID_HANDLE, "");
-  EXPECT_FL_ERR(fl_engine_cancel(nullptr), FL_ERR_INVALID_HANDLE, "");
-  EXPECT_FL_ERR(fl_engine_drain(nullptr, 0), FL_ERR_INVALID_HANDLE, "");
-  EXPECT_FL_ERR(fl_instr_cancel(reinterpret_cast<fl_stream_t*>(f.engine), v1), FL_ERR_INVALID_HANDLE, "");
-  // s2 has submitted past v1 (an id of s1): a cancel there must not touch s1's v1, nor any
-  // instruction of s2 (the call's effect on a foreign id is unspecified, never a misfire).
-  EXPECT_FL_OK(fl_instr_cancel(s2, v1));
-  // The other engine's stream: its own ids only.
-  fl_stream_t* e2s = f2.host(1);
-  EXPECT_FL_ERR(fl_instr_cancel(e2s, x2), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
-  EXPECT_FL_ERR(fl_instr_query(e2s, v1, nullptr), FL_ERR_INVALID_ARGUMENT, "");
-  g1.open = true;
-  g2.open = true;
-  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(ran2.load(), 1) << "an instruction of s2 was cancelled by an id of s1";
-  uint32_t qs = 0;
-  ASSERT_FL_OK(fl_instr_query(s2, x2, &qs));
-  EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
-  // A completed id: refused, "has already completed", for every completed one.
-  EXPECT_FL_ERR(fl_instr_cancel(s2, x2), FL_ERR_INVALID_ARGUMENT, "has already completed");
-  EXPECT_FL_ERR(fl_instr_cancel(s1, v1), FL_ERR_INVALID_ARGUMENT, "has already completed");
-  EXPECT_FL_OK(fl_instr_wait_for(s1, v1, 0));
-}
-
-// ---------------------------------------------------------------------------------------
-// Engine destroy while a task group still has tasks
-
-struct DestroyCtx {
-  fl_engine_t* e = nullptr;
-  fl_stream_t* s = nullptr;
-  fl_task_group_t* g = nullptr;
-  Gate gate;
-  std::atomic<int> ran{0}, cleaned{0}, spawn_ok{0}, spawn_shutdown{0}, submit_shutdown{0}, other{0};
-  std::string spawn_msg;
-  std::mutex mu;
-};
-
-fl_status_t destroy_task(void* ud) {
-  auto* c = static_cast<DestroyCtx*>(ud);
-  if (!c->gate.wait()) return FL_ERR_TIMEOUT;
-  ++c->ran;
-  // The engine is being destroyed now: new tasks and instructions are refused.
-  fl_status_t st = fl_task_group_spawn(c->g, [](void*) { return FL_OK; }, c, [](void* p) {
-    ++static_cast<DestroyCtx*>(p)->cleaned;  // must never run: the spawn was refused
-  });
-  if (st == FL_OK) {
-    ++c->spawn_ok;
-  } else if (st == FL_ERR_SHUTDOWN) {
-    ++c->spawn_shutdown;
-    std::lock_guard<std::mutex> lock(c->mu);
-    c->spawn_msg = fl_last_error_message();
-  } else {
-    ++c->other;
-  }
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
-  st = fl_submit_host(c->s, &in, nullptr);
-  if (st == FL_ERR_SHUTDOWN)
-    ++c->submit_shutdown;
-  else
-    ++c->other;
-  return FL_OK;
-}
-
-TEST(AdvTaskGroups, EngineDestroyWhileAGroupHasTasksRunsEachTaskAndCleanupOnce) {
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 2;
-  ASSERT_FL_OK(fl_engine_create(&d, &e));
-  DestroyCtx c;
-  c.e = e;
-  ASSERT_FL_OK(fl_stream_get(e, 1, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &c.s));
-  ASSERT_FL_OK(fl_task_group_create(e, &c.g));
-  std::atomic<int> task_cleanups{0};
-  const int n = 20;
-  for (int k = 0; k < n; ++k)
-    ASSERT_FL_OK(fl_task_group_spawn(c.g, &destroy_task, &c, nullptr));
-  for (int k = 0; k < n; ++k)
-    ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void*) { return FL_OK; }, &task_cleanups,
-                                     [](void* p) { ++*static_cast<std::atomic<int>*>(p); }));
-  std::thread opener([&] {
-    std::this_thread::sleep_for(milliseconds(20));  // widens the window: destroy is under way
-    c.gate.open = true;
-  });
-  ASSERT_FL_OK(fl_engine_destroy(e));  // the group's tasks finish first
-  opener.join();
-  EXPECT_EQ(c.ran.load(), n);
-  EXPECT_EQ(task_cleanups.load(), n);
-  EXPECT_EQ(c.cleaned.load(), c.spawn_ok.load()) << "a refused spawn's cleanup ran";
-  EXPECT_EQ(c.other.load(), 0);
-  EXPECT_EQ(c.submit_shutdown.load(), n);
-  EXPECT_EQ(c.spawn_shutdown.load(), n) << "spawns while the engine is destroyed are refused";
-  EXPECT_TRUE(contains(c.spawn_msg, "being destroyed")) << c.spawn_msg;
-  EXPECT_FL_ERR(fl_task_group_spawn(c.g, [](void*) { return FL_OK; }, nullptr, nullptr), FL_ERR_INVALID_HANDLE,
-                "engine");
-  // Once the engine is destroyed its groups answer FL_ERR_INVALID_HANDLE to every call but
-  // destroy (flowlane.h, fl_engine_destroy).
-  EXPECT_FL_ERR(fl_task_group_wait(c.g), FL_ERR_INVALID_HANDLE, "engine was destroyed");
-  EXPECT_FL_OK(fl_task_group_destroy(c.g));
-  EXPECT_FL_ERR(fl_task_group_destroy(c.g), FL_ERR_INVALID_HANDLE, "");
-}
+TEST(CancelFromCallbacks, FromAnInstructionFunction) { run_from_callback(Where::kFn); }
+TEST(CancelFromCallbacks, FromACleanup) { run_from_callback(Where::kCleanup); }
+TEST(CancelFromCallbacks, FromAReleaseRunByTheCallersCompletion) { run_from_callback(Where::kRelease); }
+TEST(CancelFromCallbacks, FromATaskGroupTaskOfTheInstruction) { run_from_callback(Where::kGroupTask); }
+TEST(CancelFromCallbacks, FromAParallelForBodyOfTheInstruction) { run_from_callback(Where::kParallelFor); }
 
 // ---------------------------------------------------------------------------------------
 // Drain racing program threads that wait for the in-flight window
@@ -714,7 +538,7 @@ TEST(AdvTaskGroups, EngineDestroyWhileAGroupHasTasksRunsEachTaskAndCleanupOnce) 
 // starts. A submission may be accepted or refused (FL_ERR_SHUTDOWN), but one that is
 // accepted belongs to the work the drain waits for: when the drain returns, nothing is in
 // flight and no accepted instruction runs afterwards.
-TEST(AdvDrain, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
+TEST(DrainRaces, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
   const int rounds = int(fl_scaled(20, 5));
   int accepted_total = 0, late_total = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -781,7 +605,7 @@ TEST(AdvDrain, SubmittersWaitingForTheWindowAreDrainedOrRefused) {
 // accepted or refused (FL_ERR_SHUTDOWN), and an accepted task belongs to the drained work:
 // it has finished when the drain returns (here it also submits an instruction, which is
 // accepted as the work of a callback: nothing may be in flight after the drain).
-TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
+TEST(DrainRaces, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
   const int rounds = int(fl_scaled(40, 8));
   int late_total = 0, accepted_total = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -842,7 +666,7 @@ TEST(AdvDrain, TaskSpawnsRacingTheDrainAreDrainedOrRefused) {
 // A callback of lane 1 waits (fl_object_wait, then fl_instr_wait_for) for a writer of
 // lane 2 that the program cancels while it waits: the waits return FL_ERR_CANCELLED naming
 // the writer, a reader of its value is skipped naming it, and the entry counts as returned.
-TEST(AdvCancel, WaitsInsideACallbackForAWriterCancelledMeanwhileReturnTheCancel) {
+TEST(CancelRaces, WaitsInsideACallbackForAWriterCancelledMeanwhileReturnTheCancel) {
   EngineFixture f(2, 4);
   fl_object_t* o = make_obj(f.engine);
   fl_stream_t* s1 = f.host(1);
@@ -883,168 +707,6 @@ TEST(AdvCancel, WaitsInsideACallbackForAWriterCancelledMeanwhileReturnTheCancel)
   fl_object_release(o);
 }
 
-// ---------------------------------------------------------------------------------------
-// Task groups used from several threads at once
-
-struct GroupStorm {
-  fl_engine_t* e = nullptr;
-  fl_task_group_t* g = nullptr;
-  std::atomic<int> ran{0}, cleaned{0}, spawned{0}, errors{0};
-};
-
-fl_status_t storm_leaf(void* ud) {
-  ++static_cast<GroupStorm*>(ud)->ran;
-  return FL_OK;
-}
-void storm_cleanup(void* ud) { ++static_cast<GroupStorm*>(ud)->cleaned; }
-
-// A task that spawns two children into its own group, and waits for a child group of its own.
-fl_status_t storm_parent(void* ud) {
-  auto* c = static_cast<GroupStorm*>(ud);
-  ++c->ran;
-  for (int k = 0; k < 2; ++k) {
-    ++c->spawned;
-    if (fl_task_group_spawn(c->g, &storm_leaf, c, &storm_cleanup) != FL_OK) ++c->errors;
-  }
-  fl_task_group_t* child = nullptr;
-  if (fl_task_group_create(c->e, &child) != FL_OK) {
-    ++c->errors;
-    return FL_OK;
-  }
-  for (int k = 0; k < 3; ++k) {
-    ++c->spawned;
-    if (fl_task_group_spawn(child, &storm_leaf, c, &storm_cleanup) != FL_OK) ++c->errors;
-  }
-  if (fl_task_group_wait(child) != FL_OK) ++c->errors;
-  if (fl_task_group_destroy(child) != FL_OK) ++c->errors;
-  return FL_OK;
-}
-
-// Three program threads spawn into one group (tasks spawn into it too, and wait for child
-// groups) while a fourth thread waits for the group again and again: every task runs once
-// and is cleaned up once, and the final wait finds the group quiet.
-TEST(AdvTaskGroups, SpawnsFromSeveralThreadsAndTasksWhileAnotherThreadWaits) {
-  EngineFixture f(2, 4);
-  GroupStorm c;
-  c.e = f.engine;
-  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
-  std::atomic<bool> done{false};
-  std::atomic<int> wait_errors{0};
-  std::thread waiter([&] {
-    while (!done.load())
-      if (fl_task_group_wait(c.g) != FL_OK) ++wait_errors;
-  });
-  const int per = int(fl_scaled(300, 60));
-  std::vector<std::thread> spawners;
-  for (int t = 0; t < 3; ++t)
-    spawners.emplace_back([&, t] {
-      for (int k = 0; k < per; ++k) {
-        ++c.spawned;
-        fl_task_fn fn = (k + t) % 4 == 0 ? &storm_parent : &storm_leaf;
-        if (fl_task_group_spawn(c.g, fn, &c, &storm_cleanup) != FL_OK) ++c.errors;
-        if (k % 32 == 0) std::this_thread::yield();
-      }
-    });
-  for (auto& t : spawners) t.join();
-  done = true;
-  waiter.join();
-  EXPECT_FL_OK(fl_task_group_wait(c.g));
-  EXPECT_EQ(c.errors.load(), 0);
-  EXPECT_EQ(wait_errors.load(), 0);
-  EXPECT_EQ(c.ran.load(), c.spawned.load());
-  EXPECT_EQ(c.cleaned.load(), c.spawned.load());
-  EXPECT_FL_OK(fl_task_group_destroy(c.g));
-}
-
-fl_status_t storm_failing(void* ud) {
-  ++static_cast<GroupStorm*>(ud)->ran;
-  return FL_ERR_INSTRUCTION_FAILED;
-}
-
-// One thread spawns failing tasks into a group while another waits for it again and again:
-// each wait returns FL_OK or the failure (with its text), every task is cleaned up once
-// (run or skipped), and once the spawner stopped a last wait leaves the group usable: a
-// task spawned after it runs. (The failure record is shared by the failing tasks and the
-// waits that take it: ThreadSanitizer checks that they synchronize.)
-TEST(AdvTaskGroups, FailuresWhileAnotherThreadSpawnsAndWaitsAreTakenCleanly) {
-  EngineFixture f(2, 4);
-  GroupStorm c;
-  c.e = f.engine;
-  ASSERT_FL_OK(fl_task_group_create(f.engine, &c.g));
-  std::atomic<bool> done{false};
-  std::atomic<int> failures{0}, bad{0};
-  std::thread waiter([&] {
-    while (!done.load()) {
-      fl_status_t st = fl_task_group_wait(c.g);
-      if (st == FL_OK) continue;
-      ++failures;
-      if (st != FL_ERR_INSTRUCTION_FAILED || !contains(fl_last_error_message(), "FL_ERR_INSTRUCTION_FAILED")) ++bad;
-    }
-  });
-  const int n = int(fl_scaled(600, 200));
-  for (int k = 0; k < n; ++k) {
-    ++c.spawned;
-    if (fl_task_group_spawn(c.g, k % 3 ? &storm_leaf : &storm_failing, &c, &storm_cleanup) != FL_OK) ++c.errors;
-    if (k % 16 == 0) std::this_thread::yield();
-  }
-  done = true;
-  waiter.join();
-  (void)fl_task_group_wait(c.g);  // the last failure, if any is left
-  EXPECT_EQ(bad.load(), 0);
-  EXPECT_EQ(c.errors.load(), 0);
-  EXPECT_EQ(c.cleaned.load(), c.spawned.load());
-  std::atomic<int> after{0};
-  ASSERT_FL_OK(fl_task_group_spawn(c.g, [](void* p) {
-    ++*static_cast<std::atomic<int>*>(p);
-    return FL_OK;
-  }, &after, nullptr));
-  EXPECT_FL_OK(fl_task_group_wait(c.g));
-  EXPECT_EQ(after.load(), 1) << "the group is usable again after its failure was taken";
-  EXPECT_FL_OK(fl_task_group_destroy(c.g));
-}
-
-// Huge finite timeouts (every value below FL_WAIT_FOREVER is a real deadline) wait like
-// forever: they neither time out at once (an overflowed clock) nor hang; each wait returns
-// the outcome once the gated work completes, from a program thread and from a callback.
-TEST(AdvTimedWaits, HugeFiniteTimeoutsWaitForTheWork) {
-  EngineFixture f(2, 4);
-  fl_object_t* o = make_obj(f.engine);
-  fl_stream_t* s1 = f.host(1);
-  for (uint64_t t : {UINT64_MAX - 1, uint64_t(INT64_MAX), (uint64_t(1) << 62) + 1}) {
-    for (int kind = 0; kind < 5; ++kind) {
-      Gate gate;
-      fl_instr_id id = submit(s1, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(o)}, "gated");
-      std::thread opener([&] {
-        std::this_thread::sleep_for(milliseconds(2));
-        gate.open = true;
-      });
-      fl_status_t st;
-      switch (kind) {
-        case 0: st = fl_object_wait_for(o, FL_READ, t); break;
-        case 1: st = fl_instr_wait_for(s1, id, t); break;
-        case 2: st = fl_stream_synchronize_for(s1, t); break;
-        case 3: st = fl_engine_synchronize_for(f.engine, t); break;
-        default: {
-          // From a callback of another lane.
-          std::atomic<int> inner{-1};
-          submit(f.host(2), [&] {
-            inner = fl_instr_wait_for(s1, id, t);
-            return FL_OK;
-          }, {}, "waits_in_a_callback");
-          st = fl_stream_synchronize(f.host(2));
-          if (st == FL_OK) st = fl_status_t(inner.load());
-        }
-      }
-      opener.join();
-      EXPECT_EQ(st, FL_OK) << "timeout " << t << " kind " << kind << ": " << fl_last_error_message();
-      uint32_t qs = 0;
-      EXPECT_FL_OK(fl_instr_query(s1, id, &qs));
-      EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
-    }
-  }
-  fl_object_release(o);
-}
-
 // fl_engine_stats counts a cancelled instruction among the failed too, so no snapshot
 // may show more cancelled than failed. A cancelled instruction's cleanup runs before its
 // completion; the cancel was counted when the lane reached it (before the cleanup), the
@@ -1060,7 +722,7 @@ struct HeldCleanup {
   }
 };
 
-TEST(AdvCancel, StatsNeverCountMoreCancelledThanFailedEvenWhileACancelledCleanupRuns) {
+TEST(CancelRaces, StatsNeverCountMoreCancelledThanFailedEvenWhileACancelledCleanupRuns) {
   EngineFixture f(2);
   fl_stream_t* s = f.host(1);
   Gate hold;
@@ -1089,5 +751,158 @@ TEST(AdvCancel, StatsNeverCountMoreCancelledThanFailedEvenWhileACancelledCleanup
   ASSERT_FL_OK(fl_instr_query(s, id, &state));
   EXPECT_EQ(state, uint32_t(FL_INSTR_CANCELLED));
 }
+
+// ---------------------------------------------------------------------------------------
+// Cancel and drain, one at a time
+
+TEST(Cancel, AQueuedInstructionIsCancelledItsReadersSkippedItsCleanupRun) {
+  EngineFixture f(2);
+  fl_object_t* gate_obj = make_obj(f.engine);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s = f.host(1);
+  Held held(s, gate_obj);
+  std::atomic<int> ran{0};
+  fl_instr_id victim = submit(s, [&] { ++ran; return FL_OK; }, {W(o)}, "victim");
+  fl_instr_id reader = submit(f.host(2), [&] { ++ran; return FL_OK; }, {R(o)}, "reader");
+  fl_instr_id other = submit(s, [&] { ran += 10; return FL_OK; }, {}, "other");
+  held.wait_started();
+  ASSERT_FL_OK(fl_instr_cancel(s, victim));
+  held.gate.open = true;
+  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_CANCELLED,
+                "'victim' (#" + std::to_string(victim) + ", lane 1, host) failed: cancelled before it started");
+  EXPECT_TRUE(contains(fl_last_error_message(), "1 instruction that depended on it was skipped"))
+      << fl_last_error_message();
+  EXPECT_EQ(ran.load(), 10) << "only 'other' ran";
+  uint32_t state = 0;
+  ASSERT_FL_OK(fl_instr_query(s, victim, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_CANCELLED));
+  ASSERT_FL_OK(fl_instr_query(f.host(2), reader, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_SKIPPED));
+  ASSERT_FL_OK(fl_instr_query(s, other, &state));
+  EXPECT_EQ(state, uint32_t(FL_INSTR_DONE));
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.cancelled, 1u);
+  // The cleanups of the cancelled and the skipped instruction ran (Closure frees itself in
+  // its cleanup: ASan would report a leak otherwise).
+  fl_object_release(o);
+  fl_object_release(gate_obj);
+}
+
+TEST(Cancel, StreamAndEngineCancelEveryInstructionNotStarted) {
+  EngineFixture f(2);
+  fl_object_t* g = make_obj(f.engine);
+  Held held(f.host(1), g);
+  std::atomic<int> ran{0};
+  const int n = 50;
+  for (int k = 0; k < n; ++k) submit(f.host(1), [&] { ++ran; return FL_OK; });
+  Held held2(f.host(2), g);
+  for (int k = 0; k < n; ++k) submit(f.host(2), [&] { ++ran; return FL_OK; });
+  held.wait_started();  // running: a cancel no longer applies to it
+  ASSERT_FL_OK(fl_stream_cancel(f.host(1)));
+  ASSERT_FL_OK(fl_engine_cancel(f.engine));  // lane 2 too ('held2' waits for lane 1's 'held')
+  held.gate.open = true;
+  held2.gate.open = true;
+  (void)fl_engine_synchronize(f.engine);
+  while (fl_engine_synchronize(f.engine) != FL_OK) {
+  }
+  EXPECT_EQ(ran.load(), 0);
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.cancelled, uint64_t(2 * n + 1)) << "every queued instruction and 'held2' (not started)";
+  // Work submitted after the cancel runs.
+  submit(f.host(1), [&] { ++ran; return FL_OK; });
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(ran.load(), 1);
+  fl_object_release(g);
+}
+
+TEST(Drain, RefusesNewWorkWaitsForTheOldAndLeavesTheEngineQueryable) {
+  EngineFixture f(2);
+  fl_object_t* o = make_obj(f.engine);
+  Gate gate;
+  std::atomic<int> followups{0};
+  fl_stream_t* s1 = f.host(1);
+  submit(s1, [&] {
+    if (!gate.wait()) return FL_ERR_TIMEOUT;
+    // A callback of the draining work may still submit: it is part of that work.
+    submit(s1, [&] { ++followups; return FL_OK; }, {}, "followup");
+    return FL_ERR_INSTRUCTION_FAILED;
+  }, {W(o)}, "drained_work");
+  EXPECT_FL_ERR(fl_engine_drain(f.engine, 10 * kMs), FL_ERR_TIMEOUT, "timed out");
+  EXPECT_FL_ERR(fl_submit_host(s1, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "NULL");
+  fl_host_instr_t in = FL_HOST_INSTR_INIT;
+  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
+  EXPECT_FL_ERR(fl_submit_host(s1, &in, nullptr), FL_ERR_SHUTDOWN, "drained");
+  gate.open = true;
+  EXPECT_FL_ERR(fl_engine_drain(f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'drained_work'");
+  EXPECT_FL_OK(fl_engine_drain(f.engine, FL_WAIT_FOREVER));  // again: nothing left
+  EXPECT_EQ(followups.load(), 1);
+  EXPECT_EQ(fl_object_wait(o, FL_WRITE), FL_ERR_INSTRUCTION_FAILED) << "the poison is still observable";
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  EXPECT_FL_OK(fl_engine_stats(f.engine, &st));
+  EXPECT_EQ(st.in_flight, 0u);
+  fl_object_release(o);
+}
+
+// Work a callback submits while the drain already waits — to another lane, or from a
+// task-group task that starts later — is waited for too: when drain returns, nothing is in
+// flight (it used to return once the streams reached the counts it saw at its start).
+TEST(Drain, WaitsForWorkCallbacksAndTasksSubmitDuringTheDrain) {
+  EngineFixture f(2);
+  Gate gate;
+  std::atomic<int> late{0};
+  fl_stream_t* s1 = f.host(1);
+  fl_stream_t* s2 = f.host(2);
+  fl_engine_t* e = f.engine;
+  submit(s1, [&] {
+    if (!gate.wait()) return FL_ERR_TIMEOUT;
+    submit(s2, [&] {  // another lane: not in the counts the drain started with
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ++late;
+      return FL_OK;
+    }, {}, "late_other_lane");
+    return FL_OK;
+  }, {}, "submits_later");
+  fl_task_group_t* g = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(e, &g));
+  struct Spawned {
+    Gate* gate;
+    fl_stream_t* s;
+    std::atomic<int>* late;
+  } sp{&gate, s2, &late};
+  ASSERT_FL_OK(fl_task_group_spawn(g, [](void* ud) -> fl_status_t {
+    auto* x = static_cast<Spawned*>(ud);
+    if (!x->gate->wait()) return FL_ERR_TIMEOUT;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::atomic<int>* late = x->late;
+    submit(x->s, [late] { ++*late; return FL_OK; }, {}, "from_a_task");
+    return FL_OK;
+  }, &sp, nullptr));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.open = true;
+  });
+  EXPECT_FL_OK(fl_engine_drain(e, FL_WAIT_FOREVER));
+  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
+  EXPECT_FL_OK(fl_engine_stats(e, &st));
+  EXPECT_EQ(st.in_flight, 0u) << "drain returned with work in flight";
+  EXPECT_EQ(late.load(), 2);
+  opener.join();
+  EXPECT_FL_OK(fl_task_group_wait(g));
+  EXPECT_FL_OK(fl_task_group_destroy(g));
+}
+
+TEST(Drain, FromACallbackIsRefused) {
+  EngineFixture f(2);
+  std::atomic<int> st{-1};
+  submit(f.host(0), [&] {
+    st = fl_engine_drain(f.engine, 0);
+    return FL_OK;
+  });
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(st.load(), FL_ERR_INVALID_ARGUMENT);
+}
+
 
 }  // namespace

@@ -50,7 +50,7 @@ fl_status_t failing_fn(fl_instr_ctx_t*, void*) { return FL_ERR_INSTRUCTION_FAILE
 // Lane 1 runs only cheap successes, lane 2 only failures, lane 3 mostly cancelled
 // instructions, so a counter read out of order shows. (cancelled <= failed is not checked:
 // cancelled counts when the lane reaches the instruction, failed when it completes.)
-TEST(AdvDiagStats, SnapshotsStayConsistentWhileOthersSubmitFailCancelAndWait) {
+TEST(StatsRaces, SnapshotsStayConsistentWhileOthersSubmitFailCancelAndWait) {
   HangGuard guard("stats and dumps under churn");
   fl_engine_t* e = make_engine(2, 8);
   std::atomic<bool> stop{false};
@@ -144,7 +144,7 @@ TEST(AdvDiagStats, SnapshotsStayConsistentWhileOthersSubmitFailCancelAndWait) {
 // program thread's own last failed call, or another callback's on that worker. One worker
 // and one program thread, both left with a stale message; whichever runs the task, the
 // group's failure must not quote it.
-TEST(AdvDiagLastError, TaskGroupFailureDoesNotQuoteAStaleErrorOfTheThreadThatRanIt) {
+TEST(LastErrorPerThread, TaskGroupFailureDoesNotQuoteAStaleErrorOfTheThreadThatRanIt) {
   HangGuard guard("task group failure message");
   fl_engine_t* e = make_engine(1, 4);
   // The worker: an instruction makes a failing call and succeeds.
@@ -178,7 +178,7 @@ TEST(AdvDiagLastError, TaskGroupFailureDoesNotQuoteAStaleErrorOfTheThreadThatRan
 
 // A callback's failed calls never show in the program thread's fl_last_error_message: an
 // FL_SUBMIT_INLINE instruction and a release callback run on the program thread itself.
-TEST(AdvDiagLastError, CallbacksRunOnTheProgramThreadDoNotLeaveTheirErrorsBehind) {
+TEST(LastErrorPerThread, CallbacksRunOnTheProgramThreadDoNotLeaveTheirErrorsBehind) {
   fl_engine_t* e = make_engine(2, 4);
   fl_instr_id id = 0;
   ASSERT_EQ(fltest::try_submit(host_of(e, 1), [e] {
@@ -210,7 +210,7 @@ TEST(AdvDiagLastError, CallbacksRunOnTheProgramThreadDoNotLeaveTheirErrorsBehind
 
 // Acquiring beyond max_lanes: FL_ERR_EXHAUSTED with a message that says what to do, also on
 // an engine whose only lane is lane 0 (which is never handed out).
-TEST(AdvDiagLanes, ExhaustedMessagesAreActionableEvenWithOneLane) {
+TEST(LaneAcquisition, ExhaustedMessagesAreActionableEvenWithOneLane) {
   fl_engine_t* e = make_engine(1, 1);
   uint32_t lane = 77;
   EXPECT_EQ(fl_lane_acquire(e, &lane), FL_ERR_EXHAUSTED);
@@ -226,7 +226,7 @@ TEST(AdvDiagLanes, ExhaustedMessagesAreActionableEvenWithOneLane) {
 // Several threads and callbacks acquire and release lanes at once: no lane is ever held
 // twice, every acquirable lane is handed out, lane 0 never is; releasing a lane with pending
 // work leaves the work running, and the lane handed out again keeps its order.
-TEST(AdvDiagLanes, ConcurrentAcquireReleaseFromThreadsAndCallbacksNeverSharesALane) {
+TEST(LaneAcquisition, ConcurrentAcquireReleaseFromThreadsAndCallbacksNeverSharesALane) {
   HangGuard guard("concurrent lane acquire/release");
   constexpr uint32_t kLanes = 6;
   fl_engine_t* e = make_engine(2, kLanes);
@@ -301,7 +301,7 @@ TEST(AdvDiagLanes, ConcurrentAcquireReleaseFromThreadsAndCallbacksNeverSharesALa
 
 // A trace started by a release callback that fl_engine_destroy runs (objects the caller
 // still held) must be written (or refused), never left an empty file.
-TEST(AdvDiagTrace, TraceStartedByAReleaseCallbackDuringDestroyIsNotLostSilently) {
+TEST(TraceRaces, TraceStartedByAReleaseCallbackDuringDestroyIsNotLostSilently) {
   HangGuard guard("trace started during destroy");
   const std::string path = fltest::unique_temp_path("adv_trace_in_destroy.json");
   std::remove(path.c_str());
@@ -336,7 +336,7 @@ TEST(AdvDiagTrace, TraceStartedByAReleaseCallbackDuringDestroyIsNotLostSilently)
 // submit and complete instructions and a callback stops the trace now and then: every call
 // answers FL_OK or the documented FL_ERR_INVALID_ARGUMENT with its reason, and every trace
 // that started is written as a complete file exactly once.
-TEST(AdvDiagTrace, StartStopRacingSubmissionsCompletionsAndCallbacks) {
+TEST(TraceRaces, StartStopRacingSubmissionsCompletionsAndCallbacks) {
   HangGuard guard("trace start/stop races");
   fl_engine_t* e = make_engine(2, 8);
   std::atomic<bool> stop{false};
@@ -413,7 +413,7 @@ TEST(AdvDiagTrace, StartStopRacingSubmissionsCompletionsAndCallbacks) {
 
 // A trace whose file cannot be written at stop: FL_ERR_INVALID_ARGUMENT naming the file and
 // the reason; the engine is no longer tracing, and a new trace starts cleanly.
-TEST(AdvDiagTrace, StopThatCannotWriteSaysWhyAndTheEngineCanTraceAgain) {
+TEST(TraceRaces, StopThatCannotWriteSaysWhyAndTheEngineCanTraceAgain) {
   if (std::FILE* f = std::fopen("/dev/full", "w")) {
     std::fclose(f);
   } else {
@@ -445,7 +445,7 @@ TEST(AdvDiagTrace, StopThatCannotWriteSaysWhyAndTheEngineCanTraceAgain) {
 // ---------------------------------------------------------------------------------------
 // Dumps from inside every kind of callback: no deadlock, and the dump describes the caller.
 
-TEST(AdvDiagDump, FromEveryKindOfCallbackDescribesTheCaller) {
+TEST(DumpFromCallbacks, FromEveryKindOfCallbackDescribesTheCaller) {
   HangGuard guard("dumps from callbacks");
   fl_engine_t* e = make_engine(2, 8);
   struct Ctx {
@@ -540,7 +540,7 @@ TEST(AdvDiagDump, FromEveryKindOfCallbackDescribesTheCaller) {
 // The watchdog callback calls back in: a dump that describes the stalled instruction,
 // stats, a submission, a trace started and stopped, the watchdog reconfigured, and destroy
 // (refused with FL_ERR_INVALID_ARGUMENT and a message that says why and what to do).
-TEST(AdvDiagWatchdog, CallbackCallsDumpStatsSubmitTraceReconfigureAndDestroy) {
+TEST(WatchdogRaces, CallbackCallsDumpStatsSubmitTraceReconfigureAndDestroy) {
   HangGuard guard("watchdog callback calling back in");
   fl_engine_t* e = make_engine(2, 4);
   const std::string path = fltest::unique_temp_path("adv_trace_from_watchdog.json");
@@ -611,7 +611,7 @@ TEST(AdvDiagWatchdog, CallbackCallsDumpStatsSubmitTraceReconfigureAndDestroy) {
 // Several threads reconfigure the watchdog (new callback data each time) while it keeps
 // firing on a stalled engine. Once fl_engine_set_watchdog has returned, the configuration
 // it replaced is never used again: a callback never sees user_data its owner has retired.
-TEST(AdvDiagWatchdog, ReconfiguredFromSeveralThreadsWhileItFires) {
+TEST(WatchdogRaces, ReconfiguredFromSeveralThreadsWhileItFires) {
   HangGuard guard("watchdog reconfigured while firing");
   fl_engine_t* e = make_engine(2, 4);
   struct Data {
@@ -691,7 +691,7 @@ TEST(AdvDiagWatchdog, ReconfiguredFromSeveralThreadsWhileItFires) {
 // not wait for the running callback from code the engine runs: that hidden wait closes a
 // cycle no user wrote, which the state dump cannot name either. The callback's wait is
 // bounded (60 s) so that the bug fails the test instead of hanging it.
-TEST(AdvDiagWatchdog, InstructionReconfiguringWhileTheCallbackWaitsForItDoesNotDeadlock) {
+TEST(WatchdogRaces, InstructionReconfiguringWhileTheCallbackWaitsForItDoesNotDeadlock) {
   HangGuard guard("set_watchdog from an instruction the watchdog callback waits for", 180);
   fl_engine_t* e = make_engine(2, 4);
   struct Ctx {
@@ -737,7 +737,7 @@ TEST(AdvDiagWatchdog, InstructionReconfiguringWhileTheCallbackWaitsForItDoesNotD
 // program threads submitted (those threads have stopped, as the header asks) keep calling
 // dump, stats and trace start/stop: each call gets its real answer, submissions answer
 // FL_ERR_SHUTDOWN, and destroy returns with every trace written.
-TEST(AdvDiagDestroy, WhileCallbacksOfOtherThreadsCallDumpStatsAndTraces) {
+TEST(DiagDuringDestroy, WhileCallbacksOfOtherThreadsCallDumpStatsAndTraces) {
   HangGuard guard("destroy while callbacks call diagnostics");
   fl_engine_t* e = make_engine(2, 8);
   struct Shared {
@@ -804,7 +804,7 @@ TEST(AdvDiagDestroy, WhileCallbacksOfOtherThreadsCallDumpStatsAndTraces) {
 // Instruction names are cut to fit a trace event; a cut inside a multi-byte UTF-8 character
 // would leave invalid UTF-8 in the JSON file (RFC 8259 requires UTF-8; strict readers
 // reject the whole trace).
-TEST(AdvDiagTrace, LongNonAsciiNamesStayValidUtf8) {
+TEST(TraceRaces, LongNonAsciiNamesStayValidUtf8) {
   const std::string path = fltest::unique_temp_path("adv_trace_utf8.json");
   fl_engine_t* e = make_engine(1, 2);
   ASSERT_FL_OK(fl_trace_start(e, path.c_str()));
@@ -839,7 +839,7 @@ TEST(AdvDiagTrace, LongNonAsciiNamesStayValidUtf8) {
 // callback): every fire is delivered with a configuration that was set, and nothing the
 // watchdog thread reads while it builds and delivers the dump is written concurrently (run
 // under ThreadSanitizer to see the latter).
-TEST(AdvDiagWatchdog, ReconfiguredFromAnInstructionWhileItFires) {
+TEST(WatchdogRaces, ReconfiguredFromAnInstructionWhileItFires) {
   HangGuard guard("watchdog reconfigured from an instruction while firing");
   fl_engine_t* e = make_engine(2, 4);
   struct Ctx {

@@ -1,8 +1,13 @@
-// Conformance of lanes, streams, objects and host instructions: success and error paths
-// of every function. Public header only.
+// Host instructions (fl_submit_host): success and error paths of every descriptor field,
+// failures and their messages, the in-flight window, and several threads submitting
+// multi-object instructions on shared objects (public API only).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -10,299 +15,164 @@
 #include "capi_test_util.hpp"
 #include "test_util.hpp"
 
+using flcapi::bump;
+using flcapi::count_release;
+using flcapi::make_object;
+using flcapi::noop;
+using flcapi::submit;
+
+// ---------------------------------------------------------------------------------------
+// Many submitting threads on shared multi-object instructions: every object sees its
+// instructions in one serial order (writers exclusive, readers between the writers they
+// were recorded between), and that order is the order the instructions were recorded in,
+// which the engine numbers by id. The engine used to record operands one object at a time,
+// so two threads could be ordered differently on two objects: a cycle, and a hang.
+
 namespace {
 
-fl_status_t noop(fl_instr_ctx_t*, void*) { return FL_OK; }
+constexpr int kObjects = 4;
 
-fl_status_t bump(fl_instr_ctx_t*, void* ud) {
-  static_cast<std::atomic<int>*>(ud)->fetch_add(1);
+struct ObjLog {
+  std::atomic<int> active{0};  // > 0: readers inside; -1: a writer inside
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, uint8_t>> log;  // (instruction id, FL_READ/FL_WRITE) in execution order
+};
+
+struct Shared {
+  ObjLog objs[kObjects];
+  std::atomic<uint64_t> ran{0};
+  std::atomic<uint64_t> overlaps{0};
+  std::atomic<uint64_t> bad_ids{0};
+};
+
+struct Rec {
+  Shared* sh;
+  uint8_t read_mask;   // objects this instruction reads only
+  uint8_t write_mask;  // objects it writes (W or RW)
+  uint8_t wonly_mask;  // of those, the ones it only writes (W)
+};
+
+fl_status_t record_access(fl_instr_ctx_t* ctx, void* ud) {
+  auto* r = static_cast<Rec*>(ud);
+  const uint64_t id = fl_instr_get_id(ctx);
+  if (id == 0) r->sh->bad_ids.fetch_add(1);
+  for (int o = 0; o < kObjects; ++o) {
+    ObjLog& L = r->sh->objs[o];
+    if (r->write_mask & (1u << o)) {
+      int expected = 0;
+      if (!L.active.compare_exchange_strong(expected, -1)) r->sh->overlaps.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lk(L.mu);
+        L.log.emplace_back(id, uint8_t(FL_WRITE));
+      }
+      L.active.store(0);
+    } else if (r->read_mask & (1u << o)) {
+      if (L.active.fetch_add(1) < 0) r->sh->overlaps.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lk(L.mu);
+        L.log.emplace_back(id, uint8_t(FL_READ));
+      }
+      L.active.fetch_sub(1);
+    }
+  }
+  r->sh->ran.fetch_add(1, std::memory_order_relaxed);
   return FL_OK;
 }
 
-void count_release(void* ud) { static_cast<std::atomic<int>*>(ud)->fetch_add(1); }
-
-fl_instr_id submit(fl_stream_t* s, fl_host_fn fn, void* ud, std::vector<fl_operand_t> ops = {},
-                   const char* name = nullptr, fl_release_fn cleanup = nullptr) {
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = fn;
-  in.user_data = ud;
-  in.cleanup = cleanup;
-  in.operands = ops.empty() ? nullptr : ops.data();
-  in.num_operands = ops.size();
-  in.name = name;
-  fl_instr_id id = 0;
-  fl_status_t st = fl_submit_host(s, &in, &id);
-  EXPECT_EQ(st, FL_OK) << fl_last_error_message();
-  return id;
+// The object's execution log must be a serial order that agrees with recording (id) order:
+// writers in increasing id order, each reader between the writers whose ids surround it.
+std::string check_log(const std::vector<std::pair<uint64_t, uint8_t>>& log) {
+  uint64_t prev_writer = 0;
+  std::vector<size_t> reader_pos;
+  std::vector<uint64_t> writer_after(log.size(), UINT64_MAX);  // first writer id after each position
+  uint64_t next = UINT64_MAX;
+  for (size_t k = log.size(); k-- > 0;) {
+    writer_after[k] = next;
+    if (log[k].second == FL_WRITE) next = log[k].first;
+  }
+  for (size_t k = 0; k < log.size(); ++k) {
+    const auto [id, acc] = log[k];
+    if (acc == FL_WRITE) {
+      if (id <= prev_writer)
+        return "writer #" + std::to_string(id) + " ran after writer #" + std::to_string(prev_writer);
+      prev_writer = id;
+    } else if (!(prev_writer < id && id < writer_after[k])) {
+      return "reader #" + std::to_string(id) + " ran between writers #" + std::to_string(prev_writer) + " and #" +
+             (writer_after[k] == UINT64_MAX ? std::string("(none)") : std::to_string(writer_after[k]));
+    }
+  }
+  return "";
 }
 
-fl_object_t* make_object(fl_engine_t* e, void* ud = nullptr, fl_release_fn rel = nullptr) {
-  fl_object_t* o = nullptr;
-  EXPECT_EQ(fl_object_create(e, ud, rel, &o), FL_OK) << fl_last_error_message();
-  return o;
+void run_shared_objects(int threads, long total, uint64_t seed) {
+  SCOPED_TRACE("threads=" + std::to_string(threads) + " total=" + std::to_string(total) +
+               " seed=" + std::to_string(seed));
+  HangGuard guard("SharedObjects: " + std::to_string(threads) + " submitting threads, " + std::to_string(total) +
+                  " instructions");
+  fl_engine_t* e = make_engine(2, uint64_t(threads) + 1);
+  ASSERT_NE(e, nullptr);
+  Shared sh;
+  fl_object_t* objs[kObjects];
+  for (auto& o : objs) ASSERT_FL_OK(fl_object_create(e, nullptr, nullptr, &o));
+  const long per = total / threads;
+  std::vector<std::vector<Rec>> recs(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    std::mt19937_64 rng(seed + uint64_t(t) * 7919);
+    recs[size_t(t)].resize(size_t(per));
+    for (auto& r : recs[size_t(t)]) {
+      r.sh = &sh;
+      r.read_mask = r.write_mask = r.wonly_mask = 0;
+      const int n = 1 + int(rng() % 3);
+      for (int k = 0; k < n; ++k) {
+        const int o = int(rng() % kObjects);
+        const uint32_t acc = 1 + uint32_t(rng() % 3);
+        if (acc & FL_WRITE) r.write_mask |= uint8_t(1u << o);
+        if (acc & FL_READ) r.read_mask |= uint8_t(1u << o);
+      }
+      r.wonly_mask = uint8_t(r.write_mask & ~r.read_mask);
+      r.read_mask &= uint8_t(~r.write_mask);
+    }
+  }
+  std::atomic<uint64_t> refused{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      fl_stream_t* s = host_stream(e, uint32_t(t) + 1);
+      for (auto& r : recs[size_t(t)]) {
+        fl_operand_t ops[kObjects];
+        size_t n = 0;
+        for (int o = 0; o < kObjects; ++o) {
+          if (r.write_mask & (1u << o)) ops[n++] = (r.wonly_mask & (1u << o)) ? W(objs[o]) : RW(objs[o]);
+          else if (r.read_mask & (1u << o)) ops[n++] = R(objs[o]);
+        }
+        if (flguard::submit_raw(s, &record_access, &r, ops, n) != FL_OK) refused.fetch_add(1);
+      }
+    });
+  for (auto& t : ts) t.join();
+  ASSERT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(refused.load(), 0u);
+  EXPECT_EQ(sh.ran.load(), uint64_t(per) * uint64_t(threads));
+  EXPECT_EQ(sh.overlaps.load(), 0u) << "a writer ran concurrently with another user of its object";
+  EXPECT_EQ(sh.bad_ids.load(), 0u);
+  for (int o = 0; o < kObjects; ++o) {
+    std::string why = check_log(sh.objs[o].log);
+    EXPECT_EQ(why, "") << "object " << o << ": its order differs from the recording order";
+  }
+  for (auto& o : objs) ASSERT_FL_OK(fl_object_release(o));
+  ASSERT_FL_OK(fl_engine_destroy(e));
 }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------
-// Lanes
-
-TEST(Lanes, AcquireHandsOutSmallestFreeIdAndRecyclesIt) {
-  EngineFixture f(2, 4);
-  uint32_t a, b, c;
-  ASSERT_FL_OK(fl_lane_acquire(f.engine, &a));
-  ASSERT_FL_OK(fl_lane_acquire(f.engine, &b));
-  ASSERT_FL_OK(fl_lane_acquire(f.engine, &c));
-  EXPECT_EQ(a, 1u);
-  EXPECT_EQ(b, 2u);
-  EXPECT_EQ(c, 3u);
-  uint32_t d = 99;
-  EXPECT_FL_ERR(fl_lane_acquire(f.engine, &d), FL_ERR_EXHAUSTED, "are held");
-  EXPECT_EQ(d, 99u);
-  ASSERT_FL_OK(fl_lane_release(f.engine, 2));
-  ASSERT_FL_OK(fl_lane_acquire(f.engine, &d));
-  EXPECT_EQ(d, 2u);
+TEST(SerializableSubmission, FourThreadsMillionInstructionsOnSharedObjects) {
+  run_shared_objects(4, fl_scaled(1000000, 40000), 11);
 }
 
-TEST(Lanes, ReleaseErrors) {
-  EngineFixture f(1, 4);
-  EXPECT_FL_ERR(fl_lane_release(f.engine, 0), FL_ERR_INVALID_ARGUMENT, "lane 0");
-  EXPECT_FL_ERR(fl_lane_release(f.engine, 3), FL_ERR_INVALID_ARGUMENT, "not held");
-  EXPECT_FL_ERR(fl_lane_release(f.engine, 9), FL_ERR_OUT_OF_RANGE, "this engine has 4 lanes");
-  EXPECT_FL_ERR(fl_lane_release(nullptr, 1), FL_ERR_INVALID_HANDLE, "NULL");
-  EXPECT_FL_ERR(fl_lane_acquire(f.engine, nullptr), FL_ERR_INVALID_ARGUMENT, "out_lane");
-  EXPECT_FL_ERR(fl_lane_acquire(nullptr, nullptr), FL_ERR_INVALID_HANDLE, "NULL");
+TEST(SerializableSubmission, TwoAndEightThreadsOnSharedObjects) {
+  run_shared_objects(2, fl_scaled(200000, 20000), 12);
+  run_shared_objects(8, fl_scaled(200000, 20000), 13);
 }
 
-TEST(Lanes, WorkSubmittedOnAReleasedLaneStillRuns) {
-  EngineFixture f(2, 4);
-  uint32_t l;
-  ASSERT_FL_OK(fl_lane_acquire(f.engine, &l));
-  std::atomic<int> n{0};
-  for (int k = 0; k < 100; ++k) submit(f.host(l), bump, &n);
-  ASSERT_FL_OK(fl_lane_release(f.engine, l));
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(n.load(), 100);
-}
-
-// One worker, a lane with a long backlog, another lane with one instruction: the busy lane
-// re-queues itself behind waiting work after each batch, so the other lane runs long
-// before the backlog is done (with a LIFO re-queue it would run only after all of it).
-TEST(Lanes, BusyLaneYieldsToAnotherLaneOnOneWorker) {
-  EngineFixture f(1, 4, 16384);  // window above the backlog: everything is queued before the gate opens
-  const int kBacklog = 5000;
-  fltest::Gate gate;
-  std::atomic<int> a_done{0};
-  std::atomic<int> seen_by_b{-1};
-  fltest::submit(f.host(1), [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; });
-  for (int k = 0; k < kBacklog; ++k) fltest::submit(f.host(1), [&] { a_done++; return FL_OK; });
-  fltest::submit(f.host(2), [&] { seen_by_b = a_done.load(); return FL_OK; });
-  gate.open = true;
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(a_done.load(), kBacklog);
-  EXPECT_GE(seen_by_b.load(), 0);
-  EXPECT_LT(seen_by_b.load(), kBacklog / 2) << "lane 2 waited for lane 1's whole backlog";
-}
-
-// ---------------------------------------------------------------------------------------
-// Streams
-
-TEST(Streams, SameTripleYieldsSameStream) {
-  EngineFixture f;
-  fl_device_t cpu{FL_DEVICE_CPU, 0};
-  fl_stream_t *a, *b, *c;
-  ASSERT_FL_OK(fl_stream_get(f.engine, 1, cpu, FL_STREAM_HOST, &a));
-  ASSERT_FL_OK(fl_stream_get(f.engine, 1, cpu, FL_STREAM_HOST, &b));
-  ASSERT_FL_OK(fl_stream_get(f.engine, 2, cpu, FL_STREAM_HOST, &c));
-  EXPECT_EQ(a, b);
-  EXPECT_NE(a, c);
-  uint32_t lane = 0;
-  fl_device_t dev{9, 9};
-  fl_stream_kind_t kind = FL_STREAM_COMPUTE;
-  ASSERT_FL_OK(fl_stream_info(c, &lane, &dev, &kind));
-  EXPECT_EQ(lane, 2u);
-  EXPECT_EQ(dev.type, FL_DEVICE_CPU);
-  EXPECT_EQ(dev.index, 0);
-  EXPECT_EQ(kind, FL_STREAM_HOST);
-  ASSERT_FL_OK(fl_stream_info(c, nullptr, nullptr, nullptr));
-}
-
-TEST(Streams, BadArgumentsGetSpecificStatuses) {
-  EngineFixture f(1, 8);
-  fl_device_t cpu{FL_DEVICE_CPU, 0};
-  fl_stream_t* s = nullptr;
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 8, cpu, FL_STREAM_HOST, &s), FL_ERR_OUT_OF_RANGE,
-                "lane 8 is out of range: this engine has 8 lanes");
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, cpu, FL_STREAM_HOST, nullptr), FL_ERR_INVALID_ARGUMENT, "out_stream");
-  EXPECT_FL_ERR(fl_stream_get(nullptr, 0, cpu, FL_STREAM_HOST, &s), FL_ERR_INVALID_HANDLE, "NULL");
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, cpu, fl_stream_kind_t(17), &s), FL_ERR_INVALID_ARGUMENT, "kind 17");
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, fl_device_t{FL_DEVICE_CPU, 1}, FL_STREAM_HOST, &s),
-                FL_ERR_INVALID_ARGUMENT, "index 0");
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, cpu, FL_STREAM_COMPUTE, &s), FL_ERR_INVALID_ARGUMENT, "CUDA device");
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, fl_device_t{7, 0}, FL_STREAM_HOST, &s), FL_ERR_INVALID_ARGUMENT,
-                "device type 7");
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_HOST, &s),
-                FL_ERR_INVALID_ARGUMENT, "FL_DEVICE_CPU");
-  fl_status_t st = fl_stream_get(f.engine, 0, fl_device_t{FL_DEVICE_CUDA, 0}, FL_STREAM_COMPUTE, &s);
-  EXPECT_TRUE(st == FL_ERR_UNSUPPORTED || st == FL_ERR_NO_DEVICE || st == FL_OK) << fl_status_name(st);
-  if (st == FL_OK) {
-    EXPECT_NE(s, nullptr);  // a CUDA build on a machine with a GPU
-  } else {
-    EXPECT_EQ(s, nullptr);  // outputs untouched on failure
-  }
-  s = nullptr;
-  int32_t devices = 0;
-  const bool cuda_build = fl_cuda_device_count(&devices) != FL_ERR_UNSUPPORTED;
-  EXPECT_FL_ERR(fl_stream_get(f.engine, 0, fl_device_t{FL_DEVICE_CUDA, 4096}, FL_STREAM_COMPUTE, &s),
-                cuda_build ? FL_ERR_NO_DEVICE : FL_ERR_UNSUPPORTED, "");
-  EXPECT_EQ(s, nullptr);
-  EXPECT_FL_ERR(fl_stream_synchronize(nullptr), FL_ERR_INVALID_HANDLE, "NULL");
-  EXPECT_FL_ERR(fl_stream_info(nullptr, nullptr, nullptr, nullptr), FL_ERR_INVALID_HANDLE, "NULL");
-}
-
-TEST(Streams, HandlesGoStaleWithTheirEngine) {
-  fl_engine_t* e = nullptr;
-  ASSERT_FL_OK(fl_engine_create(nullptr, &e));
-  fl_stream_t* s = nullptr;
-  ASSERT_FL_OK(fl_stream_get(e, 0, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s));
-  ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_FL_ERR(fl_stream_synchronize(s), FL_ERR_INVALID_HANDLE, "stale");
-  std::atomic<int> n{0};
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = bump;
-  in.user_data = &n;
-  EXPECT_FL_ERR(fl_submit_host(s, &in, nullptr), FL_ERR_INVALID_HANDLE, "stale");
-  EXPECT_EQ(n.load(), 0);
-}
-
-TEST(Streams, SynchronizeWaitsForItsStreamOnly) {
-  EngineFixture f(2);
-  std::atomic<bool> release_lane1{false};
-  std::atomic<int> done{0};
-  struct Ctx {
-    std::atomic<bool>* gate;
-    std::atomic<int>* done;
-  } ctx{&release_lane1, &done};
-  submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    while (!c->gate->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return FL_OK;
-  }, &ctx);
-  for (int k = 0; k < 10; ++k) submit(f.host(2), bump, &done);
-  ASSERT_FL_OK(fl_stream_synchronize(f.host(2)));  // returns although lane 1 is stuck
-  EXPECT_EQ(done.load(), 10);
-  release_lane1 = true;
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-}
-
-TEST(Streams, SynchronizeFromACallbackRefusesItsOwnLaneOnly) {
-  EngineFixture f(2);
-  struct Ctx {
-    fl_stream_t* own;
-    fl_stream_t* other;
-    fl_status_t own_st = FL_OK, other_st = FL_ERR_INTERNAL;
-    std::string own_msg;
-  } ctx{f.host(1), f.host(2), FL_OK, FL_ERR_INTERNAL, {}};
-  submit(f.host(2), noop, nullptr);
-  submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    c->own_st = fl_stream_synchronize(c->own);
-    c->own_msg = fl_last_error_message();
-    c->other_st = fl_stream_synchronize(c->other);  // another lane: allowed
-    return FL_OK;
-  }, &ctx);
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(ctx.own_st, FL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(ctx.own_msg.find("own lane"), std::string::npos) << ctx.own_msg;
-  EXPECT_EQ(ctx.other_st, FL_OK);
-}
-
-// ---------------------------------------------------------------------------------------
-// Objects
-
-TEST(Objects, ReleaseCallbackRunsOnceAfterLastUse) {
-  EngineFixture f(2);
-  std::atomic<int> released{0};
-  std::atomic<bool> gate{false};
-  fl_object_t* o = make_object(f.engine, &released, count_release);
-  fl_operand_t op{o, FL_WRITE, 0};
-  fl_instr_id id = submit(f.host(1), [](fl_instr_ctx_t*, void* ud) {
-    auto* g = static_cast<std::atomic<bool>*>(ud);
-    while (!g->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return FL_OK;
-  }, &gate, {op}, "user");
-  ASSERT_FL_OK(fl_object_release(o));
-  // The state, not a sleep: the user is running and cannot complete before the gate opens.
-  std::string dump = fltest::wait_for_dump(f.engine, {"'user' (#1, lane 1, host) RUNNING"});
-  EXPECT_NE(dump.find("RUNNING"), std::string::npos) << dump;
-  uint32_t state = 99;
-  ASSERT_FL_OK(fl_instr_query(f.host(1), id, &state));
-  EXPECT_EQ(state, uint32_t(FL_INSTR_PENDING));
-  EXPECT_EQ(released.load(), 0) << "released while an instruction still uses it";
-  gate = true;
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(released.load(), 1);
-}
-
-TEST(Objects, ReleasedHandleIsStale) {
-  EngineFixture f;
-  std::atomic<int> released{0};
-  fl_object_t* o = make_object(f.engine, &released, count_release);
-  ASSERT_FL_OK(fl_object_release(o));
-  EXPECT_EQ(released.load(), 1);
-  EXPECT_FL_ERR(fl_object_release(o), FL_ERR_INVALID_HANDLE, "stale");
-  EXPECT_FL_ERR(fl_object_wait(o, FL_READ), FL_ERR_INVALID_HANDLE, "stale");
-  void* ud;
-  EXPECT_FL_ERR(fl_object_user_data(o, &ud), FL_ERR_INVALID_HANDLE, "stale");
-  fl_operand_t op{o, FL_READ, 0};
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = noop;
-  in.operands = &op;
-  in.num_operands = 1;
-  EXPECT_FL_ERR(fl_submit_host(f.host(0), &in, nullptr), FL_ERR_INVALID_HANDLE, "operand 0");
-  EXPECT_EQ(released.load(), 1);
-}
-
-TEST(Objects, ErrorPaths) {
-  EngineFixture f;
-  fl_object_t* o = nullptr;
-  EXPECT_FL_ERR(fl_object_create(nullptr, nullptr, nullptr, &o), FL_ERR_INVALID_HANDLE, "NULL");
-  EXPECT_FL_ERR(fl_object_create(f.engine, nullptr, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "out_object");
-  EXPECT_FL_ERR(fl_object_release(nullptr), FL_ERR_INVALID_HANDLE, "NULL");
-  EXPECT_FL_ERR(fl_object_wait(nullptr, FL_READ), FL_ERR_INVALID_HANDLE, "NULL");
-  o = make_object(f.engine, reinterpret_cast<void*>(uintptr_t(42)));
-  EXPECT_FL_ERR(fl_object_wait(o, 0), FL_ERR_INVALID_ARGUMENT, "access 0");
-  EXPECT_FL_ERR(fl_object_wait(o, 8), FL_ERR_INVALID_ARGUMENT, "access 8");
-  void* ud = nullptr;
-  ASSERT_FL_OK(fl_object_user_data(o, &ud));
-  EXPECT_EQ(ud, reinterpret_cast<void*>(uintptr_t(42)));
-  EXPECT_FL_ERR(fl_object_user_data(o, nullptr), FL_ERR_INVALID_ARGUMENT, "out_user_data");
-  EXPECT_FL_OK(fl_object_wait(o, FL_READ_WRITE));  // nothing submitted: returns at once
-  ASSERT_FL_OK(fl_object_release(o));
-}
-
-TEST(Objects, DestroyRunsReleaseOfObjectsStillHeld) {
-  fl_engine_t* e = nullptr;
-  ASSERT_FL_OK(fl_engine_create(nullptr, &e));
-  std::atomic<int> released{0};
-  fl_object_t* held[3];
-  for (auto& o : held) o = make_object(e, &released, count_release);
-  ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_EQ(released.load(), 3);
-  EXPECT_FL_ERR(fl_object_release(held[0]), FL_ERR_INVALID_HANDLE, "stale");
-}
-
-TEST(Objects, ForeignObjectIsRejected) {
-  EngineFixture a, b;
-  fl_object_t* o = make_object(b.engine);
-  fl_operand_t op{o, FL_READ, 0};
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = noop;
-  in.operands = &op;
-  in.num_operands = 1;
-  EXPECT_FL_ERR(fl_submit_host(a.host(0), &in, nullptr), FL_ERR_INVALID_HANDLE, "another engine");
-  ASSERT_FL_OK(fl_object_release(o));
-}
 
 // ---------------------------------------------------------------------------------------
 // Host instructions
@@ -578,124 +448,74 @@ TEST(Window, ParkedSubmittersAreNeverStrandedWhileCallbacksSubmitOverTheLimit) {
   EXPECT_EQ(st.in_flight, 0u);
 }
 
-// ---------------------------------------------------------------------------------------
-// Waits from inside callbacks
-
-TEST(Callbacks, SynchronizeFromInsideAnInstructionIsRejected) {
-  EngineFixture f;
-  std::atomic<int> status{-1};
-  struct Ctx {
-    fl_engine_t* e;
-    std::atomic<int>* status;
-  } ctx{f.engine, &status};
-  submit(f.host(0), [](fl_instr_ctx_t*, void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    c->status->store(fl_engine_synchronize(c->e));
-    return FL_OK;
-  }, &ctx);
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(status.load(), FL_ERR_INVALID_ARGUMENT);
-}
-
-TEST(Callbacks, DestroyFromInsideAnInstructionIsRejected) {
-  EngineFixture f;
-  std::atomic<int> status{-1};
-  struct Ctx {
-    fl_engine_t* e;
-    std::atomic<int>* status;
-  } ctx{f.engine, &status};
-  submit(f.host(0), [](fl_instr_ctx_t*, void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    c->status->store(fl_engine_destroy(c->e));
-    return FL_OK;
-  }, &ctx);
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(status.load(), FL_ERR_INVALID_ARGUMENT);
-}
-
-TEST(Callbacks, ObjectWaitOnOwnOperandIsRejected) {
-  EngineFixture f;
-  fl_object_t* o = make_object(f.engine);
-  std::atomic<int> status{-1};
-  struct Ctx {
-    fl_object_t* o;
-    std::atomic<int>* status;
-  } ctx{o, &status};
-  submit(f.host(0), [](fl_instr_ctx_t*, void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    c->status->store(fl_object_wait(c->o, FL_READ));
-    return FL_OK;
-  }, &ctx, {{o, FL_WRITE, 0}});
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(status.load(), FL_ERR_INVALID_ARGUMENT);
-  ASSERT_FL_OK(fl_object_release(o));
-}
 
 // ---------------------------------------------------------------------------------------
-// Destroy
+// The window: with a window of 1, an instruction's nested work (a task graph on a smaller
+// pool, a parallel_for body) submits; the submission must be admitted, not block on the
+// slot the instruction itself holds.
 
-TEST(Destroy, DrainsPendingWorkAndRunsEveryCleanup) {
-  fl_engine_t* e = nullptr;
-  fl_engine_desc_t d = FL_ENGINE_DESC_INIT;
-  d.num_workers = 2;
-  ASSERT_FL_OK(fl_engine_create(&d, &e));
-  std::atomic<int> ran{0}, cleaned{0};
-  struct Ctx {
-    std::atomic<int>*ran, *cleaned;
-  } ctx{&ran, &cleaned};
-  fl_object_t* o = make_object(e);
-  fl_stream_t* s[3];
-  for (uint32_t l = 0; l < 3; ++l) ASSERT_FL_OK(fl_stream_get(e, l, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s[l]));
-  const int kCount = 3000;
-  for (int k = 0; k < kCount; ++k) {
-    fl_host_instr_t in = FL_HOST_INSTR_INIT;
-    in.fn = [](fl_instr_ctx_t*, void* ud) {
-      static_cast<Ctx*>(ud)->ran->fetch_add(1);
-      return FL_OK;
-    };
-    in.cleanup = [](void* ud) { static_cast<Ctx*>(ud)->cleaned->fetch_add(1); };
-    in.user_data = &ctx;
-    fl_operand_t op{o, (k % 5 == 0) ? uint32_t(FL_WRITE) : uint32_t(FL_READ), 0};
-    in.operands = &op;
-    in.num_operands = 1;
-    ASSERT_FL_OK(fl_submit_host(s[k % 3], &in, nullptr));
-  }
-  ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_EQ(ran.load(), kCount);
-  EXPECT_EQ(cleaned.load(), kCount);
+namespace {
+
+struct WindowCase {
+  fl_stream_t* target = nullptr;
+  std::atomic<int> submit_status{-1};
+  std::atomic<bool> follow_up_ran{false};
+};
+
+fl_status_t follow_up(fl_instr_ctx_t*, void* ud) {
+  static_cast<WindowCase*>(ud)->follow_up_ran = true;
+  return FL_OK;
 }
 
-TEST(Destroy, SubmissionsFromCallbacksDuringDestroyGetShutdown) {
-  fl_engine_t* e = nullptr;
-  ASSERT_FL_OK(fl_engine_create(nullptr, &e));
-  fl_stream_t* s = nullptr;
-  ASSERT_FL_OK(fl_stream_get(e, 0, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &s));
-  struct Ctx {
-    fl_stream_t* s;
-    std::atomic<int> status{-1};
-    std::atomic<int> stream_get_status{-1};
-  } ctx{s};
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = [](fl_instr_ctx_t* ictx, void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    // Keep submitting follow-ups until destroy has begun: from then on, SHUTDOWN.
-    fl_host_instr_t next = FL_HOST_INSTR_INIT;
-    next.fn = noop;
-    fl_status_t st = FL_OK;
-    for (int k = 0; k < 20000 && st == FL_OK; ++k) {
-      st = fl_submit_host(c->s, &next, nullptr);
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
-    c->status.store(st);
-    // The engine handle stays valid while the drain runs its callbacks.
-    fl_stream_t* other = nullptr;
-    c->stream_get_status.store(
-        fl_stream_get(fl_instr_engine(ictx), 1, fl_device_t{FL_DEVICE_CPU, 0}, FL_STREAM_HOST, &other));
+fl_status_t submit_follow_up(void* ud) {
+  auto* c = static_cast<WindowCase*>(ud);
+  c->submit_status = flguard::submit_raw(c->target, &follow_up, c, nullptr, 0, "follow_up");
+  return FL_OK;
+}
+
+}  // namespace
+
+TEST(Window, TaskOfAGraphOnASmallerPoolSubmitsWithoutBlocking) {
+  HangGuard guard("a task graph task submitting with a window of 1");
+  fl_engine_t* e = make_engine(2, 0, 1);
+  ASSERT_NE(e, nullptr);
+  WindowCase c;
+  c.target = host_stream(e, 2);
+  std::atomic<int> run_status{-1};
+  submit(host_stream(e, 1), [&](fl_instr_ctx_t* ctx) {
+    fl_taskgraph_t* g = nullptr;
+    if (fl_taskgraph_create(fl_instr_engine(ctx), &g) != FL_OK) return FL_ERR_INTERNAL;
+    uint64_t n = 0;
+    fl_taskgraph_add(g, &submit_follow_up, &c, "submitter", &n);
+    run_status = fl_taskgraph_run(g, 1);  // one thread: a pool of its own, smaller than the engine's
+    fl_taskgraph_destroy(g);
     return FL_OK;
-  };
-  in.user_data = &ctx;
-  ASSERT_FL_OK(fl_submit_host(s, &in, nullptr));
-  ASSERT_FL_OK(fl_engine_destroy(e));
-  EXPECT_EQ(ctx.status.load(), FL_ERR_SHUTDOWN);
-  EXPECT_EQ(ctx.stream_get_status.load(), FL_ERR_SHUTDOWN);
+  });
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_FL_OK(fl_engine_synchronize(e));  // the follow-up may have been submitted after the first
+  EXPECT_EQ(run_status.load(), FL_OK);
+  EXPECT_EQ(c.submit_status.load(), FL_OK);
+  EXPECT_TRUE(c.follow_up_ran.load());
+  EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
+TEST(Window, ParallelForBodyInsideAnInstructionSubmitsWithoutBlocking) {
+  HangGuard guard("a parallel_for body submitting with a window of 1");
+  fl_engine_t* e = make_engine(2, 0, 1);
+  ASSERT_NE(e, nullptr);
+  WindowCase c;
+  c.target = host_stream(e, 2);
+  std::atomic<int> loop_status{-1};
+  submit(host_stream(e, 1), [&](fl_instr_ctx_t* ctx) {
+    loop_status = fl_parallel_for(fl_instr_engine(ctx), 0, 4, 1, [](uint64_t lo, uint64_t, void* ud) {
+      return lo == 3 ? submit_follow_up(ud) : FL_OK;
+    }, &c);
+    return FL_OK;
+  });
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_EQ(loop_status.load(), FL_OK);
+  EXPECT_EQ(c.submit_status.load(), FL_OK);
+  EXPECT_TRUE(c.follow_up_ran.load());
+  EXPECT_FL_OK(fl_engine_destroy(e));
 }
