@@ -101,6 +101,10 @@ inline fl_status_t submit_raw(fl_stream_t* s, fl_host_fn fn, void* ud, const fl_
 
 namespace flcapi {
 
+constexpr uint64_t kMs = 1'000'000;  // nanoseconds
+
+inline bool contains(const std::string& hay, const std::string& needle) { return flguard::has(hay, needle); }
+
 inline fl_status_t noop(fl_instr_ctx_t*, void*) { return FL_OK; }
 
 // Adds one to the std::atomic<int> at ud.
@@ -115,16 +119,9 @@ inline void count_release(void* ud) { static_cast<std::atomic<int>*>(ud)->fetch_
 // Submits fn(ud) with the given operands and expects FL_OK; returns the instruction's id.
 inline fl_instr_id submit(fl_stream_t* s, fl_host_fn fn, void* ud, std::vector<fl_operand_t> ops = {},
                           const char* name = nullptr, fl_release_fn cleanup = nullptr) {
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = fn;
-  in.user_data = ud;
-  in.cleanup = cleanup;
-  in.operands = ops.empty() ? nullptr : ops.data();
-  in.num_operands = ops.size();
-  in.name = name;
   fl_instr_id id = 0;
-  fl_status_t st = fl_submit_host(s, &in, &id);
-  EXPECT_EQ(st, FL_OK) << fl_last_error_message();
+  EXPECT_EQ(flguard::submit_raw(s, fn, ud, ops.data(), ops.size(), name, cleanup, &id), FL_OK)
+      << fl_last_error_message();
   return id;
 }
 

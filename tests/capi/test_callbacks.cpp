@@ -1,4 +1,4 @@
-// Concurrency guarantees, part 2: callbacks that call back into the API. From every kind of
+// Callbacks that call back into the API. From every kind of
 // code the engine runs (instruction function, cleanup, release callback, parallel_for body,
 // task-graph task, watchdog callback) every call answers — never hangs — destroy is refused
 // with FL_ERR_INVALID_ARGUMENT and the engine stays usable; waits that would wait for the

@@ -20,13 +20,11 @@
 namespace {
 
 using namespace fltest;
+using flcapi::contains;
 using flcapi::Held;
+using flcapi::kMs;
 using flcapi::submit_failing;
 using std::chrono::milliseconds;
-
-constexpr uint64_t kMs = 1'000'000;  // nanoseconds
-
-bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
 
 // Polls fl_instr_query until instruction `id` of s is terminal (a query consumes nothing);
 // false after 60 s.

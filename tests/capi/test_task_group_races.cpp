@@ -8,14 +8,14 @@
 #include <thread>
 #include <vector>
 
+#include "capi_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
 
 using namespace fltest;
+using flcapi::contains;
 using std::chrono::milliseconds;
-
-bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
 
 // ---------------------------------------------------------------------------------------
 // Engine destroy while a task group still has tasks
