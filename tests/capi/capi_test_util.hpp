@@ -7,7 +7,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -146,6 +148,30 @@ inline void check_usable_and_destroy(fl_engine_t* e) {
   EXPECT_FL_OK(fl_engine_synchronize(e));
   EXPECT_TRUE(ran.load());
   EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
+// Polls fl_instr_query until instruction `id` of s is terminal (a query consumes nothing);
+// false after 60 s.
+inline bool wait_terminal(fl_stream_t* s, fl_instr_id id, uint32_t* out_state = nullptr) {
+  auto deadline = fltest::Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    uint32_t st = FL_INSTR_PENDING;
+    if (fl_instr_query(s, id, &st) != FL_OK) return false;
+    if (st != FL_INSTR_PENDING) {
+      if (out_state) *out_state = st;
+      return true;
+    }
+    if (fltest::Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// The whole file at path ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 // A gate held by the test: instructions behind it stay pending until it opens.
