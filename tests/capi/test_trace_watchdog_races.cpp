@@ -16,21 +16,10 @@
 #include "capi/capi_test_util.hpp"
 #include "capi/test_diag_util.hpp"
 
-namespace {
-
-using fldiag::contains;
-using fldiag::DumpCatcher;
-using fldiag::dump_now;
-using fldiag::host_of;
-using flguard::HangGuard;
-using flguard::make_engine;
-using fltest::Gate;
-using fltest::make_obj;
-using fltest::R;
-using fltest::RW;
-using fltest::submit;
-using fltest::W;
+using namespace fldiag;
 using flcapi::slurp;
+
+namespace {
 
 // ---------------------------------------------------------------------------------------
 // Traces.
