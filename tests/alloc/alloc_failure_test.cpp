@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 #include "flowlane/flowlane.hpp"
 
 namespace {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "guarantees_util.hpp"
+#include "capi_test_util.hpp"
 
 using fltest::Clock;
 using fltest::make_obj;

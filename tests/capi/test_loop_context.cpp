@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "guarantees_util.hpp"
+#include "capi_test_util.hpp"
 #include "test_diag_util.hpp"
 
 using namespace fldiag;

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 extern "C" long fake_cudart_event_records();
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 namespace {
 
@@ -142,7 +142,7 @@ fl_instr_id submit_gate(fl_stream_t* s, Gate& gate) {
 // which only the first lowers the stream's wake-up id: the others rely on each completion
 // that wakes someone re-arming the stream for the next registered id (a completer that
 // cleared it, or armed only the count targets, or woke a single waiter, strands the rest).
-TEST(WaitForAdversarial, WaitersForDifferentIdsOfOneStreamAreEachWokenByTheirOwnInstruction) {
+TEST(WaitForRaces, WaitersForDifferentIdsOfOneStreamAreEachWokenByTheirOwnInstruction) {
   HangGuard guard("waiters for different ids of one stream");
   EngineFixture f(2);
   fl_stream_t* s = f.host(1);
@@ -177,7 +177,7 @@ TEST(WaitForAdversarial, WaitersForDifferentIdsOfOneStreamAreEachWokenByTheirOwn
 // Waits for an id that time out withdraw only their own registration: another waiter for
 // the same id, registered first, is still woken when it completes (also after a completion
 // before it re-armed the stream from the registered ids).
-TEST(WaitForAdversarial, TimedOutWaitsForAnIdLeaveTheOtherWaitersForItRegistered) {
+TEST(WaitForRaces, TimedOutWaitsForAnIdLeaveTheOtherWaitersForItRegistered) {
   HangGuard guard("timed-out waits beside a waiter for the same id");
   EngineFixture f(2);
   fl_stream_t* s = f.host(1);
@@ -223,7 +223,7 @@ long voluntary_switches() {
 // for the last of 400 instructions still sleeps through the completions before its own
 // (a completion that never re-armed the stream would wake it at every completion after
 // the withdrawn id: about a hundred sleeps here). A count, not a time.
-TEST(WaitForAdversarial, AWithdrawnWaitDoesNotLeaveEveryLaterCompletionWakingTheOtherWaiters) {
+TEST(WaitForRaces, AWithdrawnWaitDoesNotLeaveEveryLaterCompletionWakingTheOtherWaiters) {
   HangGuard guard("a waiter for the last id after a withdrawn wait");
   EngineFixture f(1);
   fl_stream_t* s = f.host(1);
@@ -256,7 +256,7 @@ TEST(WaitForAdversarial, AWithdrawnWaitDoesNotLeaveEveryLaterCompletionWakingThe
 // while one thread per stream keeps submitting (and waits for its instruction 32 back, so
 // that the lanes stay busy the whole time). Each wait that returns FL_OK does so after
 // its instruction ran; the last waits cover every stream's last instruction.
-TEST(WaitForAdversarial, ManyWaitersForDifferentIdsOfSeveralStreamsWhileWorkKeepsComing) {
+TEST(WaitForRaces, ManyWaitersForDifferentIdsOfSeveralStreamsWhileWorkKeepsComing) {
   const size_t per_stream = size_t(fl_scaled(6000, 1500));
   const int streams = 3, waiters = 6;
   HangGuard guard("many waiters on several streams while submitters keep adding work");
@@ -313,7 +313,7 @@ TEST(WaitForAdversarial, ManyWaitersForDifferentIdsOfSeveralStreamsWhileWorkKeep
 
 // A wait racing with the completion of its own instruction (between its first check and
 // its registration, the completion must be seen or must wake it), thousands of times.
-TEST(WaitForAdversarial, AWaitRacingWithItsInstructionsCompletionReturnsAfterIt) {
+TEST(WaitForRaces, AWaitRacingWithItsInstructionsCompletionReturnsAfterIt) {
   const size_t n = size_t(fl_scaled(20000, 2000));
   HangGuard guard("waits racing with their instruction's completion");
   EngineFixture f(2);
@@ -348,7 +348,7 @@ struct InsideWait {
 // Waits inside callbacks of other lanes and inside task-group tasks: on a worker the wait
 // first helps with its own work, then blocks while a spare stands in. Some of those
 // callbacks are in turn waited for by callbacks of a third lane (a chain of waits).
-TEST(WaitForAdversarial, WaitsInsideCallbacksOfOtherLanesAndInsideTasks) {
+TEST(WaitForRaces, WaitsInsideCallbacksOfOtherLanesAndInsideTasks) {
   HangGuard guard("fl_instr_wait_for inside callbacks and tasks");
   EngineFixture f(2, 16);
   fl_stream_t* s = f.host(1);
@@ -440,7 +440,7 @@ TEST(WaitForAdversarial, WaitsInsideCallbacksOfOtherLanesAndInsideTasks) {
 // status, FL_ERR_DEPENDENCY_FAILED, FL_ERR_CANCELLED; the instructions around them FL_OK.
 // A waiter inside a callback of another lane sees the same outcomes, and the waits count
 // as observing the failures (synchronize has nothing left).
-TEST(WaitForAdversarial, WaitsForFailedSkippedAndCancelledInstructionsReturnTheirOutcome) {
+TEST(WaitForRaces, WaitsForFailedSkippedAndCancelledInstructionsReturnTheirOutcome) {
   HangGuard guard("waits for failed, skipped and cancelled instructions");
   EngineFixture f(3);
   fl_stream_t* s1 = f.host(1);
@@ -512,7 +512,7 @@ TEST(WaitForAdversarial, WaitsForFailedSkippedAndCancelledInstructionsReturnThei
 // some callbacks wait for instructions of another lane, while waiter threads wait for
 // random published ids. Every wait returns after its instruction; when drain returns,
 // every published instruction has completed.
-TEST(WaitForAdversarial, WaitsRacingWithEngineDrainReturnTheirInstructionsOutcome) {
+TEST(WaitForRaces, WaitsRacingWithEngineDrainReturnTheirInstructionsOutcome) {
   const size_t cap = size_t(fl_scaled(20000, 3000));
   HangGuard guard("fl_instr_wait_for racing with fl_engine_drain");
   EngineFixture f(2);
@@ -601,7 +601,7 @@ TEST(WaitForAdversarial, WaitsRacingWithEngineDrainReturnTheirInstructionsOutcom
 // answer, as "Calls from callbacks" promises: they sleep for instructions of another lane
 // (one of which fails) that only move once the destroy has begun (a callback that
 // submits until refused with FL_ERR_SHUTDOWN opens the gate).
-TEST(WaitForAdversarial, CallbacksWaitingWhileTheEngineIsDestroyedGetTheirRealAnswer) {
+TEST(WaitForRaces, CallbacksWaitingWhileTheEngineIsDestroyedGetTheirRealAnswer) {
   HangGuard guard("fl_instr_wait_for in callbacks during fl_engine_destroy");
   fl_engine_t* e = make_engine(4, 32);
   ASSERT_NE(e, nullptr);

@@ -1,4 +1,5 @@
-// Timed waits, instruction queries by id, cancel and drain (public API only).
+// Timed waits, object waits and instruction queries by id, also racing completions and with
+// ids of another stream or engine (public API only).
 #include <sys/resource.h>
 
 #include <atomic>
@@ -8,32 +9,17 @@
 #include <thread>
 #include <vector>
 
+#include "capi_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
 
 using namespace fltest;
+using flcapi::contains;
+using flcapi::Held;
+using flcapi::kMs;
+using flcapi::submit_failing;
 using std::chrono::milliseconds;
-
-constexpr uint64_t kMs = 1'000'000;  // nanoseconds
-
-bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
-
-// A gate held by the test: instructions behind it stay pending until it opens.
-struct Held {
-  Gate gate;
-  std::atomic<bool> started{false};
-  fl_instr_id id = 0;
-  Held(fl_stream_t* s, fl_object_t* w) {
-    id = submit(s, [this] {
-      started = true;
-      return gate.wait() ? FL_OK : FL_ERR_TIMEOUT;
-    }, {W(w)}, "held");
-  }
-  void wait_started() const {
-    while (!started.load()) std::this_thread::yield();
-  }
-};
 
 TEST(TimedWaits, ReturnTimeoutWhileWorkIsPendingAndConsumeNothing) {
   EngineFixture f(2);
@@ -271,153 +257,145 @@ TEST(InstrQueries, AWaiterSleepsThroughTheCompletionsBeforeItsInstruction) {
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
 }
 
-TEST(Cancel, AQueuedInstructionIsCancelledItsReadersSkippedItsCleanupRun) {
-  EngineFixture f(2);
-  fl_object_t* gate_obj = make_obj(f.engine);
-  fl_object_t* o = make_obj(f.engine);
+// ---------------------------------------------------------------------------------------
+// Timed waits with zero and tiny timeouts racing the completion of a failure
+
+// Each round submits a failing instruction and polls one kind of timed wait (0 or 1 µs)
+// until it answers something other than FL_ERR_TIMEOUT, racing the completion: the first
+// answer is the failure (with its name), the timeouts before it consumed nothing, and the
+// failure was returned exactly once (a synchronize after it has nothing left).
+TEST(TimedWaitRaces, PollsRacingAFailuresCompletionReturnItExactlyOnce) {
+  EngineFixture f(2, 4);
   fl_stream_t* s = f.host(1);
-  Held held(s, gate_obj);
-  std::atomic<int> ran{0};
-  fl_instr_id victim = submit(s, [&] { ++ran; return FL_OK; }, {W(o)}, "victim");
-  fl_instr_id reader = submit(f.host(2), [&] { ++ran; return FL_OK; }, {R(o)}, "reader");
-  fl_instr_id other = submit(s, [&] { ran += 10; return FL_OK; }, {}, "other");
-  held.wait_started();
-  ASSERT_FL_OK(fl_instr_cancel(s, victim));
-  held.gate.open = true;
-  EXPECT_FL_ERR(fl_engine_synchronize(f.engine), FL_ERR_CANCELLED,
-                "'victim' (#" + std::to_string(victim) + ", lane 1, host) failed: cancelled before it started");
-  EXPECT_TRUE(contains(fl_last_error_message(), "1 instruction that depended on it was skipped"))
-      << fl_last_error_message();
-  EXPECT_EQ(ran.load(), 10) << "only 'other' ran";
-  uint32_t state = 0;
-  ASSERT_FL_OK(fl_instr_query(s, victim, &state));
-  EXPECT_EQ(state, uint32_t(FL_INSTR_CANCELLED));
-  ASSERT_FL_OK(fl_instr_query(f.host(2), reader, &state));
-  EXPECT_EQ(state, uint32_t(FL_INSTR_SKIPPED));
-  ASSERT_FL_OK(fl_instr_query(s, other, &state));
-  EXPECT_EQ(state, uint32_t(FL_INSTR_DONE));
-  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
-  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
-  EXPECT_EQ(st.cancelled, 1u);
-  // The cleanups of the cancelled and the skipped instruction ran (Closure frees itself in
-  // its cleanup: ASan would report a leak otherwise).
-  fl_object_release(o);
-  fl_object_release(gate_obj);
-}
-
-TEST(Cancel, StreamAndEngineCancelEveryInstructionNotStarted) {
-  EngineFixture f(2);
-  fl_object_t* g = make_obj(f.engine);
-  Held held(f.host(1), g);
-  std::atomic<int> ran{0};
-  const int n = 50;
-  for (int k = 0; k < n; ++k) submit(f.host(1), [&] { ++ran; return FL_OK; });
-  Held held2(f.host(2), g);
-  for (int k = 0; k < n; ++k) submit(f.host(2), [&] { ++ran; return FL_OK; });
-  held.wait_started();  // running: a cancel no longer applies to it
-  ASSERT_FL_OK(fl_stream_cancel(f.host(1)));
-  ASSERT_FL_OK(fl_engine_cancel(f.engine));  // lane 2 too ('held2' waits for lane 1's 'held')
-  held.gate.open = true;
-  held2.gate.open = true;
-  (void)fl_engine_synchronize(f.engine);
-  while (fl_engine_synchronize(f.engine) != FL_OK) {
-  }
-  EXPECT_EQ(ran.load(), 0);
-  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
-  ASSERT_FL_OK(fl_engine_stats(f.engine, &st));
-  EXPECT_EQ(st.cancelled, uint64_t(2 * n + 1)) << "every queued instruction and 'held2' (not started)";
-  // Work submitted after the cancel runs.
-  submit(f.host(1), [&] { ++ran; return FL_OK; });
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(ran.load(), 1);
-  fl_object_release(g);
-}
-
-TEST(Drain, RefusesNewWorkWaitsForTheOldAndLeavesTheEngineQueryable) {
-  EngineFixture f(2);
   fl_object_t* o = make_obj(f.engine);
-  Gate gate;
-  std::atomic<int> followups{0};
-  fl_stream_t* s1 = f.host(1);
-  submit(s1, [&] {
-    if (!gate.wait()) return FL_ERR_TIMEOUT;
-    // A callback of the draining work may still submit: it is part of that work.
-    submit(s1, [&] { ++followups; return FL_OK; }, {}, "followup");
-    return FL_ERR_INSTRUCTION_FAILED;
-  }, {W(o)}, "drained_work");
-  EXPECT_FL_ERR(fl_engine_drain(f.engine, 10 * kMs), FL_ERR_TIMEOUT, "timed out");
-  EXPECT_FL_ERR(fl_submit_host(s1, nullptr, nullptr), FL_ERR_INVALID_ARGUMENT, "NULL");
-  fl_host_instr_t in = FL_HOST_INSTR_INIT;
-  in.fn = [](fl_instr_ctx_t*, void*) { return FL_OK; };
-  EXPECT_FL_ERR(fl_submit_host(s1, &in, nullptr), FL_ERR_SHUTDOWN, "drained");
-  gate.open = true;
-  EXPECT_FL_ERR(fl_engine_drain(f.engine, FL_WAIT_FOREVER), FL_ERR_INSTRUCTION_FAILED, "'drained_work'");
-  EXPECT_FL_OK(fl_engine_drain(f.engine, FL_WAIT_FOREVER));  // again: nothing left
-  EXPECT_EQ(followups.load(), 1);
-  EXPECT_EQ(fl_object_wait(o, FL_WRITE), FL_ERR_INSTRUCTION_FAILED) << "the poison is still observable";
-  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
-  EXPECT_FL_OK(fl_engine_stats(f.engine, &st));
-  EXPECT_EQ(st.in_flight, 0u);
+  const int rounds = int(fl_scaled(400, 100));
+  int timeouts = 0;
+  for (int k = 0; k < rounds; ++k) {
+    const int kind = k % 5;
+    const uint64_t t = (k / 5) % 2 ? 1000 : 0;
+    fl_instr_id id = submit_failing(s, o, "raced_failure");
+    fl_status_t st;
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      switch (kind) {
+        case 0: st = fl_instr_wait_for(s, id, t); break;
+        case 1: st = fl_engine_synchronize_for(f.engine, t); break;
+        case 2: st = fl_stream_synchronize_for(s, t); break;
+        case 3: st = fl_object_wait_for(o, FL_READ, t); break;
+        default: st = fl_object_wait_for(o, FL_WRITE, t); break;
+      }
+      if (st != FL_ERR_TIMEOUT) break;
+      ++timeouts;
+      ASSERT_TRUE(contains(fl_last_error_message(), "wait again")) << fl_last_error_message();
+      ASSERT_LT(Clock::now(), deadline);
+    }
+    ASSERT_EQ(st, FL_ERR_INSTRUCTION_FAILED) << "round " << k << " kind " << kind << ": " << fl_last_error_message();
+    ASSERT_TRUE(contains(fl_last_error_message(), "'raced_failure' (#" + std::to_string(id)))
+        << fl_last_error_message();
+    ASSERT_EQ(fl_engine_synchronize(f.engine), FL_OK)
+        << "round " << k << " kind " << kind << ": returned twice: " << fl_last_error_message();
+    uint32_t qs = 0;
+    ASSERT_FL_OK(fl_instr_query(s, id, &qs));
+    ASSERT_EQ(qs, uint32_t(FL_INSTR_FAILED));
+  }
+  RecordProperty("timeouts", timeouts);
   fl_object_release(o);
 }
 
-// Work a callback submits while the drain already waits — to another lane, or from a
-// task-group task that starts later — is waited for too: when drain returns, nothing is in
-// flight (it used to return once the streams reached the counts it saw at its start).
-TEST(Drain, WaitsForWorkCallbacksAndTasksSubmitDuringTheDrain) {
-  EngineFixture f(2);
-  Gate gate;
-  std::atomic<int> late{0};
+// Huge finite timeouts (every value below FL_WAIT_FOREVER is a real deadline) wait like
+// forever: they neither time out at once (an overflowed clock) nor hang; each wait returns
+// the outcome once the gated work completes, from a program thread and from a callback.
+TEST(TimedWaitRaces, HugeFiniteTimeoutsWaitForTheWork) {
+  EngineFixture f(2, 4);
+  fl_object_t* o = make_obj(f.engine);
+  fl_stream_t* s1 = f.host(1);
+  for (uint64_t t : {UINT64_MAX - 1, uint64_t(INT64_MAX), (uint64_t(1) << 62) + 1}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      Gate gate;
+      fl_instr_id id = submit(s1, [&] { return gate.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(o)}, "gated");
+      std::thread opener([&] {
+        std::this_thread::sleep_for(milliseconds(2));
+        gate.open = true;
+      });
+      fl_status_t st;
+      switch (kind) {
+        case 0: st = fl_object_wait_for(o, FL_READ, t); break;
+        case 1: st = fl_instr_wait_for(s1, id, t); break;
+        case 2: st = fl_stream_synchronize_for(s1, t); break;
+        case 3: st = fl_engine_synchronize_for(f.engine, t); break;
+        default: {
+          // From a callback of another lane.
+          std::atomic<int> inner{-1};
+          submit(f.host(2), [&] {
+            inner = fl_instr_wait_for(s1, id, t);
+            return FL_OK;
+          }, {}, "waits_in_a_callback");
+          st = fl_stream_synchronize(f.host(2));
+          if (st == FL_OK) st = fl_status_t(inner.load());
+        }
+      }
+      opener.join();
+      EXPECT_EQ(st, FL_OK) << "timeout " << t << " kind " << kind << ": " << fl_last_error_message();
+      uint32_t qs = 0;
+      EXPECT_FL_OK(fl_instr_query(s1, id, &qs));
+      EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+    }
+  }
+  fl_object_release(o);
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Ids of another stream or engine, huge and invalid ids
+
+TEST(InstrIds, IdsOfAnotherStreamOrEngineAndHugeIdsAreAnsweredNotMisapplied) {
+  EngineFixture f(2, 4);
+  EngineFixture f2(1, 2);
   fl_stream_t* s1 = f.host(1);
   fl_stream_t* s2 = f.host(2);
-  fl_engine_t* e = f.engine;
-  submit(s1, [&] {
-    if (!gate.wait()) return FL_ERR_TIMEOUT;
-    submit(s2, [&] {  // another lane: not in the counts the drain started with
-      std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      ++late;
-      return FL_OK;
-    }, {}, "late_other_lane");
-    return FL_OK;
-  }, {}, "submits_later");
-  fl_task_group_t* g = nullptr;
-  ASSERT_FL_OK(fl_task_group_create(e, &g));
-  struct Spawned {
-    Gate* gate;
-    fl_stream_t* s;
-    std::atomic<int>* late;
-  } sp{&gate, s2, &late};
-  ASSERT_FL_OK(fl_task_group_spawn(g, [](void* ud) -> fl_status_t {
-    auto* x = static_cast<Spawned*>(ud);
-    if (!x->gate->wait()) return FL_ERR_TIMEOUT;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::atomic<int>* late = x->late;
-    submit(x->s, [late] { ++*late; return FL_OK; }, {}, "from_a_task");
-    return FL_OK;
-  }, &sp, nullptr));
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    gate.open = true;
-  });
-  EXPECT_FL_OK(fl_engine_drain(e, FL_WAIT_FOREVER));
-  fl_engine_stats_t st = FL_ENGINE_STATS_INIT;
-  EXPECT_FL_OK(fl_engine_stats(e, &st));
-  EXPECT_EQ(st.in_flight, 0u) << "drain returned with work in flight";
-  EXPECT_EQ(late.load(), 2);
-  opener.join();
-  EXPECT_FL_OK(fl_task_group_wait(g));
-  EXPECT_FL_OK(fl_task_group_destroy(g));
+  Gate g1, g2;
+  submit(s1, [&] { return g1.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate1");
+  submit(s2, [&] { return g2.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {}, "gate2");
+  std::atomic<int> ran1{0}, ran2{0};
+  fl_instr_id v1 = submit(s1, [&] { ++ran1; return FL_OK; }, {}, "v1");
+  fl_instr_id x2 = submit(s2, [&] { ++ran2; return FL_OK; }, {}, "x2");
+  ASSERT_LT(v1, x2);
+  // Not submitted to this stream (yet), 0, and the largest id: refused with the reason.
+  for (fl_instr_id bad : {fl_instr_id(0), x2 + 1, fl_instr_id(UINT64_MAX), fl_instr_id(UINT64_MAX - 1)}) {
+    uint32_t qs = 77;
+    EXPECT_FL_ERR(fl_instr_query(s1, bad, &qs), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+    EXPECT_EQ(qs, 77u) << "outputs are left unchanged on failure";
+    EXPECT_FL_ERR(fl_instr_wait_for(s1, bad, 0), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+    EXPECT_FL_ERR(fl_instr_wait_for(s1, bad, FL_WAIT_FOREVER), FL_ERR_INVALID_ARGUMENT,
+                  "was not submitted to this stream");
+    EXPECT_FL_ERR(fl_instr_cancel(s1, bad), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+  }
+  EXPECT_FL_ERR(fl_instr_query(s1, v1, nullptr), FL_ERR_INVALID_ARGUMENT, "NULL");
+  // Stale and foreign handles.
+  EXPECT_FL_ERR(fl_instr_cancel(nullptr, v1), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_stream_cancel(nullptr), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_engine_cancel(nullptr), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_engine_drain(nullptr, 0), FL_ERR_INVALID_HANDLE, "");
+  EXPECT_FL_ERR(fl_instr_cancel(reinterpret_cast<fl_stream_t*>(f.engine), v1), FL_ERR_INVALID_HANDLE, "");
+  // s2 has submitted past v1 (an id of s1): a cancel there must not touch s1's v1, nor any
+  // instruction of s2 (the call's effect on a foreign id is unspecified, never a misfire).
+  EXPECT_FL_OK(fl_instr_cancel(s2, v1));
+  // The other engine's stream: its own ids only.
+  fl_stream_t* e2s = f2.host(1);
+  EXPECT_FL_ERR(fl_instr_cancel(e2s, x2), FL_ERR_INVALID_ARGUMENT, "was not submitted to this stream");
+  EXPECT_FL_ERR(fl_instr_query(e2s, v1, nullptr), FL_ERR_INVALID_ARGUMENT, "");
+  g1.open = true;
+  g2.open = true;
+  EXPECT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(ran2.load(), 1) << "an instruction of s2 was cancelled by an id of s1";
+  uint32_t qs = 0;
+  ASSERT_FL_OK(fl_instr_query(s2, x2, &qs));
+  EXPECT_EQ(qs, uint32_t(FL_INSTR_DONE));
+  // A completed id: refused, "has already completed", for every completed one.
+  EXPECT_FL_ERR(fl_instr_cancel(s2, x2), FL_ERR_INVALID_ARGUMENT, "has already completed");
+  EXPECT_FL_ERR(fl_instr_cancel(s1, v1), FL_ERR_INVALID_ARGUMENT, "has already completed");
+  EXPECT_FL_OK(fl_instr_wait_for(s1, v1, 0));
 }
 
-TEST(Drain, FromACallbackIsRefused) {
-  EngineFixture f(2);
-  std::atomic<int> st{-1};
-  submit(f.host(0), [&] {
-    st = fl_engine_drain(f.engine, 0);
-    return FL_OK;
-  });
-  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
-  EXPECT_EQ(st.load(), FL_ERR_INVALID_ARGUMENT);
-}
 
 }  // namespace

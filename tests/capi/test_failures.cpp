@@ -1,4 +1,4 @@
-// Concurrency guarantees, part 3: failure floods (each failure returned exactly once, with
+// Failures and bad handles: failure floods (each failure returned exactly once, with
 // its message, to any number of concurrent waiters; one entry per failure and the
 // dependents it poisoned; memory flat when failures are observed), handles that carry their
 // type, and accepted input that must not be undefined behaviour.
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 namespace {
 

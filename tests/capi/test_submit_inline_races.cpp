@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 namespace {
 
@@ -31,7 +31,7 @@ uint64_t xorshift(uint64_t& r) {
 // each thread's instructions on the lane run in its submission order, nothing is lost or
 // run twice, stats agree, and a poller sees every instruction's state only move forward
 // (last_completed_id, now a plain store, never goes back).
-TEST(SubmitInlineAdversarial, OneLaneManyThreadsStrandFifoCountersAndMonotonicQuery) {
+TEST(SubmitInlineRaces, OneLaneManyThreadsStrandFifoCountersAndMonotonicQuery) {
   HangGuard guard("one lane, many threads, inline and queued");
   constexpr int kThreads = 4, kObjects = 2;
   const int per_thread = int(fl_scaled(4000, 500));
@@ -131,7 +131,7 @@ TEST(SubmitInlineAdversarial, OneLaneManyThreadsStrandFifoCountersAndMonotonicQu
 // Inline callbacks on lane 1 wait (fl_object_wait, fl_stream_synchronize) for writers
 // queued by another thread on lane 2, while a third thread takes dumps and stats in a
 // loop. Every wait must see what was submitted before it; nothing may hang or crash.
-TEST(SubmitInlineAdversarial, InlineCallbacksWaitForOtherLanesWhileDumpsRun) {
+TEST(SubmitInlineRaces, InlineCallbacksWaitForOtherLanesWhileDumpsRun) {
   HangGuard guard("inline callbacks waiting while dumps run");
   const int rounds = int(fl_scaled(3000, 300));
   fl_engine_t* e = make_engine(2, 3);
@@ -197,7 +197,7 @@ TEST(SubmitInlineAdversarial, InlineCallbacksWaitForOtherLanesWhileDumpsRun) {
 // While an inline callback runs (blocked on a gate), a dump names it as its lane's head;
 // other threads queue behind it on the same lane meanwhile; once the gate opens, the work
 // queued behind it runs (the inline runner hands the lane to the pool: no lost wake-up).
-TEST(SubmitInlineAdversarial, WorkQueuedBehindABlockedInlineCallbackRunsAndTheDumpShowsIt) {
+TEST(SubmitInlineRaces, WorkQueuedBehindABlockedInlineCallbackRunsAndTheDumpShowsIt) {
   HangGuard guard("queued behind an inline callback");
   const int rounds = int(fl_scaled(200, 40));
   fl_engine_t* e = make_engine(2, 3);
@@ -243,7 +243,7 @@ TEST(SubmitInlineAdversarial, WorkQueuedBehindABlockedInlineCallbackRunsAndTheDu
 // fl_stream_cancel / fl_instr_cancel race with inline and queued submissions to one lane.
 // Every instruction either ran (DONE) or was cancelled without running (CANCELLED), its
 // cleanup ran exactly once, and the engine neither hangs nor loses a wake-up.
-TEST(SubmitInlineAdversarial, CancelRequestsRaceWithInlineSubmissions) {
+TEST(SubmitInlineRaces, CancelRequestsRaceWithInlineSubmissions) {
   HangGuard guard("cancel racing inline submissions");
   const int n = int(fl_scaled(6000, 600));
   fl_engine_t* e = make_engine(2, 3);
@@ -330,7 +330,7 @@ TEST(SubmitInlineAdversarial, CancelRequestsRaceWithInlineSubmissions) {
 
 // fl_engine_drain races with threads submitting inline: each submission either is refused
 // (FL_ERR_SHUTDOWN, fn and cleanup never run) or runs exactly once; drain returns.
-TEST(SubmitInlineAdversarial, DrainRacesWithInlineSubmissions) {
+TEST(SubmitInlineRaces, DrainRacesWithInlineSubmissions) {
   HangGuard guard("drain racing inline submissions");
   const int rounds = int(fl_scaled(30, 5));
   for (int r = 0; r < rounds; ++r) {
@@ -366,7 +366,7 @@ TEST(SubmitInlineAdversarial, DrainRacesWithInlineSubmissions) {
 // A callback queued on lane 2 synchronizes lane 1's stream over and over while this thread
 // submits inline to lane 1 (and inline callbacks synchronize lane 3, fed by a third
 // thread). The synchronizes must return; nothing hangs.
-TEST(SubmitInlineAdversarial, InlineSubmissionsWhileAnotherCallbackSynchronizesTheirStream) {
+TEST(SubmitInlineRaces, InlineSubmissionsWhileAnotherCallbackSynchronizesTheirStream) {
   HangGuard guard("inline while a callback synchronizes");
   const int n = int(fl_scaled(4000, 400));
   fl_engine_t* e = make_engine(2, 4);
@@ -412,7 +412,7 @@ TEST(SubmitInlineAdversarial, InlineSubmissionsWhileAnotherCallbackSynchronizesT
 
 // A tiny window: submitters on one lane block in admit while inline callbacks submit more
 // (admitted over the window) and wait for queued work on another lane.
-TEST(SubmitInlineAdversarial, TinyWindowInlineCallbacksSubmittingAndWaiting) {
+TEST(SubmitInlineRaces, TinyWindowInlineCallbacksSubmittingAndWaiting) {
   HangGuard guard("tiny window with inline callbacks");
   const int n = int(fl_scaled(2000, 300));
   fl_engine_t* e = make_engine(2, 4, 2);

@@ -1,4 +1,4 @@
-// Concurrency guarantees, part 2: callbacks that call back into the API. From every kind of
+// Callbacks that call back into the API. From every kind of
 // code the engine runs (instruction function, cleanup, release callback, parallel_for body,
 // task-graph task, watchdog callback) every call answers — never hangs — destroy is refused
 // with FL_ERR_INVALID_ARGUMENT and the engine stays usable; waits that would wait for the
@@ -11,7 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
+
+using flcapi::check_usable_and_destroy;
+using flcapi::make_object;
+using flcapi::submit;
 
 namespace {
 
@@ -122,18 +126,6 @@ void check(Calls& c, const char* where, bool holds_instruction) {
     }
     EXPECT_EQ(call.status, FL_OK) << call.name << ": " << call.message;
   }
-}
-
-// The engine still works: a submission runs and synchronize and destroy succeed.
-void check_usable_and_destroy(fl_engine_t* e) {
-  std::atomic<bool> ran{false};
-  submit(host_stream(e, 1), [&] {
-    ran = true;
-    return FL_OK;
-  });
-  EXPECT_FL_OK(fl_engine_synchronize(e));
-  EXPECT_TRUE(ran.load());
-  EXPECT_FL_OK(fl_engine_destroy(e));
 }
 
 constexpr uint32_t kOtherLane = 5;
@@ -296,47 +288,6 @@ TEST(CallbacksCallBackIn, FromTheWatchdogCallback) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Cleanup and release callbacks that wait for their own instruction: refused (or served),
-// never a hang.
-
-TEST(WaitsInCallbacks, CleanupAndReleaseWaitingForTheirOwnInstructionAnswer) {
-  HangGuard guard("cleanup/release callbacks waiting for their own instruction");
-  fl_engine_t* e = make_engine(2, 4);
-  struct Ctx {
-    fl_engine_t* e;
-    fl_object_t* out;
-    fl_stream_t* own;
-    std::atomic<int> obj_wait{-1}, eng_sync{-1}, own_sync{-1}, release_sync{-1};
-  } ctx{e, nullptr, host_stream(e, 1), {}, {}, {}, {}};
-  ctx.out = fltest::make_obj(e);
-  fl_operand_t op{ctx.out, FL_WRITE, 0};
-  ASSERT_FL_OK(flguard::submit_raw(ctx.own, &noop_fn, &ctx, &op, 1, "writes_out", [](void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    c->obj_wait = fl_object_wait(c->out, FL_READ);  // its own instruction's output
-    c->eng_sync = fl_engine_synchronize(c->e);
-    c->own_sync = fl_stream_synchronize(c->own);
-  }));
-  // A release callback run by the completion of the object's last instruction.
-  fl_object_t* r = nullptr;
-  ASSERT_FL_OK(fl_object_create(e, &ctx, [](void* ud) {
-    auto* c = static_cast<Ctx*>(ud);
-    c->release_sync = fl_engine_synchronize(c->e);
-  }, &r));
-  Gate go;
-  submit(ctx.own, [&] { return go.wait() ? FL_OK : FL_ERR_TIMEOUT; }, {W(r)}, "last_user_of_r");
-  ASSERT_FL_OK(fl_object_release(r));
-  go.open = true;
-  EXPECT_FL_OK(fl_engine_synchronize(e));
-  auto refused_or_ok = [](int st) { return st == FL_OK || st == FL_ERR_INVALID_ARGUMENT; };
-  EXPECT_TRUE(refused_or_ok(ctx.obj_wait.load())) << fl_status_name(fl_status_t(ctx.obj_wait.load()));
-  EXPECT_EQ(ctx.eng_sync.load(), FL_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(ctx.own_sync.load(), FL_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(ctx.release_sync.load(), FL_ERR_INVALID_ARGUMENT);
-  EXPECT_FL_OK(fl_object_release(ctx.out));
-  check_usable_and_destroy(e);
-}
-
-// ---------------------------------------------------------------------------------------
 // Destroy: release callbacks that run inside fl_engine_destroy may call back in; every call
 // answers (the real answer, or FL_ERR_SHUTDOWN for new work), destroy itself is refused.
 
@@ -479,4 +430,146 @@ TEST(CallbacksCallBackIn, SynchronizeFromAParallelForBodyOnAnotherWorkerIsRefuse
   if (!ctx.elsewhere.load()) GTEST_SKIP() << "no chunk ever ran on another worker";
   EXPECT_EQ(ctx.sync.load(), FL_ERR_INVALID_ARGUMENT);
   check_usable_and_destroy(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Waits from inside callbacks
+
+TEST(Callbacks, SynchronizeFromInsideAnInstructionIsRejected) {
+  EngineFixture f;
+  std::atomic<int> status{-1};
+  struct Ctx {
+    fl_engine_t* e;
+    std::atomic<int>* status;
+  } ctx{f.engine, &status};
+  submit(f.host(0), [](fl_instr_ctx_t*, void* ud) {
+    auto* c = static_cast<Ctx*>(ud);
+    c->status->store(fl_engine_synchronize(c->e));
+    return FL_OK;
+  }, &ctx);
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(status.load(), FL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Callbacks, DestroyFromInsideAnInstructionIsRejected) {
+  EngineFixture f;
+  std::atomic<int> status{-1};
+  struct Ctx {
+    fl_engine_t* e;
+    std::atomic<int>* status;
+  } ctx{f.engine, &status};
+  submit(f.host(0), [](fl_instr_ctx_t*, void* ud) {
+    auto* c = static_cast<Ctx*>(ud);
+    c->status->store(fl_engine_destroy(c->e));
+    return FL_OK;
+  }, &ctx);
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(status.load(), FL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Callbacks, ObjectWaitOnOwnOperandIsRejected) {
+  EngineFixture f;
+  fl_object_t* o = make_object(f.engine);
+  std::atomic<int> status{-1};
+  struct Ctx {
+    fl_object_t* o;
+    std::atomic<int>* status;
+  } ctx{o, &status};
+  submit(f.host(0), [](fl_instr_ctx_t*, void* ud) {
+    auto* c = static_cast<Ctx*>(ud);
+    c->status->store(fl_object_wait(c->o, FL_READ));
+    return FL_OK;
+  }, &ctx, {{o, FL_WRITE, 0}});
+  ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+  EXPECT_EQ(status.load(), FL_ERR_INVALID_ARGUMENT);
+  ASSERT_FL_OK(fl_object_release(o));
+}
+
+
+namespace {
+
+struct GroupCtx {
+  fl_engine_t* e = nullptr;
+  std::thread::id caller;
+  std::atomic<int> destroy{-1}, drain{-1}, sync{-1};
+  std::atomic<bool> elsewhere{false};
+};
+
+fl_status_t group_task(void* ud) {
+  auto* c = static_cast<GroupCtx*>(ud);
+  if (std::this_thread::get_id() == c->caller) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // leave the other task to another worker
+    return FL_OK;
+  }
+  c->elsewhere = true;
+  c->destroy = fl_engine_destroy(c->e);
+  c->drain = fl_engine_drain(c->e, 0);
+  c->sync = fl_engine_synchronize_for(c->e, FL_WAIT_FOREVER);
+  return FL_OK;
+}
+
+}  // namespace
+
+// Task-group tasks spawned by an instruction and run by another worker: destroy and drain
+// are refused, and a synchronize there (which would wait for the instruction that waits for
+// the group) is refused too: the group, created inside the instruction's callback, runs its
+// tasks under a frame that stands for the instruction while it is pending.
+TEST(TaskGroupsInCallbacks, TasksOfAnInstructionsGroupCannotDestroyDrainOrSynchronize) {
+  HangGuard guard("destroy/drain/synchronize from task-group tasks of an instruction");
+  fl_engine_t* e = make_engine(2, 4);
+  GroupCtx ctx;
+  ctx.e = e;
+  for (int attempt = 0; attempt < 200 && !ctx.elsewhere.load(); ++attempt) {
+    submit(host_stream(e, 1), [&] {
+      ctx.caller = std::this_thread::get_id();
+      fl_task_group_t* g = nullptr;
+      if (fl_task_group_create(e, &g) != FL_OK) return FL_ERR_INTERNAL;
+      fl_task_group_spawn(g, &group_task, &ctx, nullptr);
+      fl_task_group_spawn(g, &group_task, &ctx, nullptr);
+      fl_status_t st = fl_task_group_wait(g);
+      fl_task_group_destroy(g);
+      return st;
+    });
+    EXPECT_FL_OK(fl_engine_synchronize(e));
+  }
+  if (!ctx.elsewhere.load()) GTEST_SKIP() << "no task ever ran on another worker";
+  EXPECT_EQ(ctx.destroy.load(), FL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx.drain.load(), FL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx.sync.load(), FL_ERR_INVALID_ARGUMENT);
+  EXPECT_FL_OK(fl_engine_destroy(e));
+}
+
+// A group created inside an instruction may outlive it: once the instruction has completed
+// nothing waits for the group's tasks, and their synchronize works (a refusal then would be
+// a false one). The group keeps the instruction's record until it is destroyed.
+TEST(TaskGroupsInCallbacks, TasksOfAGroupThatOutlivedItsInstructionMaySynchronize) {
+  HangGuard guard("synchronize from a task of a group that outlived its instruction");
+  fl_engine_t* e = make_engine(2, 4);
+  struct Late {
+    fl_engine_t* e;
+    std::atomic<bool> go{false};
+    std::atomic<int> sync{-1};
+  } late{e};
+  fl_task_group_t* g = nullptr;
+  submit(host_stream(e, 1), [&] {
+    if (fl_task_group_create(e, &g) != FL_OK) return FL_ERR_INTERNAL;
+    return fl_task_group_spawn(
+        g,
+        [](void* ud) {
+          auto* l = static_cast<Late*>(ud);
+          while (!l->go.load()) std::this_thread::yield();
+          l->sync = fl_engine_synchronize(l->e);
+          return FL_OK;
+        },
+        &late, nullptr);
+  });
+  ASSERT_FL_OK(fl_stream_synchronize(host_stream(e, 1)));  // the instruction has completed
+  late.go = true;
+  ASSERT_FL_OK(fl_task_group_wait(g));
+  EXPECT_EQ(late.sync.load(), FL_OK) << fl_last_error_message();
+  ASSERT_FL_OK(fl_task_group_destroy(g));
+  // The record the group held goes back to the engine: more work runs normally.
+  submit(host_stream(e, 1), [] { return FL_OK; });
+  ASSERT_FL_OK(fl_engine_synchronize(e));
+  EXPECT_FL_OK(fl_engine_destroy(e));
 }

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "capi/guarantees_util.hpp"
+#include "capi/capi_test_util.hpp"
 
 namespace {
 
@@ -88,7 +88,7 @@ struct Caller {
 // ---------------------------------------------------------------------------------------
 // Soundness: waits for work that does not wait for the caller still wait and return.
 
-TEST(WaitsOnTheCallerAdversarial, NoRefusalOfWaitsThatReturn) {
+TEST(WaitsOnTheCallerRaces, NoRefusalOfWaitsThatReturn) {
   HangGuard guard("NoRefusalOfWaitsThatReturn");
   for (From from : {From::kFn, From::kCleanup, From::kLoopBody}) {
     SCOPED_TRACE(name_of(from));
@@ -155,7 +155,7 @@ TEST(WaitsOnTheCallerAdversarial, NoRefusalOfWaitsThatReturn) {
 // ---------------------------------------------------------------------------------------
 // Completeness: a dependent reached through objects and lane order, over several lanes.
 
-TEST(WaitsOnTheCallerAdversarial, LongMixedChainsAreRefusedFromEveryPlace) {
+TEST(WaitsOnTheCallerRaces, LongMixedChainsAreRefusedFromEveryPlace) {
   HangGuard guard("LongMixedChainsAreRefusedFromEveryPlace");
   for (From from : {From::kFn, From::kCleanup, From::kLoopBody}) {
     SCOPED_TRACE(name_of(from));
@@ -212,7 +212,7 @@ TEST(WaitsOnTheCallerAdversarial, LongMixedChainsAreRefusedFromEveryPlace) {
 // every kind of wait, for every instruction, stream and object, from its fn, its cleanup
 // or a loop body; each is refused exactly when the model says it waits for the caller.
 
-TEST(WaitsOnTheCallerAdversarial, ConcurrentSubmittersEveryWaitMatchesTheModel) {
+TEST(WaitsOnTheCallerRaces, ConcurrentSubmittersEveryWaitMatchesTheModel) {
   HangGuard guard("ConcurrentSubmittersEveryWaitMatchesTheModel");
   Rig r;
   constexpr int kLanes = 4, kObjects = 5, kThreads = 3;
@@ -340,7 +340,7 @@ TEST(WaitsOnTheCallerAdversarial, ConcurrentSubmittersEveryWaitMatchesTheModel) 
 // many short instructions on other lanes, so records are recycled and reused as
 // dependents at a high rate (a stale queue link or edge would be followed if one existed).
 
-TEST(WaitsOnTheCallerAdversarial, WalksRaceWithDependentsBeingAddedAndRecordsBeingReused) {
+TEST(WaitsOnTheCallerRaces, WalksRaceWithDependentsBeingAddedAndRecordsBeingReused) {
   HangGuard guard("WalksRaceWithDependentsBeingAddedAndRecordsBeingReused");
   Rig r;
   fl_object_t* x = fltest::make_obj(r.e);
@@ -435,7 +435,7 @@ TEST(WaitsOnTheCallerAdversarial, WalksRaceWithDependentsBeingAddedAndRecordsBei
 
 fl_status_t fails(fl_instr_ctx_t*, void*) { return FL_ERR_INSTRUCTION_FAILED; }
 
-TEST(WaitsOnTheCallerAdversarial, CleanupsOfFailedSkippedAndCancelledCallersAreWalkedToo) {
+TEST(WaitsOnTheCallerRaces, CleanupsOfFailedSkippedAndCancelledCallersAreWalkedToo) {
   HangGuard guard("CleanupsOfFailedSkippedAndCancelledCallersAreWalkedToo");
   for (int how = 0; how < 3; ++how) {  // 0: fn fails, 1: skipped (poisoned input), 2: cancelled
     SCOPED_TRACE(how == 0 ? "failed" : how == 1 ? "skipped" : "cancelled");
@@ -484,7 +484,7 @@ TEST(WaitsOnTheCallerAdversarial, CleanupsOfFailedSkippedAndCancelledCallersAreW
 // of a group created in the caller's fn. Their waits for the caller's dependents are not
 // refused, and return once the caller has completed, as before.
 
-TEST(WaitsOnTheCallerAdversarial, ReleaseCallbacksAndGroupTasksWaitAsBefore) {
+TEST(WaitsOnTheCallerRaces, ReleaseCallbacksAndGroupTasksWaitAsBefore) {
   HangGuard guard("ReleaseCallbacksAndGroupTasksWaitAsBefore");
   Rig r;
   fl_stream_t *l1 = r.lane(1), *l2 = r.lane(2);
@@ -550,7 +550,7 @@ TEST(WaitsOnTheCallerAdversarial, ReleaseCallbacksAndGroupTasksWaitAsBefore) {
 // A caller run inline (FL_SUBMIT_INLINE): edges from it are traced; its own lane refuses
 // as always; independent work waits and returns.
 
-TEST(WaitsOnTheCallerAdversarial, AnInlineCallerRefusesItsDependentsAndWaitsForTheRest) {
+TEST(WaitsOnTheCallerRaces, AnInlineCallerRefusesItsDependentsAndWaitsForTheRest) {
   HangGuard guard("AnInlineCallerRefusesItsDependentsAndWaitsForTheRest");
   Rig r;
   fl_stream_t *l1 = r.lane(1), *l2 = r.lane(2), *l3 = r.lane(3);
@@ -587,7 +587,7 @@ TEST(WaitsOnTheCallerAdversarial, AnInlineCallerRefusesItsDependentsAndWaitsForT
 // is queued behind the instruction on its lane. The later user is held until the task has
 // returned, so each wait must run out its short timeout (a refusal returns at once instead).
 
-TEST(WaitsOnTheCallerAdversarial, AGroupTaskWaitsFreelyOnceItsInstructionHasCompleted) {
+TEST(WaitsOnTheCallerRaces, AGroupTaskWaitsFreelyOnceItsInstructionHasCompleted) {
   HangGuard guard("AGroupTaskWaitsFreelyOnceItsInstructionHasCompleted");
   Rig r;
   fl_stream_t* l1 = r.lane(1);
