@@ -14,6 +14,8 @@
 //                                         synchronize, waits for instructions and objects, queries
 //   CancelDrain   cancel_drain.{hpp,cpp}  cancel requests and fl_engine_drain
 //   Objects       object.{hpp,cpp}        dependence objects and their release
+//   Programs      program.{hpp,cpp}, capture.{hpp,cpp}, capture_compile.cpp, replay.cpp
+//                                         captured programs: capture, compilation, replay
 //   fork-join     fork_join.{hpp,cpp}     the engine's rules for loops, graphs and task groups
 // The façade's own code: engine.cpp (lifetime and destroy, lanes, streams, pools, hooks,
 // stats), submit.cpp (Engine::submit: the path every submission takes through the
@@ -55,6 +57,8 @@
 #include "engine/ledger.hpp"
 #include "engine/object.hpp"
 #include "engine/observer.hpp"
+#include "engine/program.hpp"
+#include "engine/program_device.hpp"
 #include "engine/stream.hpp"
 #include "engine/waits.hpp"
 #include "engine/window.hpp"
@@ -67,6 +71,9 @@ namespace flowlane::core {
 struct EngineServices {
   // Runs the instructions of device streams (gpu/); null: the engine has host streams only.
   DeviceBackend* device = nullptr;
+  // Builds and replays the device work of programs (gpu/graph.cpp); null: programs hold
+  // host work only.
+  ProgramDevice* program_device = nullptr;
   // Gives a newly interned stream its C handle (called once per stream, under the
   // engine's stream mutex); returns 0 when no handle can be made (FL_ERR_NO_MEMORY).
   uint64_t (*register_stream)(Stream* s) = nullptr;
@@ -126,6 +133,7 @@ class Engine {
   bool pools_quiescent() const;  // every pool of the engine idle (drain)
   uint32_t worker_count() const { return pool_->size(); }
   DeviceBackend* device() const { return services_.device; }
+  ProgramDevice* program_device() const { return services_.program_device; }
   // Devices of the device backend seen when the engine was created (0 without one).
   uint32_t device_count() const { return device_slots_ - 1; }
   uint32_t lane_count() const { return uint32_t(lanes_.size()); }
@@ -158,6 +166,7 @@ class Engine {
   Waits& waits() { return waits_; }
   CancelDrain& cancel_drain() { return cancel_drain_; }
   Objects& objects() { return objects_; }
+  Programs& programs() { return programs_; }
 
   // --- hooks of the layers above (engine.cpp) ---
   // The engine owns every observer ever installed until it is destroyed (a hook may still
@@ -223,6 +232,7 @@ class Engine {
   std::mutex streams_mu_;
 
   Objects objects_{*this};
+  Programs programs_{*this};
   Window window_;
   Recorder recorder_{*this};
   Executor executor_{*this};

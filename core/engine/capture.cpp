@@ -1,0 +1,339 @@
+// Capturing submissions (engine/capture.hpp): the thread's open captures, recording one
+// submission as a node with the dependencies the Recorder would infer, and discarding.
+// Compiling a capture into a program is in capture_compile.cpp.
+#include "engine/capture.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/engine.hpp"
+#include "engine/program_device.hpp"
+
+namespace flowlane::core {
+
+namespace detail {
+constinit FL_TLS thread_local uint32_t t_open_captures = 0;
+}  // namespace detail
+
+namespace {
+
+// A program holds at most this many instructions (node indices keep their top bit free
+// for kExternal and kDeviceUnit).
+constexpr uint32_t kMaxNodes = 1u << 28;
+
+// The calling thread's open captures. Each is also registered with its engine (Programs),
+// which kills it at destroy; a killed one is dropped here at the thread's next lookup.
+struct ThreadCaptures {
+  std::vector<std::unique_ptr<Capture>> open;
+  ~ThreadCaptures() {
+    // A thread that exits with a capture open: discarded (its engine must still exist, as
+    // for every call of the thread's; one destroyed meanwhile killed it already).
+    for (auto& c : open) {
+      if (!c->dead()) {
+        c->engine()->programs().remove_capture(c.get());
+        c->discard();
+      }
+    }
+    open.clear();
+    detail::t_open_captures = 0;
+  }
+};
+thread_local ThreadCaptures t_captures;
+
+// Grows v's capacity geometrically so that `extra` more elements fit (the commit pass then
+// cannot throw).
+template <class V>
+void make_room(V& v, size_t extra) {
+  const size_t need = v.size() + extra;
+  if (need > v.capacity()) v.reserve(std::max(need, v.capacity() * 2 + 16));
+}
+
+size_t hash_ptr(const void* p) {
+  uint64_t x = reinterpret_cast<uintptr_t>(p);
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return size_t(x ^ (x >> 32));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The thread's captures
+
+Capture* find_capture(const Engine& e) {
+  auto& open = t_captures.open;
+  for (size_t k = 0; k < open.size();) {
+    Capture* c = open[k].get();
+    if (c->dead()) {  // its engine was destroyed (no other thread touches it any more)
+      open.erase(open.begin() + ptrdiff_t(k));
+      --detail::t_open_captures;
+      continue;
+    }
+    // A live capture's engine is alive (destroy kills every capture of its engine), so
+    // comparing addresses is exact.
+    if (c->engine() == &e) return c;
+    ++k;
+  }
+  return nullptr;
+}
+
+void begin_capture(Engine& e, const char* name) {
+  if (in_any_engine_context())
+    fail(FL_ERR_INVALID_ARGUMENT,
+         "fl_capture_begin: called from code an engine runs (an instruction, cleanup, release, task or loop body, "
+         "or a worker): submissions made there always run eagerly; capture from a thread of your own");
+  if (find_capture(e) != nullptr)
+    fail(FL_ERR_CAPTURING, "fl_capture_begin: this thread already captures on this engine (captures do not nest); "
+                           "end it with fl_capture_end first");
+  if (e.shutting_down()) fail(FL_ERR_SHUTDOWN, "fl_capture_begin: the engine is being destroyed");
+  if (e.cancel_drain().draining())
+    fail(FL_ERR_SHUTDOWN, "fl_capture_begin: the engine was drained (fl_engine_drain): it accepts no new work from "
+                          "your threads");
+  auto c = std::make_unique<Capture>(e, name != nullptr ? std::string(name) : std::string());
+  t_captures.open.reserve(t_captures.open.size() + 1);
+  e.programs().add_capture(c.get());
+  t_captures.open.push_back(std::move(c));  // within the reserved capacity
+  ++detail::t_open_captures;
+}
+
+std::unique_ptr<Program> end_capture(Engine& e, bool keep) {
+  Capture* c = find_capture(e);
+  if (c == nullptr)
+    fail(FL_ERR_INVALID_ARGUMENT,
+         "fl_capture_end: this thread is not capturing on this engine (call fl_capture_begin first, from this thread)");
+  auto& open = t_captures.open;
+  auto it = std::find_if(open.begin(), open.end(), [c](const auto& x) { return x.get() == c; });
+  std::unique_ptr<Capture> owned = std::move(*it);
+  open.erase(it);
+  --detail::t_open_captures;
+  e.programs().remove_capture(c);
+  if (!keep) {
+    owned->discard();
+    return nullptr;
+  }
+  std::unique_ptr<Program> p;
+  try {
+    p = owned->finish();
+  } catch (...) {
+    owned->discard();
+    throw;
+  }
+  e.programs().add(p.get());
+  return p;
+}
+
+void refuse_capturing(const char* fn) {
+  fail(FL_ERR_CAPTURING, std::string(fn) +
+                             ": this thread is capturing on this engine (fl_capture_begin): nothing it captured has "
+                             "been submitted, so there is nothing to wait for or ask about; end the capture "
+                             "(fl_capture_end) and launch the program first");
+}
+
+// ---------------------------------------------------------------------------------------
+// One capture
+
+Capture::Capture(Engine& e, std::string name) : engine_(&e), name_(std::move(name)) {
+  last_host_.assign(e.lane_count(), kNoNode);
+}
+
+Capture::~Capture() {
+  if (!dead()) discard();
+}
+
+void Capture::kill() {
+  discard();
+  dead_.store(true, std::memory_order_release);  // pairs with the acquire load in dead()
+}
+
+uint32_t Capture::object_state(Object* o) {
+  if (obj_index_.empty() || (objs_.size() + 1) * 2 > obj_index_.size()) {
+    // Rehash at half load (a fresh table, then the swap: a bad_alloc leaves the old one).
+    std::vector<uint32_t> fresh(std::max<size_t>(64, obj_index_.size() * 2), 0);
+    const size_t mask = fresh.size() - 1;
+    for (uint32_t k = 0; k < objs_.size(); ++k) {
+      size_t h = hash_ptr(objs_[k].obj) & mask;
+      while (fresh[h] != 0) h = (h + 1) & mask;
+      fresh[h] = k + 1;
+    }
+    obj_index_.swap(fresh);
+  }
+  const size_t mask = obj_index_.size() - 1;
+  size_t h = hash_ptr(o) & mask;
+  for (; obj_index_[h] != 0; h = (h + 1) & mask)
+    if (objs_[obj_index_[h] - 1].obj == o) return obj_index_[h] - 1;
+  objs_.emplace_back();  // may throw: the table is unchanged
+  objs_.back().obj = o;
+  obj_index_[h] = uint32_t(objs_.size());
+  return uint32_t(objs_.size() - 1);
+}
+
+void Capture::add_edge(uint32_t pred, uint32_t succ) {
+  if (stamp_[pred] == succ + 1) return;  // repeated: once is enough
+  stamp_[pred] = succ + 1;
+  edges_.emplace_back(pred, succ);  // within the room add() made
+}
+
+// An edge pred -> succ that the order edges already imply: pred is a host node of succ's
+// lane (the lane's chain of host nodes, and its edge to every device node that follows),
+// or pred and succ are device nodes of one device stream (its chain).
+bool Capture::implied_by_order(uint32_t pred, uint32_t succ) const {
+  const Stream* ps = streams_[pred];
+  const Stream* ss = streams_[succ];
+  if (nodes_[pred].kind == NodeKind::kHost) return ps->lane == ss->lane;
+  return ps == ss;
+}
+
+void Capture::check_device(Stream* s, const Instr* i) {
+  ProgramDevice* pd = engine_->program_device();
+  if (pd == nullptr || i->device == nullptr)
+    fail(FL_ERR_UNSUPPORTED, "this build's device backend cannot capture device work into programs");
+  std::string why = pd->unavailable();
+  if (!why.empty()) fail(FL_ERR_UNSUPPORTED, "device work cannot be captured into a program: " + why);
+  if (device_ >= 0 && device_ != s->device.index)
+    fail(FL_ERR_UNSUPPORTED, "a program's device work must be on one device: this capture already has work on CUDA "
+                             "device " + std::to_string(device_) + ", this instruction is for device " +
+                                 std::to_string(s->device.index) + " (capture one program per device)");
+}
+
+fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
+  struct Drop {  // the record is never queued: back to the pool in every case
+    Engine* e;
+    Instr* i;
+    ~Drop() { e->discard(i); }
+  } drop{engine_, i};
+  const std::string api = a.api != nullptr ? a.api : "fl_submit";
+  if (engine_->shutting_down()) fail(FL_ERR_SHUTDOWN, api + ": the engine is being destroyed");
+  if (s->kind == FL_STREAM_COLLECTIVE)
+    fail(FL_ERR_CAPTURING, api + ": collective streams cannot be captured (a launch would have to advance the "
+                                 "communicator's sequence numbers); submit collectives eagerly between launches");
+  const bool device = !s->is_host_executed();
+  if (device) check_device(s, i);
+  const uint32_t k = size();
+  if (k >= kMaxNodes) fail(FL_ERR_OUT_OF_RANGE, api + ": a program holds at most 2^28 instructions");
+  merge_operands(i->operands);
+
+  // 1. Room for everything the commit below adds (the last point that may throw).
+  size_t edges = 2;  // lane order, stream order
+  op_state_.clear();
+  make_room(op_state_, i->operands.size());
+  for (const Operand& op : i->operands) {
+    const uint32_t x = object_state(op.obj);
+    CapObj& co = objs_[x];
+    edges += 1 + ((op.access & FL_WRITE) ? co.readers.size() : 0);
+    if ((op.access & FL_WRITE) == 0) make_room(co.readers, 1);
+    op_state_.push_back(x);
+  }
+  make_room(edges_, edges);
+  make_room(reads_, i->operands.size());
+  make_room(nodes_, 1);
+  make_room(streams_, 1);
+  make_room(stamp_, 1);
+  make_room(name_at_, 1);
+  make_room(read_begin_, 1);
+  const size_t name_len = a.name != nullptr ? std::char_traits<char>::length(a.name) : 0;
+  if (name_len > 0) make_room(names_, name_len + 1);
+  if (device) {
+    make_room(records_, 1);
+    if (std::none_of(last_device_.begin(), last_device_.end(), [s](const auto& x) { return x.first == s; }))
+      make_room(last_device_, 1);
+  }
+  const NodeKind kind =
+      !device ? NodeKind::kHost
+              : (engine_->program_device()->is_graph_node(i->device) ? NodeKind::kGraph : NodeKind::kDeviceFn);
+
+  // 2. The commit: nothing below allocates or throws.
+  nodes_.push_back(ProgramNode{a.fn, a.user_data, a.cleanup, s->lane->id, kind});
+  streams_.push_back(s);
+  stamp_.push_back(0);
+  if (name_len > 0) {
+    name_at_.push_back(uint32_t(names_.size()) + 1);
+    names_.append(a.name, name_len);
+    names_.push_back('\0');
+  } else {
+    name_at_.push_back(0);
+  }
+  // Lane and stream order: a lane's host instructions run one at a time in submission
+  // order, and its device instructions are issued after the host ones before them; a
+  // device stream runs its work in order.
+  const uint32_t lane = s->lane->id;
+  if (last_host_[lane] != kNoNode) add_edge(last_host_[lane], k);
+  if (device) {
+    auto ld = std::find_if(last_device_.begin(), last_device_.end(), [s](const auto& x) { return x.first == s; });
+    if (ld == last_device_.end()) {
+      last_device_.emplace_back(s, k);
+    } else {
+      add_edge(ld->second, k);
+      ld->second = k;
+    }
+    device_ = s->device.index;
+    records_.push_back({k, {i->device, i->device_free}});
+    i->device = nullptr;  // the program's from now on
+    i->device_free = nullptr;
+  } else {
+    last_host_[lane] = k;
+    ++host_nodes_;
+  }
+  // The objects: Recorder's rules (deps.cpp), against the capture's own state.
+  for (size_t n = 0; n < i->operands.size(); ++n) {
+    const Operand& op = i->operands[n];
+    CapObj& co = objs_[op_state_[n]];
+    const bool reads = (op.access & FL_READ) != 0;
+    if (co.last_writer != kNoNode) {
+      if (!implied_by_order(co.last_writer, k)) add_edge(co.last_writer, k);  // RAW, WAW
+      if (reads) reads_.push_back(co.last_writer);
+    } else if (reads) {
+      if (co.ext_slot == kNoNode) co.ext_slot = ext_slots_++;  // a value from before the launch
+      reads_.push_back(kExternal | co.ext_slot);
+    }
+    if (op.access & FL_WRITE) {
+      for (uint32_t r : co.readers)
+        if (!implied_by_order(r, k)) add_edge(r, k);  // WAR
+      co.readers.clear();
+      co.last_writer = k;
+    } else {
+      co.readers.push_back(k);
+    }
+    // The capture's reference on the object (relaxed: the caller holds one, as for an
+    // operand's reference at submission).
+    if (co.access == 0) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
+    co.access |= op.access;
+  }
+  read_begin_.push_back(uint32_t(reads_.size()));
+  return 0;
+}
+
+void Capture::discard() {
+  if (!nodes_.empty()) {
+    // The captured instructions' cleanups: each was accepted, so each runs exactly once.
+    CallbackScope frame(engine_, nullptr, CallbackKind::kCleanup);
+    for (const ProgramNode& nd : nodes_) {
+      if (nd.cleanup == nullptr) continue;
+      try {
+        nd.cleanup(nd.user_data);
+      } catch (...) {
+        // A cleanup callback must not throw; nothing to report it to.
+      }
+    }
+  }
+  for (const CapObj& co : objs_)
+    if (co.access != 0) engine_->objects().release_ref(co.obj);
+  for (auto& [node, rec] : records_) rec.second(rec.first);
+  nodes_.clear();
+  streams_.clear();
+  name_at_.clear();
+  names_.clear();
+  edges_.clear();
+  stamp_.clear();
+  read_begin_.assign(1, 0);
+  reads_.clear();
+  std::fill(last_host_.begin(), last_host_.end(), kNoNode);
+  last_device_.clear();
+  objs_.clear();
+  obj_index_.clear();
+  records_.clear();
+  ext_slots_ = 0;
+  host_nodes_ = 0;
+  device_ = -1;
+}
+
+}  // namespace flowlane::core
