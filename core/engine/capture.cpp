@@ -13,6 +13,8 @@ namespace flowlane::core {
 
 namespace detail {
 constinit FL_TLS thread_local uint32_t t_open_captures = 0;
+constinit FL_TLS thread_local const Engine* t_last_engine = nullptr;
+constinit FL_TLS thread_local Capture* t_last_capture = nullptr;
 }  // namespace detail
 
 namespace {
@@ -36,16 +38,29 @@ struct ThreadCaptures {
     }
     open.clear();
     detail::t_open_captures = 0;
+    forget_last();
+  }
+  static void forget_last() {
+    detail::t_last_engine = nullptr;
+    detail::t_last_capture = nullptr;
   }
 };
 thread_local ThreadCaptures t_captures;
 
 // Grows v's capacity geometrically so that `extra` more elements fit (the commit pass then
-// cannot throw).
+// cannot throw). Inline: one compare when there is room.
 template <class V>
-void make_room(V& v, size_t extra) {
-  const size_t need = v.size() + extra;
-  if (need > v.capacity()) v.reserve(std::max(need, v.capacity() * 2 + 16));
+[[gnu::noinline, gnu::cold]] void grow(V& v, size_t extra) {
+  v.reserve(std::max(v.size() + extra, v.capacity() * 2 + 16));
+}
+template <class V>
+inline void make_room(V& v, size_t extra) {
+  if (v.capacity() - v.size() < extra) [[unlikely]]
+    grow(v, extra);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void refuse(fl_status_t st, const char* api, const char* why) {
+  fail(st, std::string(api != nullptr ? api : "fl_submit") + why);
 }
 
 size_t hash_ptr(const void* p) {
@@ -65,13 +80,18 @@ Capture* find_capture(const Engine& e) {
   for (size_t k = 0; k < open.size();) {
     Capture* c = open[k].get();
     if (c->dead()) {  // its engine was destroyed (no other thread touches it any more)
+      if (detail::t_last_capture == c) ThreadCaptures::forget_last();
       open.erase(open.begin() + ptrdiff_t(k));
       --detail::t_open_captures;
       continue;
     }
     // A live capture's engine is alive (destroy kills every capture of its engine), so
     // comparing addresses is exact.
-    if (c->engine() == &e) return c;
+    if (c->engine() == &e) {
+      detail::t_last_engine = &e;
+      detail::t_last_capture = c;
+      return c;
+    }
     ++k;
   }
   return nullptr;
@@ -106,6 +126,7 @@ std::unique_ptr<Program> end_capture(Engine& e, bool keep) {
   std::unique_ptr<Capture> owned = std::move(*it);
   open.erase(it);
   --detail::t_open_captures;
+  ThreadCaptures::forget_last();
   e.programs().remove_capture(c);
   if (!keep) {
     owned->discard();
@@ -167,19 +188,20 @@ uint32_t Capture::object_state(Object* o) {
   return uint32_t(objs_.size() - 1);
 }
 
-void Capture::add_edge(uint32_t pred, uint32_t succ) {
-  if (stamp_[pred] == succ + 1) return;  // repeated: once is enough
-  stamp_[pred] = succ + 1;
+[[gnu::always_inline]] inline void Capture::add_edge(uint32_t pred, uint32_t succ) {
+  uint32_t& stamp = nodes_[pred].stamp;
+  if (stamp == succ + 1) return;  // repeated: once is enough
+  stamp = succ + 1;
   edges_.emplace_back(pred, succ);  // within the room add() made
 }
 
 // An edge pred -> succ that the order edges already imply: pred is a host node of succ's
 // lane (the lane's chain of host nodes, and its edge to every device node that follows),
 // or pred and succ are device nodes of one device stream (its chain).
-bool Capture::implied_by_order(uint32_t pred, uint32_t succ) const {
-  const Stream* ps = streams_[pred];
-  const Stream* ss = streams_[succ];
-  if (nodes_[pred].kind == NodeKind::kHost) return ps->lane == ss->lane;
+[[gnu::always_inline]] inline bool Capture::implied_by_order(uint32_t pred, uint32_t succ) const {
+  const Stream* ps = nodes_[pred].stream;
+  const Stream* ss = nodes_[succ].stream;
+  if (nodes_[pred].node.kind == NodeKind::kHost) return ps->lane == ss->lane;
   return ps == ss;
 }
 
@@ -193,89 +215,89 @@ void Capture::check_device(Stream* s, const Instr* i) {
     fail(FL_ERR_UNSUPPORTED, "a program's device work must be on one device: this capture already has work on CUDA "
                              "device " + std::to_string(device_) + ", this instruction is for device " +
                                  std::to_string(s->device.index) + " (capture one program per device)");
+  if (std::none_of(last_device_.begin(), last_device_.end(), [s](const auto& x) { return x.first == s; }))
+    make_room(last_device_, 1);
+  make_room(records_, 1);
+}
+
+// A device node's stream order, and its record (the program's from now on). No allocation.
+void Capture::commit_device(Stream* s, Instr* i, uint32_t k) {
+  auto ld = std::find_if(last_device_.begin(), last_device_.end(), [s](const auto& x) { return x.first == s; });
+  if (ld == last_device_.end()) {
+    last_device_.emplace_back(s, k);  // room made by check_device
+  } else {
+    add_edge(ld->second, k);
+    ld->second = k;
+  }
+  device_ = s->device.index;
+  records_.push_back({k, {i->device, i->device_free}});
+  i->device = nullptr;
+  i->device_free = nullptr;
 }
 
 fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
-  struct Drop {  // the record is never queued: back to the pool in every case
+  struct Unused {  // the record is never queued: back to the pool in every case
     Engine* e;
     Instr* i;
-    ~Drop() { e->discard(i); }
-  } drop{engine_, i};
-  const std::string api = a.api != nullptr ? a.api : "fl_submit";
-  if (engine_->shutting_down()) fail(FL_ERR_SHUTDOWN, api + ": the engine is being destroyed");
+    ~Unused() { e->return_unused(i); }
+  } unused{engine_, i};
+  if (engine_->shutting_down()) refuse(FL_ERR_SHUTDOWN, a.api, ": the engine is being destroyed");
   if (s->kind == FL_STREAM_COLLECTIVE)
-    fail(FL_ERR_CAPTURING, api + ": collective streams cannot be captured (a launch would have to advance the "
-                                 "communicator's sequence numbers); submit collectives eagerly between launches");
+    refuse(FL_ERR_CAPTURING, a.api, ": collective streams cannot be captured (a launch would have to advance the "
+                                    "communicator's sequence numbers); submit collectives eagerly between launches");
   const bool device = !s->is_host_executed();
-  if (device) check_device(s, i);
+  if (device) [[unlikely]]
+    check_device(s, i);
   const uint32_t k = size();
-  if (k >= kMaxNodes) fail(FL_ERR_OUT_OF_RANGE, api + ": a program holds at most 2^28 instructions");
-  merge_operands(i->operands);
+  if (k >= kMaxNodes) [[unlikely]]
+    refuse(FL_ERR_OUT_OF_RANGE, a.api, ": a program holds at most 2^28 instructions");
+  std::vector<Operand>& ops = i->operands;
+  if (ops.size() > 1) merge_operands(ops);
 
   // 1. Room for everything the commit below adds (the last point that may throw).
   size_t edges = 2;  // lane order, stream order
-  op_state_.clear();
-  make_room(op_state_, i->operands.size());
-  for (const Operand& op : i->operands) {
-    const uint32_t x = object_state(op.obj);
-    CapObj& co = objs_[x];
-    edges += 1 + ((op.access & FL_WRITE) ? co.readers.size() : 0);
-    if ((op.access & FL_WRITE) == 0) make_room(co.readers, 1);
-    op_state_.push_back(x);
+  if (!ops.empty()) {
+    make_room(op_state_, ops.size());
+    op_state_.clear();
+    for (const Operand& op : ops) {
+      const uint32_t x = object_state(op.obj);
+      CapObj& co = objs_[x];
+      edges += 1 + ((op.access & FL_WRITE) ? co.readers.size() : 0);
+      if ((op.access & FL_WRITE) == 0) make_room(co.readers, 1);
+      op_state_.push_back(x);
+    }
+    make_room(reads_, ops.size());
   }
   make_room(edges_, edges);
-  make_room(reads_, i->operands.size());
-  make_room(nodes_, 1);
-  make_room(streams_, 1);
-  make_room(stamp_, 1);
-  make_room(name_at_, 1);
-  make_room(read_begin_, 1);
+  nodes_.make_room();
   const size_t name_len = a.name != nullptr ? std::char_traits<char>::length(a.name) : 0;
   if (name_len > 0) make_room(names_, name_len + 1);
-  if (device) {
-    make_room(records_, 1);
-    if (std::none_of(last_device_.begin(), last_device_.end(), [s](const auto& x) { return x.first == s; }))
-      make_room(last_device_, 1);
-  }
-  const NodeKind kind =
-      !device ? NodeKind::kHost
-              : (engine_->program_device()->is_graph_node(i->device) ? NodeKind::kGraph : NodeKind::kDeviceFn);
+  const NodeKind kind = !device ? NodeKind::kHost
+                                : (engine_->program_device()->is_graph_node(i->device) ? NodeKind::kGraph
+                                                                                        : NodeKind::kDeviceFn);
 
   // 2. The commit: nothing below allocates or throws.
-  nodes_.push_back(ProgramNode{a.fn, a.user_data, a.cleanup, s->lane->id, kind});
-  streams_.push_back(s);
-  stamp_.push_back(0);
+  const uint32_t lane = s->lane->id;
+  CapNode& nd = nodes_.push(CapNode{ProgramNode{a.fn, a.user_data, a.cleanup, lane, kind}, s, 0, 0, 0});
   if (name_len > 0) {
-    name_at_.push_back(uint32_t(names_.size()) + 1);
+    nd.name_at = uint32_t(names_.size()) + 1;
     names_.append(a.name, name_len);
     names_.push_back('\0');
-  } else {
-    name_at_.push_back(0);
+    named_ = true;
   }
   // Lane and stream order: a lane's host instructions run one at a time in submission
   // order, and its device instructions are issued after the host ones before them; a
   // device stream runs its work in order.
-  const uint32_t lane = s->lane->id;
   if (last_host_[lane] != kNoNode) add_edge(last_host_[lane], k);
-  if (device) {
-    auto ld = std::find_if(last_device_.begin(), last_device_.end(), [s](const auto& x) { return x.first == s; });
-    if (ld == last_device_.end()) {
-      last_device_.emplace_back(s, k);
-    } else {
-      add_edge(ld->second, k);
-      ld->second = k;
-    }
-    device_ = s->device.index;
-    records_.push_back({k, {i->device, i->device_free}});
-    i->device = nullptr;  // the program's from now on
-    i->device_free = nullptr;
+  if (device) [[unlikely]] {
+    commit_device(s, i, k);
   } else {
     last_host_[lane] = k;
     ++host_nodes_;
   }
   // The objects: Recorder's rules (deps.cpp), against the capture's own state.
-  for (size_t n = 0; n < i->operands.size(); ++n) {
-    const Operand& op = i->operands[n];
+  for (size_t n = 0; n < ops.size(); ++n) {
+    const Operand& op = ops[n];
     CapObj& co = objs_[op_state_[n]];
     const bool reads = (op.access & FL_READ) != 0;
     if (co.last_writer != kNoNode) {
@@ -298,7 +320,7 @@ fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
     if (co.access == 0) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
     co.access |= op.access;
   }
-  read_begin_.push_back(uint32_t(reads_.size()));
+  nodes_[k].read_end = uint32_t(reads_.size());
   return 0;
 }
 
@@ -306,10 +328,11 @@ void Capture::discard() {
   if (!nodes_.empty()) {
     // The captured instructions' cleanups: each was accepted, so each runs exactly once.
     CallbackScope frame(engine_, nullptr, CallbackKind::kCleanup);
-    for (const ProgramNode& nd : nodes_) {
-      if (nd.cleanup == nullptr) continue;
+    for (uint32_t k = 0; k < nodes_.size(); ++k) {
+      const CapNode& nd = nodes_[k];
+      if (nd.node.cleanup == nullptr) continue;
       try {
-        nd.cleanup(nd.user_data);
+        nd.node.cleanup(nd.node.user_data);
       } catch (...) {
         // A cleanup callback must not throw; nothing to report it to.
       }
@@ -319,12 +342,9 @@ void Capture::discard() {
     if (co.access != 0) engine_->objects().release_ref(co.obj);
   for (auto& [node, rec] : records_) rec.second(rec.first);
   nodes_.clear();
-  streams_.clear();
-  name_at_.clear();
   names_.clear();
+  named_ = false;
   edges_.clear();
-  stamp_.clear();
-  read_begin_.assign(1, 0);
   reads_.clear();
   std::fill(last_host_.begin(), last_host_.end(), kNoNode);
   last_device_.clear();

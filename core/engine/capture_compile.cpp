@@ -9,119 +9,26 @@
 #include "engine/capture.hpp"
 #include "engine/engine.hpp"
 #include "engine/program_device.hpp"
+#include "engine/schedule.hpp"
 
 namespace flowlane::core {
 
-namespace {
-
-// A DAG over units (nodes, or groups of device work), as successor lists.
-struct UnitGraph {
-  std::vector<uint32_t> code;        // per unit: a node index, or kDeviceUnit | u
-  std::vector<uint32_t> succ_begin;  // count + 1
-  std::vector<uint32_t> succ;
-  std::vector<uint32_t> npreds;
-  std::vector<uint32_t> only_pred;   // the predecessor of a unit that has exactly one
-  std::vector<uint32_t> order;       // a topological order
-  uint32_t count() const { return uint32_t(code.size()); }
-  uint32_t outdeg(uint32_t u) const { return succ_begin[u + 1] - succ_begin[u]; }
-};
-
-// Fills g's successor lists from `edges` (pairs of units, no repeats).
-void link(UnitGraph& g, const std::vector<std::pair<uint32_t, uint32_t>>& edges) {
-  const uint32_t n = g.count();
-  g.succ_begin.assign(n + 1, 0);
-  g.npreds.assign(n, 0);
-  g.only_pred.assign(n, kNoNode);
-  for (const auto& [p, s] : edges) {
-    ++g.succ_begin[p + 1];
-    ++g.npreds[s];
-    g.only_pred[s] = p;  // meaningful only where npreds is 1
-  }
-  std::partial_sum(g.succ_begin.begin(), g.succ_begin.end(), g.succ_begin.begin());
-  g.succ.resize(edges.size());
-  std::vector<uint32_t> fill(g.succ_begin.begin(), g.succ_begin.end() - 1);
-  for (const auto& [p, s] : edges) g.succ[fill[p]++] = s;
-}
-
-// Kahn's algorithm. Throws FL_ERR_INTERNAL on a cycle (the construction excludes one).
-void sort_topologically(UnitGraph& g) {
-  const uint32_t n = g.count();
-  std::vector<uint32_t> indeg(g.npreds);
-  g.order.clear();
-  g.order.reserve(n);
-  for (uint32_t u = 0; u < n; ++u)
-    if (indeg[u] == 0) g.order.push_back(u);
-  for (size_t k = 0; k < g.order.size(); ++k) {
-    const uint32_t u = g.order[k];
-    for (uint32_t x = g.succ_begin[u]; x < g.succ_begin[u + 1]; ++x)
-      if (--indeg[g.succ[x]] == 0) g.order.push_back(g.succ[x]);
-  }
-  if (g.order.size() != n) fail(FL_ERR_INTERNAL, "fl_capture_end: the units of the program form a cycle");
-}
-
-// The chains: a unit whose only predecessor has it as its only successor runs right after
-// that predecessor, in the same task (a parallel replay touches no atomic inside a chain).
-// A task is released by the tasks ending in its first unit's predecessors.
-void compile_tasks(const UnitGraph& g, std::vector<uint32_t>& chain, std::vector<uint32_t>& task_succ,
-                   std::vector<uint32_t>& roots, std::unique_ptr<Program::TaskRec[]>& tasks, uint32_t& ntasks) {
-  const uint32_t n = g.count();
-  std::vector<uint32_t> task_of(n), next(n, kNoNode), heads, tails;
-  for (uint32_t u : g.order) {
-    const uint32_t pred = g.only_pred[u];
-    if (g.npreds[u] == 1 && g.outdeg(pred) == 1) {  // pred is its chain's tail: u follows it
-      const uint32_t t = task_of[pred];
-      next[tails[t]] = u;
-      tails[t] = u;
-      task_of[u] = t;
-    } else {
-      task_of[u] = uint32_t(heads.size());
-      heads.push_back(u);
-      tails.push_back(u);
-    }
-  }
-  ntasks = uint32_t(heads.size());
-  tasks.reset(new Program::TaskRec[ntasks]);
-  chain.clear();
-  chain.reserve(n);
-  task_succ.clear();
-  roots.clear();
-  for (uint32_t t = 0; t < ntasks; ++t) {
-    Program::TaskRec& tr = tasks[t];
-    tr.begin = uint32_t(chain.size());
-    for (uint32_t u = heads[t]; u != kNoNode; u = next[u]) chain.push_back(g.code[u]);
-    tr.end = uint32_t(chain.size());
-    tr.succ_begin = uint32_t(task_succ.size());
-    const uint32_t tail = tails[t];
-    for (uint32_t x = g.succ_begin[tail]; x < g.succ_begin[tail + 1]; ++x) task_succ.push_back(task_of[g.succ[x]]);
-    tr.succ_end = uint32_t(task_succ.size());
-    tr.preds = g.npreds[heads[t]];
-    if (tr.preds == 0) roots.push_back(t);
-  }
-}
-
-}  // namespace
 
 // Host work only: the units are the nodes, capture order is a topological order (every
 // edge points to a later node) and sequential replays need no order list.
 void Capture::compile_schedule(Program& p) {
   const uint32_t n = size();
   if (records_.empty()) {
-    UnitGraph g;
-    g.code.resize(n);
-    std::iota(g.code.begin(), g.code.end(), 0u);
-    link(g, edges_);
-    g.order = g.code;
-    compile_tasks(g, p.chain_, p.task_succ_, p.roots_, p.tasks_, p.ntasks_);
+    // Host work only: the parallel schedule is built by the first launch that runs in
+    // parallel (Program::build_schedule), from the edges kept here; a sequential replay
+    // needs none of it (capture order).
+    p.edges_.reserve(edges_.size());
   } else {
     compile_device(p);
-  }
-  for (uint32_t t = 0; t < p.ntasks_; ++t) {
-    p.tasks_[t].program = &p;
-    p.tasks_[t].run = &Program::run_task;
+    p.finish_schedule();
   }
   p.run_.status.assign(n, 0);
   p.run_.ext_poison.assign(ext_slots_, nullptr);
-  if (p.ntasks_ > 1) p.run_.pending.reset(new std::atomic<uint32_t>[p.ntasks_]);
   if (p.device_units_ > 0) p.run_.unit_state.reset(new std::atomic<uint8_t>[p.device_units_]);
 
   // The launch's operands: every object with the union of its accesses, and the program's
@@ -136,6 +43,10 @@ void Capture::compile_schedule(Program& p) {
   }
   std::sort(p.ext_.begin(), p.ext_.end());
   p.records_.reserve(records_.size());
+  p.nodes_.reserve(n);
+  p.read_begin_.reserve(n + 1);
+  p.read_begin_.push_back(0);
+  if (named_) p.name_at_.reserve(n);
 }
 
 // Device work (core/engine/README.md, "Device work in programs"). Each node gets a level:
@@ -148,12 +59,12 @@ void Capture::compile_device(Program& p) {
   const uint32_t n = size();
   std::vector<uint32_t> level(n, 0);
   for (const auto& [pr, s] : edges_)  // grouped by successor, in capture order
-    level[s] = std::max(level[s], level[pr] + (nodes_[pr].kind == NodeKind::kGraph ? 0u : 1u));
+    level[s] = std::max(level[s], level[pr] + (nodes_[pr].node.kind == NodeKind::kGraph ? 0u : 1u));
   // Units: each host node and device function; one per level of graph nodes.
   UnitGraph g;
   std::vector<uint32_t> unit_of(n), unit_of_level;
   for (uint32_t v = 0; v < n; ++v) {
-    if (nodes_[v].kind != NodeKind::kGraph) {
+    if (nodes_[v].node.kind != NodeKind::kGraph) {
       unit_of[v] = g.count();
       g.code.push_back(v);
       continue;
@@ -178,7 +89,7 @@ void Capture::compile_device(Program& p) {
   std::vector<uint32_t> device_unit(units, kNoNode);
   uint32_t ndev = 0;
   for (uint32_t u : g.order) {
-    const bool host = g.code[u] != kNoNode && nodes_[g.code[u]].kind == NodeKind::kHost;
+    const bool host = g.code[u] != kNoNode && nodes_[g.code[u]].node.kind == NodeKind::kHost;
     if (!host) device_unit[u] = ndev++;
   }
   // Each device unit's nodes (in capture order), and the desc the device part builds from.
@@ -187,19 +98,19 @@ void Capture::compile_device(Program& p) {
   ProgramDeviceDesc desc;
   desc.device = device_;
   for (const auto& [node, rec] : records_)
-    desc.nodes.push_back(ProgramDeviceDesc::Node{rec.first, streams_[node], nodes_[node].user_data});
+    desc.nodes.push_back(ProgramDeviceDesc::Node{rec.first, nodes_[node].stream, nodes_[node].node.user_data, node});
   desc.units.resize(ndev);
   std::vector<uint32_t> position(n, kNoNode);  // a graph node's position in its unit
   for (uint32_t v = 0; v < n; ++v) {
     const uint32_t du = device_unit[unit_of[v]];
     if (du == kNoNode) continue;
     ProgramDeviceDesc::Unit& unit = desc.units[du];
-    unit.graph = nodes_[v].kind == NodeKind::kGraph;
+    unit.graph = nodes_[v].node.kind == NodeKind::kGraph;
     position[v] = uint32_t(unit.nodes.size());
     unit.nodes.push_back(dev_index[v]);
   }
   for (const auto& [pr, s] : edges_)
-    if (unit_of[pr] == unit_of[s] && nodes_[s].kind == NodeKind::kGraph)
+    if (unit_of[pr] == unit_of[s] && nodes_[s].node.kind == NodeKind::kGraph)
       desc.units[device_unit[unit_of[s]]].edges.emplace_back(position[pr], position[s]);
   p.dev_unit_begin_.assign(1, 0);
   for (uint32_t du = 0; du < ndev; ++du) {
@@ -220,7 +131,7 @@ void Capture::compile_device(Program& p) {
     if (device_unit[u] != kNoNode) g.code[u] = Program::kDeviceUnit | device_unit[u];
   p.order_.reserve(units);
   for (uint32_t u : g.order) p.order_.push_back(g.code[u]);
-  compile_tasks(g, p.chain_, p.task_succ_, p.roots_, p.tasks_, p.ntasks_);
+  compile_tasks(g, p);
   p.device_units_ = ndev;
   p.device_ = device_;
   p.device_api_ = engine_->program_device();
@@ -250,15 +161,20 @@ std::unique_ptr<Program> Capture::finish() {
   objs_.clear();
   for (auto& [node, rec] : records_) p->records_.push_back(rec);
   records_.clear();
-  p->edges_ = edges_.size();
+  if (records_.empty()) p->edges_.assign(edges_.begin(), edges_.end());  // reserved by compile_schedule
+  p->edge_count_ = edges_.size();
   p->host_nodes_ = host_nodes_;
-  p->nodes_ = std::move(nodes_);
-  p->name_at_ = std::move(name_at_);
+  const uint32_t n = size();
+  for (uint32_t k = 0; k < n; ++k) {  // reserved by compile_schedule
+    const CapNode& nd = nodes_[k];
+    p->nodes_.push_back(nd.node);
+    p->read_begin_.push_back(nd.read_end);
+    if (named_) p->name_at_.push_back(nd.name_at);
+  }
   p->names_ = std::move(names_);
-  p->read_begin_ = std::move(read_begin_);
   p->reads_ = std::move(reads_);
   p->ext_slots_ = ext_slots_;
-  nodes_.clear();  // moved-from: made empty, so discard() runs no cleanup
+  nodes_.clear();  // handed over: discard() runs no cleanup
   discard();       // frees the capture's working state
   return p;
 }

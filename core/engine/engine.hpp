@@ -151,6 +151,9 @@ class Engine {
   // record) and pass to submit(), or to discard() if it is abandoned.
   Instr* new_instr();
   void discard(Instr* i);
+  // A record from new_instr() that was never submitted, at most its operands filled (a
+  // captured submission's): back to the pool without the reset a used record needs.
+  void return_unused(Instr* i);
   void recycle(Instr* i);  // refs reached zero
   // The common path of every fl_submit_*: merges operands that name one object twice (the
   // union of their accesses), takes a window slot (blocking, or FL_ERR_WOULD_BLOCK),

@@ -26,6 +26,11 @@ void Engine::discard(Instr* i) {
   recycle(i);
 }
 
+void Engine::return_unused(Instr* i) {
+  if (!i->operands.empty()) i->operands.clear();
+  Recycler<Instr>::put(i);
+}
+
 void Engine::recycle(Instr* i) {
   // Every dependent that could read the device record has completed (they held references).
   if (i->device != nullptr) services_.device->recycle(i);

@@ -77,7 +77,7 @@ void Program::free_resources() {
 size_t Program::bytes() const {
   size_t b = sizeof(*this) + name_.capacity();
   b += bytes_of(nodes_) + bytes_of(name_at_) + names_.capacity() + bytes_of(read_begin_) + bytes_of(reads_);
-  b += bytes_of(ext_) + bytes_of(launch_ops_) + bytes_of(objects_) + bytes_of(records_);
+  b += bytes_of(ext_) + bytes_of(launch_ops_) + bytes_of(objects_) + bytes_of(records_) + bytes_of(edges_);
   b += bytes_of(order_) + bytes_of(dev_wait_begin_) + bytes_of(dev_wait_) + bytes_of(dev_unit_begin_) +
        bytes_of(dev_unit_nodes_);
   b += bytes_of(chain_) + bytes_of(task_succ_) + bytes_of(roots_) + size_t(ntasks_) * sizeof(TaskRec);
@@ -90,8 +90,9 @@ fl_program_info_t Program::info() const {
   in.struct_size = sizeof(in);
   in.instructions = nodes_.size();
   in.host_instructions = host_nodes_;
-  in.edges = edges_;
-  in.tasks = ntasks_;
+  in.edges = edge_count_;
+  // Acquire: pairs with the release store in finish_schedule() (0 until a launch built it).
+  in.tasks = schedule_built_.load(std::memory_order_acquire) ? ntasks_ : 0;
   in.device_graphs = 0;
   for (uint32_t du = 0; du < device_units_; ++du) {
     const uint32_t first = dev_unit_nodes_[dev_unit_begin_[du]];
@@ -105,7 +106,7 @@ fl_program_info_t Program::info() const {
 
 std::string Program::describe_node(uint32_t k) const {
   std::string s = "'";
-  s += name_at_[k] != 0 ? std::string(names_.c_str() + name_at_[k] - 1) : std::string("<unnamed>");
+  s += node_name(k);
   s += "' (#" + std::to_string(k) + " of program '" + (name_.empty() ? std::string("<unnamed>") : name_) + "', lane " +
        std::to_string(nodes_[k].lane) + ")";
   return s;

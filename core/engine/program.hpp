@@ -47,6 +47,7 @@ namespace flowlane::core {
 
 class Engine;
 class Capture;
+struct UnitGraph;
 class Observer;
 class ProgramDevice;
 struct Object;
@@ -88,6 +89,18 @@ struct ReplayFrame {
 };
 // The frame whose context `ctx` is, if a replayed function runs on this thread with it.
 ReplayFrame* replay_frame(const void* ctx);
+// Makes `f` the calling thread's innermost replay frame for the scope (replay.cpp; the
+// device part's launch on a CUDA stream uses it for its device functions' context).
+class ReplayScope {
+ public:
+  explicit ReplayScope(ReplayFrame& f);
+  ~ReplayScope();
+  ReplayScope(const ReplayScope&) = delete;
+  ReplayScope& operator=(const ReplayScope&) = delete;
+
+ private:
+  ReplayFrame& f_;
+};
 
 class Program {
  public:
@@ -140,6 +153,7 @@ class Program {
  private:
   friend class Capture;
   friend class Programs;
+  friend void compile_tasks(const UnitGraph& g, Program& p);  // schedule.cpp
   struct Run;
   class Runner;
 
@@ -148,8 +162,15 @@ class Program {
 
  private:
 
+  // --- schedule.cpp ---
+  // Host work only: the tasks of a parallel replay, from edges_ (the first launch that runs
+  // in parallel builds them; launches are ordered). May throw (out of memory).
+  void build_schedule();
+  void finish_schedule();  // the tasks' links to the program, the run's counters
+
   // --- replay.cpp ---
   void prepare_external_poison(Instr* launch);
+  bool runs_in_parallel();  // the pool has workers to spare and the program parallelism
   void run_sequential();
   void run_parallel();
   static void run_task(sched::Task* t);
@@ -169,10 +190,14 @@ class Program {
 
   // --- the nodes, in capture order (a topological order of the dependencies) ---
   std::vector<ProgramNode> nodes_;
-  std::vector<uint32_t> name_at_;  // 1 + offset of the node's name in names_ (NUL-ended); 0: unnamed
+  // 1 + offset of the node's name in names_ (NUL-ended); 0: unnamed. Empty: none is named.
+  std::vector<uint32_t> name_at_;
   std::string names_;
   uint32_t host_nodes_ = 0;
-  uint64_t edges_ = 0;
+  uint64_t edge_count_ = 0;
+  // Host work only: the dependencies (pred, succ), grouped by successor, until the parallel
+  // schedule is built from them.
+  std::vector<std::pair<uint32_t, uint32_t>> edges_;
   // What each node reads (the poison check): read_begin_[k] .. read_begin_[k + 1] in
   // reads_, each the node that last wrote the value, or kExternal | slot.
   std::vector<uint32_t> read_begin_;
@@ -211,6 +236,7 @@ class Program {
   std::vector<uint32_t> roots_;
   std::unique_ptr<TaskRec[]> tasks_;
   uint32_t ntasks_ = 0;
+  std::atomic<bool> schedule_built_{false};  // tasks_ and the rest are complete
 
   // --- the run of the launch in progress (one at a time) ---
   struct Run {

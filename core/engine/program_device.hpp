@@ -37,6 +37,7 @@ struct ProgramDeviceDesc {
     const void* record = nullptr;
     const Stream* stream = nullptr;
     void* user_data = nullptr;
+    uint32_t node = 0;  // its index in the program (a device function's context names it)
   };
   std::vector<Node> nodes;
   // The units, in the order a launch issues them: a graph (its nodes, indices into

@@ -29,22 +29,13 @@ constexpr uint8_t kUnitDone = 3;      // ended; its nodes' statuses are written
 
 constinit FL_TLS thread_local ReplayFrame* t_frame = nullptr;
 
-// Makes `f` the calling thread's innermost replay frame for the scope.
-class FrameScope {
- public:
-  explicit FrameScope(ReplayFrame& f) : f_(f) {
-    f.saved = t_frame;
-    t_frame = &f;
-  }
-  ~FrameScope() { t_frame = f_.saved; }
-  FrameScope(const FrameScope&) = delete;
-  FrameScope& operator=(const FrameScope&) = delete;
-
- private:
-  ReplayFrame& f_;
-};
-
 }  // namespace
+
+ReplayScope::ReplayScope(ReplayFrame& f) : f_(f) {
+  f.saved = t_frame;
+  t_frame = &f;
+}
+ReplayScope::~ReplayScope() { t_frame = f_.saved; }
 
 ReplayFrame* replay_frame(const void* ctx) {
   // Only this thread's frames: a context is valid inside its function, on its thread.
@@ -124,7 +115,8 @@ class Program::Runner {
     frame_.node = *first;  // a device function's context
     std::string detail;
     fl_status_t st = p_.device_api_->issue_unit(p_.device_state_, du, frame_.ctx(), &detail);
-    if (st != FL_OK) p_.unit_failed(du, st, detail);
+    if (st != FL_OK) p_.unit_failed(du, st, !frame_.error.empty() ? frame_.error : detail);  // a device function's text
+    if (!frame_.error.empty()) frame_.error.clear();
     // Release: pairs with the acquire loads in Program::wait_unit() (a waiter of another
     // thread sees what the device part recorded for the unit, or its nodes' statuses).
     r_.unit_state[du].store(st == FL_OK ? kUnitIssued : kUnitDone, std::memory_order_release);
@@ -144,7 +136,7 @@ class Program::Runner {
 // Failures
 
 const char* Program::node_name(uint32_t k) const {
-  return name_at_[k] != 0 ? names_.c_str() + name_at_[k] - 1 : "<unnamed>";
+  return !name_at_.empty() && name_at_[k] != 0 ? names_.c_str() + name_at_[k] - 1 : "<unnamed>";
 }
 
 bool Program::poisoned(uint32_t k) const {
@@ -230,7 +222,7 @@ fl_status_t Program::replay(Instr* launch) {
   running_id_.store(launch->id, std::memory_order_relaxed);  // for dumps only
   for (uint32_t du = 0; du < device_units_; ++du) r.unit_state[du].store(kUnitIdle, std::memory_order_relaxed);
   prepare_external_poison(launch);
-  if (ntasks_ > 1 && engine_.pool().size() > 1)
+  if (runs_in_parallel())
     run_parallel();
   else
     run_sequential();
@@ -241,9 +233,22 @@ fl_status_t Program::replay(Instr* launch) {
   return st;
 }
 
+bool Program::runs_in_parallel() {
+  if (engine_.pool().size() < 2) return false;  // one worker: capture order on this thread
+  // Relaxed: only launches write it, one at a time (ordered by the program's phony object).
+  if (!schedule_built_.load(std::memory_order_relaxed)) {
+    try {
+      build_schedule();
+    } catch (...) {
+      return false;  // out of memory: capture order, on this thread, needs nothing more
+    }
+  }
+  return ntasks_ > 1;
+}
+
 void Program::run_sequential() {
   Runner run(*this);
-  FrameScope scope(run.frame());
+  ReplayScope scope(run.frame());
   const uint32_t n = size();
   Run& r = run_;
   if (order_.empty()) {  // host work only: capture order
@@ -294,7 +299,7 @@ void Program::run_task(sched::Task* t) {
   // functions' waits are refused by the launch's rules (the launch waits for the run).
   sched::ContextScope context(r.context);
   Runner run(p);
-  FrameScope scope(run.frame());
+  ReplayScope scope(run.frame());
   int64_t finished = 0;
   for (;;) {
     const uint32_t* chain = p.chain_.data();
