@@ -155,6 +155,8 @@ void refuse_capturing(const char* fn) {
 
 Capture::Capture(Engine& e, std::string name) : engine_(&e), name_(std::move(name)) {
   last_host_.assign(e.lane_count(), kNoNode);
+  scratch_.engine = &e;
+  scratch_.seq = Engine::kScratchSeq;  // never pooled (Engine::discard, return_unused)
 }
 
 Capture::~Capture() {
@@ -188,21 +190,35 @@ uint32_t Capture::object_state(Object* o) {
   return uint32_t(objs_.size() - 1);
 }
 
+// Room for a name of `len` bytes, and for the names' offsets (kept once a node is named:
+// the first named node fills them in for the unnamed ones before it).
+void Capture::make_names_room(size_t len) {
+  make_room(names_, len + 1);
+  if (name_at_.empty()) name_at_.reserve(nodes_.size() + 1);
+  make_room(name_at_, 1);
+  if (name_at_.empty()) name_at_.assign(nodes_.size(), 0);  // within the room just made
+}
+
 [[gnu::always_inline]] inline void Capture::add_edge(uint32_t pred, uint32_t succ) {
-  uint32_t& stamp = nodes_[pred].stamp;
+  uint32_t& stamp = stamp_[pred];
   if (stamp == succ + 1) return;  // repeated: once is enough
   stamp = succ + 1;
   edges_.emplace_back(pred, succ);  // within the room add() made
 }
 
-// An edge pred -> succ that the order edges already imply: pred is a host node of succ's
-// lane (the lane's chain of host nodes, and its edge to every device node that follows),
-// or pred and succ are device nodes of one device stream (its chain).
-[[gnu::always_inline]] inline bool Capture::implied_by_order(uint32_t pred, uint32_t succ) const {
-  const Stream* ps = nodes_[pred].stream;
-  const Stream* ss = nodes_[succ].stream;
-  if (nodes_[pred].node.kind == NodeKind::kHost) return ps->lane == ss->lane;
-  return ps == ss;
+// An edge pred -> (a node of `lane` on `s`) that the order edges already imply: pred is a
+// host node of that lane (the lane's chain of host nodes, and its edge to every device node
+// that follows), or a device node of the same device stream (its chain).
+[[gnu::always_inline]] inline bool Capture::implied_by_order(uint32_t pred, uint32_t lane, const Stream* s) const {
+  const ProgramNode& pn = nodes_[pred];
+  if (pn.kind == NodeKind::kHost) return pn.lane == lane;
+  return device_stream(pred) == s;
+}
+
+const Stream* Capture::device_stream(uint32_t node) const {
+  auto it = std::lower_bound(records_.begin(), records_.end(), node,
+                             [](const DeviceNode& d, uint32_t n) { return d.node < n; });
+  return it->stream;
 }
 
 void Capture::check_device(Stream* s, const Instr* i) {
@@ -230,12 +246,14 @@ void Capture::commit_device(Stream* s, Instr* i, uint32_t k) {
     ld->second = k;
   }
   device_ = s->device.index;
-  records_.push_back({k, {i->device, i->device_free}});
+  records_.push_back(DeviceNode{k, s, i->device, i->device_free});
   i->device = nullptr;
   i->device_free = nullptr;
 }
 
-fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
+// Flattened: the vectors' push_backs, which the compiler otherwise keeps out of line, are
+// most of a capture's cost per operand.
+[[gnu::flatten]] fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
   struct Unused {  // the record is never queued: back to the pool in every case
     Engine* e;
     Instr* i;
@@ -257,33 +275,40 @@ fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
   // 1. Room for everything the commit below adds (the last point that may throw).
   size_t edges = 2;  // lane order, stream order
   if (!ops.empty()) {
-    make_room(op_state_, ops.size());
-    op_state_.clear();
-    for (const Operand& op : ops) {
+    if (op_state_.size() < ops.size()) op_state_.resize(ops.size());
+    for (size_t n = 0; n < ops.size(); ++n) {
+      const Operand& op = ops[n];
       const uint32_t x = object_state(op.obj);
       CapObj& co = objs_[x];
       edges += 1 + ((op.access & FL_WRITE) ? co.readers.size() : 0);
       if ((op.access & FL_WRITE) == 0) make_room(co.readers, 1);
-      op_state_.push_back(x);
+      op_state_[n] = x;
     }
     make_room(reads_, ops.size());
   }
   make_room(edges_, edges);
-  nodes_.make_room();
+  make_room(nodes_, 1);
+  make_room(read_end_, 1);
+  make_room(stamp_, 1);
   const size_t name_len = a.name != nullptr ? std::char_traits<char>::length(a.name) : 0;
-  if (name_len > 0) make_room(names_, name_len + 1);
+  if (name_len > 0) [[unlikely]]
+    make_names_room(name_len);
+  else if (!name_at_.empty())
+    make_room(name_at_, 1);
   const NodeKind kind = !device ? NodeKind::kHost
                                 : (engine_->program_device()->is_graph_node(i->device) ? NodeKind::kGraph
                                                                                         : NodeKind::kDeviceFn);
 
   // 2. The commit: nothing below allocates or throws.
   const uint32_t lane = s->lane->id;
-  CapNode& nd = nodes_.push(CapNode{ProgramNode{a.fn, a.user_data, a.cleanup, lane, kind}, s, 0, 0, 0});
+  nodes_.push_back(ProgramNode{a.fn, a.user_data, a.cleanup, lane, kind});
+  stamp_.push_back(0);
   if (name_len > 0) {
-    nd.name_at = uint32_t(names_.size()) + 1;
+    name_at_.push_back(uint32_t(names_.size()) + 1);
     names_.append(a.name, name_len);
     names_.push_back('\0');
-    named_ = true;
+  } else if (!name_at_.empty()) {
+    name_at_.push_back(0);
   }
   // Lane and stream order: a lane's host instructions run one at a time in submission
   // order, and its device instructions are issued after the host ones before them; a
@@ -301,7 +326,7 @@ fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
     CapObj& co = objs_[op_state_[n]];
     const bool reads = (op.access & FL_READ) != 0;
     if (co.last_writer != kNoNode) {
-      if (!implied_by_order(co.last_writer, k)) add_edge(co.last_writer, k);  // RAW, WAW
+      if (!implied_by_order(co.last_writer, lane, s)) add_edge(co.last_writer, k);  // RAW, WAW
       if (reads) reads_.push_back(co.last_writer);
     } else if (reads) {
       if (co.ext_slot == kNoNode) co.ext_slot = ext_slots_++;  // a value from before the launch
@@ -309,7 +334,7 @@ fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
     }
     if (op.access & FL_WRITE) {
       for (uint32_t r : co.readers)
-        if (!implied_by_order(r, k)) add_edge(r, k);  // WAR
+        if (!implied_by_order(r, lane, s)) add_edge(r, k);  // WAR
       co.readers.clear();
       co.last_writer = k;
     } else {
@@ -320,7 +345,7 @@ fl_instr_id Capture::add(Stream* s, Instr* i, const SubmitArgs& a) {
     if (co.access == 0) op.obj->refs.fetch_add(1, std::memory_order_relaxed);
     co.access |= op.access;
   }
-  nodes_[k].read_end = uint32_t(reads_.size());
+  read_end_.push_back(uint32_t(reads_.size()));
   return 0;
 }
 
@@ -328,11 +353,10 @@ void Capture::discard() {
   if (!nodes_.empty()) {
     // The captured instructions' cleanups: each was accepted, so each runs exactly once.
     CallbackScope frame(engine_, nullptr, CallbackKind::kCleanup);
-    for (uint32_t k = 0; k < nodes_.size(); ++k) {
-      const CapNode& nd = nodes_[k];
-      if (nd.node.cleanup == nullptr) continue;
+    for (const ProgramNode& nd : nodes_) {
+      if (nd.cleanup == nullptr) continue;
       try {
-        nd.node.cleanup(nd.node.user_data);
+        nd.cleanup(nd.user_data);
       } catch (...) {
         // A cleanup callback must not throw; nothing to report it to.
       }
@@ -340,10 +364,12 @@ void Capture::discard() {
   }
   for (const CapObj& co : objs_)
     if (co.access != 0) engine_->objects().release_ref(co.obj);
-  for (auto& [node, rec] : records_) rec.second(rec.first);
+  for (const DeviceNode& d : records_) d.record_free(d.record);
   nodes_.clear();
+  read_end_.clear();
+  name_at_.clear();
+  stamp_.clear();
   names_.clear();
-  named_ = false;
   edges_.clear();
   reads_.clear();
   std::fill(last_host_.begin(), last_host_.end(), kNoNode);

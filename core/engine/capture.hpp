@@ -26,9 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -71,7 +69,10 @@ class Capture {
   // Engine destroy discarded this capture: the thread's later calls find the engine stale.
   void kill();
   bool dead() const { return dead_.load(std::memory_order_acquire); }  // pairs with kill()'s release store
-  uint32_t size() const { return nodes_.size(); }
+  uint32_t size() const { return uint32_t(nodes_.size()); }
+  // The record a capturing thread's submissions use (Engine::new_instr): never queued, so
+  // never handed to the pool either (Engine::discard and return_unused leave it here).
+  Instr* scratch() { return &scratch_; }
 
  private:
   struct CapObj {
@@ -83,7 +84,9 @@ class Capture {
   };
   uint32_t object_state(Object* o);  // its index in objs_, found or added (may throw)
   void add_edge(uint32_t pred, uint32_t succ);
-  bool implied_by_order(uint32_t pred, uint32_t succ) const;
+  void make_names_room(size_t len);
+  // Whether lane or stream order already orders pred before a node of `lane` on `s`.
+  bool implied_by_order(uint32_t pred, uint32_t lane, const Stream* s) const;
   void check_device(Stream* s, const Instr* i);  // refusals, and room for the commit
   void commit_device(Stream* s, Instr* i, uint32_t k);
   // capture_compile.cpp
@@ -94,59 +97,12 @@ class Capture {
   std::string name_;
   std::atomic<bool> dead_{false};
 
-  // A captured instruction: its node, and what only the capture needs. One vector of them,
-  // so that a submission grows one vector, not five.
-  struct CapNode {
-    ProgramNode node;
-    const Stream* stream = nullptr;
-    uint32_t stamp = 0;     // 1 + the last node an edge from this one was added for (no repeats)
-    uint32_t name_at = 0;   // 1 + the offset of its name in names_; 0: unnamed
-    uint32_t read_end = 0;  // its reads end here in reads_ (they begin where the previous node's end)
-  };
-  uint32_t read_begin(uint32_t k) const { return k == 0 ? 0 : nodes_[k - 1].read_end; }
-
-  // The captured nodes, in chunks that never move: a submission does not copy the nodes
-  // before it, as a growing vector would.
-  class Nodes {
-   public:
-    static constexpr uint32_t kShift = 10;
-    static constexpr uint32_t kChunk = 1u << kShift;
-    CapNode& operator[](uint32_t k) { return chunks_[k >> kShift]->at(k & (kChunk - 1)); }
-    const CapNode& operator[](uint32_t k) const { return chunks_[k >> kShift]->at(k & (kChunk - 1)); }
-    uint32_t size() const { return size_; }
-    bool empty() const { return size_ == 0; }
-    // Room for one more (may throw); push() then cannot.
-    void make_room() {
-      if ((size_ & (kChunk - 1)) == 0 && (size_ >> kShift) == chunks_.size()) [[unlikely]]
-        add_chunk();
-    }
-    CapNode& push(const CapNode& n) {  // constructs in place (a chunk's storage is raw)
-      CapNode* slot = &(*this)[size_++];
-      return *new (slot) CapNode(n);
-    }
-    void clear() {
-      chunks_.clear();
-      size_ = 0;
-    }
-
-   private:
-    // Storage for kChunk nodes, not initialised (nodes are trivially destructible).
-    struct Chunk {
-      alignas(CapNode) unsigned char bytes[sizeof(CapNode) * kChunk];
-      CapNode& at(uint32_t i) { return reinterpret_cast<CapNode*>(bytes)[i]; }
-      const CapNode& at(uint32_t i) const { return reinterpret_cast<const CapNode*>(bytes)[i]; }
-    };
-    static_assert(std::is_trivially_destructible_v<CapNode> && std::is_trivially_copyable_v<CapNode>);
-    [[gnu::noinline]] void add_chunk() {
-      chunks_.reserve(chunks_.size() + 1);
-      chunks_.push_back(std::unique_ptr<Chunk>(new Chunk));  // default-initialised: no zeroing
-    }
-    std::vector<std::unique_ptr<Chunk>> chunks_;
-    uint32_t size_ = 0;
-  };
-  Nodes nodes_;
+  // The nodes as the program will hold them (handed over by finish()).
+  std::vector<ProgramNode> nodes_;
+  std::vector<uint32_t> read_end_;  // per node: its reads end here in reads_
+  std::vector<uint32_t> name_at_;   // per node once one is named: 1 + offset in names_, 0: unnamed
+  std::vector<uint32_t> stamp_;     // per node: 1 + the last node an edge from it was added for
   std::string names_;
-  bool named_ = false;  // some node has a name
   std::vector<std::pair<uint32_t, uint32_t>> edges_;  // (pred, succ), grouped by succ in capture order
   std::vector<uint32_t> reads_;
   std::vector<uint32_t> last_host_;  // per lane: its last host node, or kNoNode
@@ -156,10 +112,19 @@ class Capture {
   std::vector<uint32_t> obj_index_;
   std::vector<uint32_t> op_state_;  // scratch of add(): each operand's index in objs_
   uint32_t ext_slots_ = 0;
-  std::vector<std::pair<uint32_t, std::pair<void*, void (*)(void*)>>> records_;  // (node, device record)
+  // The device nodes, in capture order: each with its stream and its record (owned).
+  struct DeviceNode {
+    uint32_t node;
+    const Stream* stream;
+    void* record;
+    void (*record_free)(void*);
+  };
+  std::vector<DeviceNode> records_;
+  const Stream* device_stream(uint32_t node) const;  // of a device node
   int device_ = -1;
   uint32_t host_nodes_ = 0;
   ProgramDeviceDesc pending_desc_;  // compile_device's, for the build in finish()
+  Instr scratch_;
 };
 
 namespace detail {

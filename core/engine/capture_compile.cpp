@@ -18,12 +18,10 @@ namespace flowlane::core {
 // edge points to a later node) and sequential replays need no order list.
 void Capture::compile_schedule(Program& p) {
   const uint32_t n = size();
-  if (records_.empty()) {
-    // Host work only: the parallel schedule is built by the first launch that runs in
-    // parallel (Program::build_schedule), from the edges kept here; a sequential replay
-    // needs none of it (capture order).
-    p.edges_.reserve(edges_.size());
-  } else {
+  // Host work only: the parallel schedule is built by the first launch that runs in
+  // parallel (Program::build_schedule), from the edges finish() hands over; a sequential
+  // replay needs none of it (capture order).
+  if (!records_.empty()) {
     compile_device(p);
     p.finish_schedule();
   }
@@ -43,10 +41,6 @@ void Capture::compile_schedule(Program& p) {
   }
   std::sort(p.ext_.begin(), p.ext_.end());
   p.records_.reserve(records_.size());
-  p.nodes_.reserve(n);
-  p.read_begin_.reserve(n + 1);
-  p.read_begin_.push_back(0);
-  if (named_) p.name_at_.reserve(n);
 }
 
 // Device work (core/engine/README.md, "Device work in programs"). Each node gets a level:
@@ -59,12 +53,12 @@ void Capture::compile_device(Program& p) {
   const uint32_t n = size();
   std::vector<uint32_t> level(n, 0);
   for (const auto& [pr, s] : edges_)  // grouped by successor, in capture order
-    level[s] = std::max(level[s], level[pr] + (nodes_[pr].node.kind == NodeKind::kGraph ? 0u : 1u));
+    level[s] = std::max(level[s], level[pr] + (nodes_[pr].kind == NodeKind::kGraph ? 0u : 1u));
   // Units: each host node and device function; one per level of graph nodes.
   UnitGraph g;
   std::vector<uint32_t> unit_of(n), unit_of_level;
   for (uint32_t v = 0; v < n; ++v) {
-    if (nodes_[v].node.kind != NodeKind::kGraph) {
+    if (nodes_[v].kind != NodeKind::kGraph) {
       unit_of[v] = g.count();
       g.code.push_back(v);
       continue;
@@ -89,32 +83,32 @@ void Capture::compile_device(Program& p) {
   std::vector<uint32_t> device_unit(units, kNoNode);
   uint32_t ndev = 0;
   for (uint32_t u : g.order) {
-    const bool host = g.code[u] != kNoNode && nodes_[g.code[u]].node.kind == NodeKind::kHost;
+    const bool host = g.code[u] != kNoNode && nodes_[g.code[u]].kind == NodeKind::kHost;
     if (!host) device_unit[u] = ndev++;
   }
   // Each device unit's nodes (in capture order), and the desc the device part builds from.
   std::vector<uint32_t> dev_index(n, kNoNode);  // a device node's index among records_
-  for (uint32_t r = 0; r < records_.size(); ++r) dev_index[records_[r].first] = r;
+  for (uint32_t r = 0; r < records_.size(); ++r) dev_index[records_[r].node] = r;
   ProgramDeviceDesc desc;
   desc.device = device_;
-  for (const auto& [node, rec] : records_)
-    desc.nodes.push_back(ProgramDeviceDesc::Node{rec.first, nodes_[node].stream, nodes_[node].node.user_data, node});
+  for (const DeviceNode& d : records_)
+    desc.nodes.push_back(ProgramDeviceDesc::Node{d.record, d.stream, nodes_[d.node].user_data, d.node});
   desc.units.resize(ndev);
   std::vector<uint32_t> position(n, kNoNode);  // a graph node's position in its unit
   for (uint32_t v = 0; v < n; ++v) {
     const uint32_t du = device_unit[unit_of[v]];
     if (du == kNoNode) continue;
     ProgramDeviceDesc::Unit& unit = desc.units[du];
-    unit.graph = nodes_[v].node.kind == NodeKind::kGraph;
+    unit.graph = nodes_[v].kind == NodeKind::kGraph;
     position[v] = uint32_t(unit.nodes.size());
     unit.nodes.push_back(dev_index[v]);
   }
   for (const auto& [pr, s] : edges_)
-    if (unit_of[pr] == unit_of[s] && nodes_[s].node.kind == NodeKind::kGraph)
+    if (unit_of[pr] == unit_of[s] && nodes_[s].kind == NodeKind::kGraph)
       desc.units[device_unit[unit_of[s]]].edges.emplace_back(position[pr], position[s]);
   p.dev_unit_begin_.assign(1, 0);
   for (uint32_t du = 0; du < ndev; ++du) {
-    for (uint32_t r : desc.units[du].nodes) p.dev_unit_nodes_.push_back(records_[r].first);
+    for (uint32_t r : desc.units[du].nodes) p.dev_unit_nodes_.push_back(records_[r].node);
     p.dev_unit_begin_.push_back(uint32_t(p.dev_unit_nodes_.size()));
   }
   // What each host node waits for on the device: its device units among its predecessors
@@ -159,23 +153,18 @@ std::unique_ptr<Program> Capture::finish() {
     if (co.access != 0) p->objects_.push_back(co.obj);  // the capture's references, now the program's
   p->objects_.push_back(phony);
   objs_.clear();
-  for (auto& [node, rec] : records_) p->records_.push_back(rec);
-  records_.clear();
-  if (records_.empty()) p->edges_.assign(edges_.begin(), edges_.end());  // reserved by compile_schedule
   p->edge_count_ = edges_.size();
+  if (records_.empty()) p->edges_.swap(edges_);  // host work only: for the parallel schedule
+  for (const DeviceNode& d : records_) p->records_.emplace_back(d.record, d.record_free);
+  records_.clear();
   p->host_nodes_ = host_nodes_;
-  const uint32_t n = size();
-  for (uint32_t k = 0; k < n; ++k) {  // reserved by compile_schedule
-    const CapNode& nd = nodes_[k];
-    p->nodes_.push_back(nd.node);
-    p->read_begin_.push_back(nd.read_end);
-    if (named_) p->name_at_.push_back(nd.name_at);
-  }
+  p->nodes_.swap(nodes_);
+  p->read_end_.swap(read_end_);
+  p->name_at_.swap(name_at_);
   p->names_ = std::move(names_);
   p->reads_ = std::move(reads_);
   p->ext_slots_ = ext_slots_;
-  nodes_.clear();  // handed over: discard() runs no cleanup
-  discard();       // frees the capture's working state
+  discard();  // frees the capture's working state (the nodes are the program's: no cleanup runs)
   return p;
 }
 

@@ -47,6 +47,7 @@
 
 #include "base/error.hpp"
 #include "engine/cancel_drain.hpp"
+#include "engine/capture.hpp"
 #include "engine/context.hpp"
 #include "engine/deps.hpp"
 #include "engine/device.hpp"
@@ -149,17 +150,31 @@ class Engine {
   // --- submission (submit.cpp) and instruction records (instr_pool.cpp) ---
   // A record of this engine from the pool, for a submission to fill (operands, device
   // record) and pass to submit(), or to discard() if it is abandoned.
-  Instr* new_instr();
+  Instr* new_instr() {
+    // A capturing thread's submission is never queued: it uses the capture's own record.
+    if (Capture* c = capture_of(*this)) [[unlikely]]
+      return c->scratch();
+    return new_pooled_instr();
+  }
   void discard(Instr* i);
   // A record from new_instr() that was never submitted, at most its operands filled (a
   // captured submission's): back to the pool without the reset a used record needs.
   void return_unused(Instr* i);
+  // A capture's record (Capture::scratch): seq holds this, which no queued record reaches.
+  static constexpr uint64_t kScratchSeq = UINT64_MAX;
   void recycle(Instr* i);  // refs reached zero
   // The common path of every fl_submit_*: merges operands that name one object twice (the
   // union of their accesses), takes a window slot (blocking, or FL_ERR_WOULD_BLOCK),
   // records the dependencies and queues `i` on s's lane. Takes `i` in every case: on an
   // error (thrown) it is discarded, nothing is queued, and neither fn nor cleanup runs.
-  fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a);
+  // While the calling thread captures on this engine (capture.hpp) the submission is
+  // recorded into the capture instead (nothing runs, the id is 0): checked inline, so that
+  // neither path pays for the other.
+  fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a) {
+    if (Capture* c = capture_of(*this)) [[unlikely]]
+      return c->add(s, i, a);
+    return submit_eager(s, i, a);
+  }
 
   // --- the components ---
   Window& window() { return window_; }
@@ -211,6 +226,8 @@ class Engine {
   std::mutex device_mu;
 
  private:
+  fl_instr_id submit_eager(Stream* s, Instr* i, const SubmitArgs& a);
+  Instr* new_pooled_instr();
   // Takes i's id, records its dependencies and queues it on its lane (or runs it inline);
   // owns the window slot submit() took.
   fl_instr_id enqueue(Instr* i, bool run_inline);

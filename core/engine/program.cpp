@@ -76,7 +76,7 @@ void Program::free_resources() {
 
 size_t Program::bytes() const {
   size_t b = sizeof(*this) + name_.capacity();
-  b += bytes_of(nodes_) + bytes_of(name_at_) + names_.capacity() + bytes_of(read_begin_) + bytes_of(reads_);
+  b += bytes_of(nodes_) + bytes_of(name_at_) + names_.capacity() + bytes_of(read_end_) + bytes_of(reads_);
   b += bytes_of(ext_) + bytes_of(launch_ops_) + bytes_of(objects_) + bytes_of(records_) + bytes_of(edges_);
   b += bytes_of(order_) + bytes_of(dev_wait_begin_) + bytes_of(dev_wait_) + bytes_of(dev_unit_begin_) +
        bytes_of(dev_unit_nodes_);

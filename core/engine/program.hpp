@@ -198,9 +198,10 @@ class Program {
   // Host work only: the dependencies (pred, succ), grouped by successor, until the parallel
   // schedule is built from them.
   std::vector<std::pair<uint32_t, uint32_t>> edges_;
-  // What each node reads (the poison check): read_begin_[k] .. read_begin_[k + 1] in
-  // reads_, each the node that last wrote the value, or kExternal | slot.
-  std::vector<uint32_t> read_begin_;
+  // What each node reads (the poison check): reads_[read_begin(k) .. read_end_[k]), each
+  // the node that last wrote the value, or kExternal | slot.
+  std::vector<uint32_t> read_end_;
+  uint32_t read_begin(uint32_t k) const { return k == 0 ? 0 : read_end_[k - 1]; }
   std::vector<uint32_t> reads_;
   // Objects read before any node of the program writes them (their slots), sorted by
   // address with their slot: a launch finds the poison of what came before it there.

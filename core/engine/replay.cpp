@@ -140,7 +140,7 @@ const char* Program::node_name(uint32_t k) const {
 }
 
 bool Program::poisoned(uint32_t k) const {
-  for (uint32_t x = read_begin_[k]; x < read_begin_[k + 1]; ++x) {
+  for (uint32_t x = read_begin(k); x < read_end_[k]; ++x) {
     const uint32_t v = reads_[x];
     if ((v & kExternal) != 0 ? run_.ext_poison[v & ~kExternal] != nullptr : run_.status[v] != kRan) return true;
   }
@@ -365,7 +365,7 @@ fl_status_t Program::conclude(Instr* launch) {
     // Nothing failed in the launch: the first node skipped read a value poisoned before it
     // (an earlier skipped node would have a smaller index).
     Instr* by = nullptr;
-    for (uint32_t x = read_begin_[first_skipped]; x < read_begin_[first_skipped + 1] && by == nullptr; ++x)
+    for (uint32_t x = read_begin(first_skipped); x < read_end_[first_skipped] && by == nullptr; ++x)
       if ((reads_[x] & kExternal) != 0) by = r.ext_poison[reads_[x] & ~kExternal];
     if (by != nullptr) mark_skipped(launch, by);
   }

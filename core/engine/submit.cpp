@@ -1,12 +1,11 @@
-// Engine::submit, the path every fl_submit_* shares: a capture's recording (capture.hpp)
-// when the calling thread captures on this engine; else the refusals (destroy, drain), a slot of
+// Engine::submit_eager, the path every fl_submit_* shares (Engine::submit hands a capturing
+// thread's submissions to its capture instead: capture.hpp): the refusals (destroy, drain), a slot of
 // the in-flight window (Window), then, under the lane's submit lock, the recording of the
 // instruction's id and dependencies (Recorder, deps.hpp), the stream's and lane's counters and
 // the push on the lane's queue (Lane, lane.hpp), or, with FL_SUBMIT_INLINE, running it on
 // the submitting thread (core/engine/README.md, "Running on the submitting thread").
 #include <string>
 
-#include "engine/capture.hpp"
 #include "engine/engine.hpp"
 
 namespace flowlane::core {
@@ -83,11 +82,7 @@ struct Abandon {
 
 }  // namespace
 
-fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
-  // The calling thread captures on this engine: recorded into the capture, not run
-  // (capture.hpp). One thread-local load when the thread captures nowhere.
-  if (Capture* c = capture_of(*this)) [[unlikely]]
-    return c->add(s, i, a);
+fl_instr_id Engine::submit_eager(Stream* s, Instr* i, const SubmitArgs& a) {
   Abandon guard{this, i};
   merge_operands(i->operands);
   i->stream = s;
