@@ -2,6 +2,9 @@
 // runs, the refusals, failures inside launches, lifetimes (cleanups, objects, programs,
 // engines) and launches among eager work.
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -741,6 +744,52 @@ TEST(Capture, TheStateDumpShowsARunningLaunchsProgress) {
   gate.open = true;
   ASSERT_FL_OK(fl_engine_synchronize(f.engine));
   ASSERT_FL_OK(fl_program_destroy(p));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Capture, AReplayIsATraceSliceWithItsInstructionsInside) {
+  for (uint64_t workers : {1, 4}) {
+    EngineFixture f(workers, 4);
+    const std::string path = fltest::unique_temp_path("capture_trace_" + std::to_string(workers) + ".json");
+    begin_capture(f.engine, "traced");
+    for (int k = 0; k < 6; ++k)
+      fltest::submit(f.host(uint32_t(1 + k % 2)), [] { return FL_OK; }, {}, k % 2 ? "odd node" : "even node");
+    fl_program_t* p = end_capture(f.engine);
+    ASSERT_FL_OK(fl_trace_start(f.engine, path.c_str()));
+    launch(p, f.host(3));
+    ASSERT_FL_OK(fl_engine_synchronize(f.engine));
+    ASSERT_FL_OK(fl_trace_stop(f.engine));
+    const std::string json = read_file(path);
+    EXPECT_EQ(count(json, "\"name\":\"launch of 'traced'\""), 1u) << json;
+    EXPECT_EQ(count(json, "\"cat\":\"replay\""), 6u) << json;
+    EXPECT_EQ(count(json, "\"name\":\"even node\""), 3u) << json;
+    if (workers == 1) {
+      // On the launch's own thread every node is nested in the launch's slice, on its track.
+      const size_t launch = json.find("\"name\":\"launch of 'traced'\"");
+      const size_t tid_at = json.find("\"tid\":", launch);
+      const std::string tid = json.substr(tid_at, json.find(',', tid_at) - tid_at);
+      EXPECT_EQ(count(json, "\"cat\":\"replay\",\"name\":\"odd node\",\"pid\":" +
+                               json.substr(json.find("\"pid\":", launch) + 6,
+                                           json.find(',', json.find("\"pid\":", launch)) - json.find("\"pid\":", launch) - 6) +
+                               "," + tid),
+                3u)
+          << json;
+    }
+    std::remove(path.c_str());
+    ASSERT_FL_OK(fl_program_destroy(p));
+  }
 }
 
 TEST(Capture, ProgramMemoryIsProportionalToItsSize) {
