@@ -1436,7 +1436,7 @@ class engine {
   }
 
   // EXPERIMENTAL: captures this thread's submissions to the engine until end() (see
-  // capture): `auto c = e.capture("step"); ...submit...; program p = c.end();`.
+  // capture): `auto c = e.begin_capture("step"); ...submit...; program p = c.end();`.
   capture begin_capture(const char* name = nullptr) const { return capture(e_, name); }
 
   task_group make_task_group() const { return task_group(e_); }
