@@ -9,6 +9,24 @@ import weakref
 from _support import Gate, flowlane, raises_failure
 
 
+class _Callable:
+    """A callable that a weak reference can watch: the tests check when a program (or a
+    discarded capture) releases what it captured."""
+
+    def __call__(self):
+        pass
+
+
+def _captured_callable(engine):
+    """A program of one instruction whose callable only the program holds, and a weak
+    reference to that callable."""
+    fn = _Callable()
+    ref = weakref.ref(fn)
+    with engine.capture() as program:
+        engine.submit(fn, lane=0)
+    return program, ref
+
+
 class CaptureAndLaunch(unittest.TestCase):
     def test_nothing_runs_while_capturing_and_each_launch_runs_every_instruction(self):
         with flowlane.Engine(workers=2) as e:
@@ -89,10 +107,7 @@ class CaptureAndLaunch(unittest.TestCase):
 
     def test_an_exception_in_the_block_discards_the_capture_and_releases_the_callables(self):
         with flowlane.Engine(workers=1) as e:
-            class Fn:
-                def __call__(self):
-                    pass
-            fn = Fn()
+            fn = _Callable()
             ref = weakref.ref(fn)
             with self.assertRaises(KeyError):
                 with e.capture() as program:
@@ -107,14 +122,7 @@ class CaptureAndLaunch(unittest.TestCase):
 
     def test_close_releases_the_callables_and_is_idempotent(self):
         with flowlane.Engine(workers=1) as e:
-            class Fn:
-                def __call__(self):
-                    pass
-            fn = Fn()
-            ref = weakref.ref(fn)
-            with e.capture() as program:
-                e.submit(fn, lane=0)
-            del fn
+            program, ref = _captured_callable(e)
             program.launch().wait(timeout=30)
             gc.collect()
             self.assertIsNotNone(ref())
@@ -256,14 +264,7 @@ class Refusals(unittest.TestCase):
 
     def test_close_of_one_program_from_several_threads_frees_it_once(self):
         with flowlane.Engine(workers=2) as e:
-            class Fn:
-                def __call__(self):
-                    pass
-            fn = Fn()
-            ref = weakref.ref(fn)
-            with e.capture() as program:
-                e.submit(fn, lane=0)
-            del fn
+            program, ref = _captured_callable(e)
             barrier = threading.Barrier(4)
             errors = []
 
