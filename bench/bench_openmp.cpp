@@ -176,11 +176,13 @@ fl_program_t* capture_shape(flbench::FlEngine& f, Shape s, int n, int* size) {
   flbench::check(fl_program_launch(p, f.lanes[0], 0, nullptr), "fl_program_launch");
 }
 
-uint64_t launches_of(fl_program_t* p) {
+fl_program_info_t info_of(fl_program_t* p) {
   fl_program_info_t in = FL_PROGRAM_INFO_INIT;
   flbench::check(fl_program_info(p, &in), "fl_program_info");
-  return in.launches;
+  return in;
 }
+
+uint64_t launches_of(fl_program_t* p) { return info_of(p).launches; }
 
 // Replay: one launch (one instruction of lane 0) per iteration, then a wait for it.
 void flowlane_replay_bench(benchmark::State& state, Shape s) {
@@ -197,6 +199,10 @@ void flowlane_replay_bench(benchmark::State& state, Shape s) {
   if (launches_of(p) != uint64_t(state.iterations()) || after.completed - before.completed != uint64_t(state.iterations()) ||
       after.failed != before.failed)
     die("flowlane did not complete every launch");
+  // The program's memory (fl_program_info: besides CUDA graphs, none here) per instruction.
+  const fl_program_info_t in = info_of(p);
+  state.counters["program_bytes_per_instr"] = double(in.bytes) / double(per_iter);
+  state.counters["program_tasks"] = double(in.tasks);
   flbench::check(fl_program_destroy(p), "fl_program_destroy");
   flbench::finish(state, per_iter);
   state.counters["os_threads"] = 1 + flowlane_workers(threads);
