@@ -62,16 +62,15 @@ def load(results):
 
 
 def program_sizes(results):
-    """{shape: (bytes per instruction, tasks)} of the captured programs (the replay rows'
-    counters; the same in every round and N)."""
+    """{shape: bytes per instruction} of the captured programs (the replay rows' median
+    counter; the same in every round and N)."""
     out = {}
     for path in sorted(glob.glob(os.path.join(results, "round*_Flowlane_t*.json"))):
         for b in gbench.load(path)[0]:
             r = ROW.match(gbench.name(b))
-            if r and r.group(2) == "FlowlaneReplay" and "program_bytes_per_instr" in b:
-                # The schedule (its tasks) is built by the first parallel launch: N = 1 has none.
-                old = out.get(r.group(1), (0.0, 0.0))
-                out[r.group(1)] = (b["program_bytes_per_instr"], max(old[1], b.get("program_tasks", 0.0)))
+            if r and r.group(2) == "FlowlaneReplay" and gbench.aggregate(b) in (None, "median"):
+                if "program_bytes_per_instr" in b:
+                    out.setdefault(r.group(1), b["program_bytes_per_instr"])
     return out
 
 
@@ -207,11 +206,10 @@ def main():
     out += tables(shapes)
     sizes = program_sizes(args.results)
     if sizes:
-        out += ["", "Memory of the captured programs (`fl_program_info`: `bytes` over the instructions; "
-                "`tasks`: the units a parallel replay schedules, chains as one, built by the first launch with more "
-                "than one worker and counted in `bytes` from then on):", "",
-                "| workload | bytes per instruction | tasks |", "| --- | ---: | ---: |"]
-        out += [f"| {s} | {sizes[s][0]:.1f} | {sizes[s][1]:.0f} |" for s, _ in SHAPES if s in sizes]
+        out += ["", "Memory of the captured programs (`fl_program_info`'s `bytes` over the instructions; with at "
+                "most one worker, as here, no parallel schedule is built; a launch with more workers adds its "
+                "chains and task links):", "", "| workload | bytes per instruction |", "| --- | ---: |"]
+        out += [f"| {s} | {sizes[s]:.1f} |" for s, _ in SHAPES if s in sizes]
     cg = os.path.join(args.results, "callgrind.json")
     if os.path.exists(cg):
         out += ["", "### Instructions executed (callgrind Ir) per instruction", ""] + callgrind_lines(cg)
