@@ -27,9 +27,7 @@ reps="${BENCH_REPETITIONS:-3}"
 results="${BENCH_RESULTS:-bench/results/capture}"
 IFS=, read -r -a thread_counts <<<"$threads_list"
 
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-[[ -n "$(git status --porcelain --untracked-files=no -- . ':!BENCHMARKS.md' ':!bench/results' 2>/dev/null)" ]] &&
-  commit+=" (with uncommitted changes)"
+commit=$(bench_commit)
 
 run_setup openmp
 say "configure ($BUILD_DIR, Release, benchmarks on)"
@@ -54,21 +52,6 @@ common_args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=
 [[ -n "${BENCH_MIN_TIME:-}" ]] && common_args+=(--benchmark_min_time="$BENCH_MIN_TIME")
 commands=("scripts/bench-capture.sh $rounds   # BENCH_OMP_THREADS=$threads_list BENCH_REPETITIONS=$reps${BENCH_MIN_TIME:+ BENCH_MIN_TIME=$BENCH_MIN_TIME}")
 
-run() {
-  local round=$1 name=$2 pin=$3 exe=$4
-  shift 4
-  local out="$results/round${round}_${name}.json"
-  local cmd=("$exe" "$@" "${common_args[@]}" --benchmark_out="$out")
-  [[ -n "$pin" ]] && cmd=(taskset -c "$pin" "${cmd[@]}")
-  say "round $round/$rounds: ${cmd[*]#"$FLOWLANE_ROOT"/}"
-  "${cmd[@]}" >/dev/null || { echo "failed: ${cmd[*]}" >&2; rm -f "$out"; exit 1; }
-  if [[ $round == 1 ]]; then
-    local shown
-    shown=$(printf '%q ' "${cmd[@]}")
-    shown="${shown% }"
-    commands+=("${shown//"$bin"/$rel_bin}")
-  fi
-}
 
 for ((round = 1; round <= rounds; round++)); do
   order=()
@@ -79,7 +62,7 @@ for ((round = 1; round <= rounds; round++)); do
     pin=""
     if ((n == 1)); then pin=0; elif ((n <= cpus)); then pin="0-$((n - 1))"; fi
     for rt in "${order[@]}"; do
-      run "$round" "${rt}_t$n" "$pin" "$bin/${how[$rt]%%|*}" --threads="$n" --benchmark_filter="${how[$rt]#*|}"
+      bench_run "$round" "${rt}_t$n" "$pin" "$bin/${how[$rt]%%|*}" --threads="$n" --benchmark_filter="${how[$rt]#*|}"
     done
   done
 done
@@ -88,6 +71,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 if [[ "${BENCH_CAPTURE_CALLGRIND:-1}" != 0 ]] && command -v valgrind >/dev/null 2>&1 &&
   command -v callgrind_annotate >/dev/null 2>&1; then
   say "callgrind"
+  # shellcheck disable=SC2054  # the commas are one argument's
   cg=(python3 scripts/dev/callgrind_submit.py --bin-dir "$rel_bin" --runtimes Flowlane,FlowlaneReplay,FlowlaneCapture,Gomp,Libomp
       --out-dir "${BUILD_DIR#"$FLOWLANE_ROOT"/}/callgrind-capture" --json "$results/callgrind.json" --top 0 --repeat 1)
   "${cg[@]}"
