@@ -11,6 +11,11 @@
 // Workloads <X>, kBatch instructions (tasks) per iteration, then a wait for all; no-op
 // bodies (an OpenMP task bumps its thread's counter so that the run can be checked);
 // ns_per_instr = 1e9 / items_per_second:
+// flowlane runs every shape four ways: queued (BM_<X>Flowlane), FL_SUBMIT_INLINE
+// (BM_<X>FlowlaneInline), replayed (BM_<X>FlowlaneReplay: the batch captured once with
+// fl_capture_begin/end, then one fl_program_launch on lane 0 per iteration) and captured only
+// (BM_<X>FlowlaneCapture: what recording the batch costs; nothing runs).
+//
 //   Independent  no operands. flowlane: round robin over 8 lanes; OpenMP: `task`.
 //   Chain        read-write of one object. flowlane: lanes alternate 0,1 (every
 //                instruction waits for the previous one, on the other lane);
@@ -38,7 +43,10 @@
 //                             submitter once too many are queued: that is its own way.)
 //                             A warm-up round first; only the second is instrumented
 //                             (valgrind --instr-atstart=no, callgrind client requests).
-//   --runtime=NAME            with --once: Flowlane, Gomp or Libomp (default: the first)
+//   --runtime=NAME            with --once: Flowlane, FlowlaneInline, FlowlaneReplay (the measured
+//                             round is one launch of a program of COUNT instructions),
+//                             FlowlaneCapture (the measured round captures COUNT instructions),
+//                             Gomp or Libomp (default: the first)
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -150,6 +158,97 @@ int flowlane_once_with(Shape s, int count, int threads, uint64_t flags) {
 int flowlane_once(Shape s, int count, int threads) { return flowlane_once_with(s, count, threads, 0); }
 int flowlane_inline_once(Shape s, int count, int threads) {
   return flowlane_once_with(s, count, threads, FL_SUBMIT_INLINE);
+}
+
+// --- capture and replay: the shape captured once into a program, launched per iteration ---
+
+// Captures `n` instructions of the shape into a program (nothing runs); *size gets how many.
+fl_program_t* capture_shape(flbench::FlEngine& f, Shape s, int n, int* size) {
+  flbench::check(fl_capture_begin(f.e, nullptr), "fl_capture_begin");
+  *size = flowlane_shape(f, s, n);
+  fl_program_t* p = nullptr;
+  flbench::check(fl_capture_end(f.e, &p), "fl_capture_end");
+  return p;
+}
+
+// Not inlined: scripts/dev/callgrind_submit.py finds the launching thread by this frame.
+[[gnu::noinline]] void replay_shape(fl_program_t* p, flbench::FlEngine& f) {
+  flbench::check(fl_program_launch(p, f.lanes[0], 0, nullptr), "fl_program_launch");
+}
+
+fl_program_info_t info_of(fl_program_t* p) {
+  fl_program_info_t in = FL_PROGRAM_INFO_INIT;
+  flbench::check(fl_program_info(p, &in), "fl_program_info");
+  return in;
+}
+
+uint64_t launches_of(fl_program_t* p) { return info_of(p).launches; }
+
+// Replay: one launch (one instruction of lane 0) per iteration, then a wait for it.
+void flowlane_replay_bench(benchmark::State& state, Shape s) {
+  const int threads = int(state.range(0));
+  flbench::FlEngine f(flowlane_workers(threads));
+  int per_iter = 0;
+  fl_program_t* p = capture_shape(f, s, kBatch, &per_iter);
+  const fl_engine_stats_t before = f.stats();
+  for (auto _ : state) {
+    replay_shape(p, f);
+    flbench::check(fl_engine_synchronize(f.e), "fl_engine_synchronize");
+  }
+  const fl_engine_stats_t after = f.stats();
+  if (launches_of(p) != uint64_t(state.iterations()) || after.completed - before.completed != uint64_t(state.iterations()) ||
+      after.failed != before.failed)
+    die("flowlane did not complete every launch");
+  // The program's memory (fl_program_info: besides CUDA graphs, none here) per instruction.
+  const fl_program_info_t in = info_of(p);
+  state.counters["program_bytes_per_instr"] = double(in.bytes) / double(per_iter);
+  state.counters["program_tasks"] = double(in.tasks);
+  flbench::check(fl_program_destroy(p), "fl_program_destroy");
+  flbench::finish(state, per_iter);
+  state.counters["os_threads"] = 1 + flowlane_workers(threads);
+}
+
+// Capture: what recording the shape costs the calling thread (fl_capture_begin, the
+// submissions, fl_capture_end, fl_program_destroy); nothing runs.
+void flowlane_capture_bench(benchmark::State& state, Shape s) {
+  const int threads = int(state.range(0));
+  flbench::FlEngine f(flowlane_workers(threads));
+  int per_iter = 0;
+  for (auto _ : state) {
+    fl_program_t* p = capture_shape(f, s, kBatch, &per_iter);
+    flbench::check(fl_program_destroy(p), "fl_program_destroy");
+  }
+  flbench::finish(state, per_iter);
+  state.counters["os_threads"] = 1 + flowlane_workers(threads);
+}
+
+int flowlane_replay_once(Shape s, int count, int threads) {
+  const int workers = flowlane_workers(threads);
+  flbench::FlEngine f(workers);
+  int n = 0;
+  fl_program_t* p = capture_shape(f, s, count, &n);
+  flbench::Gate gate(/*spin=*/false);
+  warm_then_measure([&] {
+    gate.reset();
+    flbench::hold_workers(f, gate, workers);
+    replay_shape(p, f);
+    gate.release();
+    flbench::check(fl_engine_synchronize(f.e), "fl_engine_synchronize");
+    return n;
+  });
+  if (launches_of(p) != 2 || f.stats().failed != 0) die("flowlane did not replay the program twice");
+  flbench::check(fl_program_destroy(p), "fl_program_destroy");
+  return n;
+}
+
+int flowlane_capture_once(Shape s, int count, int threads) {
+  flbench::FlEngine f(flowlane_workers(threads));
+  return warm_then_measure([&] {
+    int n = 0;
+    fl_program_t* p = capture_shape(f, s, count, &n);
+    flbench::check(fl_program_destroy(p), "fl_program_destroy");
+    return n;
+  });
 }
 
 #endif  // FL_OMP_PEER_ONLY
@@ -293,6 +392,10 @@ std::vector<Runtime> runtimes() {
                         flowlane_once});
   rts.push_back(Runtime{"FlowlaneInline", "libflowlane.so." + std::to_string(FL_VERSION_MAJOR) + " (FL_SUBMIT_INLINE)",
                         flowlane_inline_bench, flowlane_inline_once});
+  rts.push_back(Runtime{"FlowlaneReplay", "libflowlane.so." + std::to_string(FL_VERSION_MAJOR) + " (a captured program)",
+                        flowlane_replay_bench, flowlane_replay_once});
+  rts.push_back(Runtime{"FlowlaneCapture", "libflowlane.so." + std::to_string(FL_VERSION_MAJOR) + " (capture only)",
+                        flowlane_capture_bench, flowlane_capture_once});
 #endif
 #ifdef _OPENMP
   rts.push_back(openmp_runtime());

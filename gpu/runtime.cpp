@@ -180,6 +180,38 @@ const Loaded<Api>* load_library(Spec s, Fill fill) {
   return out;
 }
 
+// ---- CUDA graphs: resolved optionally from the accepted runtime (gpu/graph.cpp) ----------
+
+#define FL_GRAPH_CHECK(f) static_assert(std::is_same_v<decltype(CudaGraphApi::f), decltype(&::f)>, #f);
+#define FL_GRAPH_CHECK_T(f, T) \
+  static_assert(std::is_same_v<decltype(CudaGraphApi::f), decltype(static_cast<T>(&::f))>, #f);
+FL_CUDA_GRAPH_FUNCTIONS(FL_GRAPH_CHECK, FL_GRAPH_CHECK_T)
+#undef FL_GRAPH_CHECK_T
+#undef FL_GRAPH_CHECK
+
+struct GraphCalls {
+  CudaGraphApi api;
+  std::string why = "the CUDA runtime is not loaded";
+};
+GraphCalls& graph_calls() {
+  static GraphCalls* g = new GraphCalls();  // never destroyed, like the runtime's table
+  return *g;
+}
+
+// Called once, with the handle of the runtime that was accepted.
+void resolve_graph_calls(void* h, const std::string& file) {
+  GraphCalls& g = graph_calls();
+  std::string why;
+#define FL_GRAPH_RESOLVE(f) \
+  if (why.empty() && !resolve(h, file, FL_RT_NAME(f), &g.api.f, &why)) g.why = why;
+#define FL_GRAPH_RESOLVE_T(f, T) FL_GRAPH_RESOLVE(f)
+  FL_CUDA_GRAPH_FUNCTIONS(FL_GRAPH_RESOLVE, FL_GRAPH_RESOLVE_T)
+#undef FL_GRAPH_RESOLVE_T
+#undef FL_GRAPH_RESOLVE
+  if (why.empty()) g.why.clear();
+}
+// ---- end of CUDA graphs --------------------------------------------------------------------
+
 // ---- the CUDA runtime ------------------------------------------------------------------
 
 constexpr int kCudaMajor = CUDART_VERSION / 1000;
@@ -202,9 +234,11 @@ const Loaded<CudaApi>& cuda_load() {
 #undef FL_RT_RESOLVE
       int v = 0;
       const bool called = t->cudaRuntimeGetVersion(&v) == cudaSuccess;
-      return same_major(file, "cudaRuntimeGetVersion", called, v / 1000, kCudaMajor,
-                        "CUDA runtime " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10),
-                        "CUDA " + std::to_string(kCudaMajor), why);
+      const bool ok = same_major(file, "cudaRuntimeGetVersion", called, v / 1000, kCudaMajor,
+                                 "CUDA runtime " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10),
+                                 "CUDA " + std::to_string(kCudaMajor), why);
+      if (ok) resolve_graph_calls(h, file);  // CUDA graphs: optional
+      return ok;
     });
   }();
   return *l;
@@ -234,6 +268,11 @@ const CudaOptionalApi& cu_optional() {
 
 const CudaApi& cu() { return cuda_load().api; }
 bool cuda_loaded() { return cuda_load().ok; }
+const CudaGraphApi& cu_graph() { return graph_calls().api; }
+const std::string& cuda_graph_unavailable() {
+  if (!cuda_load().ok) return cuda_load().why;
+  return graph_calls().why;
+}
 const std::string& cuda_unavailable() { return cuda_load().why; }
 const std::string& cuda_library() { return cuda_load().file; }
 

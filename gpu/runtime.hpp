@@ -94,6 +94,34 @@ const std::string& cuda_unavailable();
 // The file the runtime was loaded from (for messages), or empty.
 const std::string& cuda_library();
 
+// ---- CUDA graphs (programs' device work: gpu/graph.cpp) ----------------------------------
+// Resolved from the same runtime, but optionally: a runtime (or a fake) without them still
+// loads, and programs then refuse device work, naming the missing function
+// (cuda_graph_unavailable()).
+#define FL_CUDA_GRAPH_FUNCTIONS(X, XT)                                                    \
+  X(cudaGraphCreate)                                                                       \
+  X(cudaGraphDestroy)                                                                      \
+  XT(cudaGraphAddKernelNode, cudaError_t (*)(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, size_t, \
+                                             const cudaKernelNodeParams*))                 \
+  X(cudaGraphAddMemcpyNode1D)                                                              \
+  X(cudaGraphAddMemsetNode)                                                                \
+  X(cudaGraphAddEmptyNode)                                                                 \
+  XT(cudaGraphInstantiate, cudaError_t (*)(cudaGraphExec_t*, cudaGraph_t, unsigned long long)) \
+  X(cudaGraphExecDestroy)                                                                  \
+  X(cudaGraphLaunch)
+
+struct CudaGraphApi {
+  FL_CUDA_GRAPH_FUNCTIONS(FL_RT_MEMBER, FL_RT_MEMBER_T)
+};
+
+// The graph calls of the loaded runtime; only valid where cuda_loaded() and
+// cuda_graph_unavailable() is empty.
+const CudaGraphApi& cu_graph();
+// Why the loaded runtime cannot run graphs ("" when it can; the runtime's reason when it
+// is not loaded at all).
+const std::string& cuda_graph_unavailable();
+// ---- end of CUDA graphs --------------------------------------------------------------------
+
 #if FLOWLANE_HAVE_NCCL
 #define FL_NCCL_FUNCTIONS(X)   \
   X(ncclGetVersion)            \

@@ -30,10 +30,7 @@ reps="${BENCH_REPETITIONS:-3}"
 results="${BENCH_RESULTS:-bench/results/openmp}"
 IFS=, read -r -a thread_counts <<<"$threads_list"
 
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# (The outputs, BENCHMARKS.md and bench/results, do not count as changes to what is measured.)
-[[ -n "$(git status --porcelain --untracked-files=no -- . ':!BENCHMARKS.md' ':!bench/results' 2>/dev/null)" ]] &&
-  commit+=" (with uncommitted changes)"
+commit=$(bench_commit)
 
 run_setup openmp
 say "configure ($BUILD_DIR, Release, benchmarks on)"
@@ -61,26 +58,6 @@ common_args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=
 [[ -n "${BENCH_MIN_TIME:-}" ]] && common_args+=(--benchmark_min_time="$BENCH_MIN_TIME")
 commands=("scripts/bench-openmp.sh $rounds   # BENCH_OMP_THREADS=$threads_list BENCH_REPETITIONS=$reps${BENCH_MIN_TIME:+ BENCH_MIN_TIME=$BENCH_MIN_TIME}")
 
-# run ROUND NAME TASKSET_CPUS EXE [ARGS...]: one run; its command is recorded in round 1.
-run() {
-  local round=$1 name=$2 pin=$3 exe=$4
-  shift 4
-  local out="$results/round${round}_${name}.json"
-  local cmd=("$exe" "$@" "${common_args[@]}" --benchmark_out="$out")
-  [[ -n "$pin" ]] && cmd=(taskset -c "$pin" "${cmd[@]}")
-  say "round $round/$rounds: ${cmd[*]#"$FLOWLANE_ROOT"/}"
-  if ! "${cmd[@]}" >/dev/null; then
-    echo "failed: ${cmd[*]}" >&2
-    rm -f "$out"
-    exit 1
-  fi
-  if [[ $round == 1 ]]; then
-    local shown
-    shown=$(printf '%q ' "${cmd[@]}")
-    shown="${shown% }"
-    commands+=("${shown//"$bin"/$rel_bin}")
-  fi
-}
 
 for ((round = 1; round <= rounds; round++)); do
   # Rotate the runtimes' order by one each round.
@@ -93,9 +70,9 @@ for ((round = 1; round <= rounds; round++)); do
     if ((n == 1)); then pin=0; elif ((n <= cpus)); then pin="0-$((n - 1))"; fi
     for rt in "${order[@]}"; do
       exe="$bin/${how[$rt]%%|*}"
-      run "$round" "${rt}_t$n" "$pin" "$exe" --threads="$n" --benchmark_filter="${how[$rt]#*|}"
+      bench_run "$round" "${rt}_t$n" "$pin" "$exe" --threads="$n" --benchmark_filter="${how[$rt]#*|}"
       if [[ $rt == Flowlane && $n == "${thread_counts[0]}" ]]; then
-        run "$round" "Flowlane_engine" "" "$bin/bench_engine" --benchmark_filter='BM_(CrossLaneHandoff|SubmitOnly)Flowlane'
+        bench_run "$round" "Flowlane_engine" "" "$bin/bench_engine" --benchmark_filter='BM_(CrossLaneHandoff|SubmitOnly)Flowlane'
       fi
     done
   done

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "boundary.hpp"
+#include "engine/capture.hpp"
 #include "comm/dump.hpp"
 #include "submit.hpp"
 #include "tables.hpp"
@@ -59,6 +60,11 @@ FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm, co
     const char* fn = "fl_submit_collective";
     comm::Communicator* c = comm_from(comm, fn);
     core::Stream* s = stream_from(stream, fn);
+    // Before the communicator counts it: a refused collective must not take a sequence number.
+    if (core::capture_of(*s->engine) != nullptr)
+      fail(FL_ERR_CAPTURING, std::string(fn) + ": collectives cannot be captured into a program (each launch would "
+                                               "have to advance the communicator's sequence numbers on every rank); "
+                                               "submit them eagerly, between launches");
     check_desc(instr, fn, "fl_collective_instr_t");
     core::Instr* i = begin_submit(*s->engine, instr->operands, instr->num_operands, fn);
     fl_instr_id id = c->submit(s, i, *instr);

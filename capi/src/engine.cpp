@@ -5,6 +5,7 @@
 #include <string>
 
 #include "boundary.hpp"
+#include "engine/capture.hpp"
 #include "diag/watchdog.hpp"
 #include "gpu/backend.hpp"
 #include "tables.hpp"
@@ -98,12 +99,18 @@ FL_API fl_status_t fl_engine_create(const fl_engine_desc_t* desc, fl_engine_t** 
 }
 
 FL_API fl_status_t fl_engine_synchronize(fl_engine_t* engine) {
-  return guard([&] { return engine_from(engine, "fl_engine_synchronize")->waits().synchronize(); });
+  return guard([&] {
+    core::Engine* e = engine_from(engine, "fl_engine_synchronize");
+    core::refuse_if_capturing(*e, "fl_engine_synchronize");
+    return e->waits().synchronize();
+  });
 }
 
 FL_API fl_status_t fl_engine_synchronize_for(fl_engine_t* engine, uint64_t timeout_ns) {
   return guard([&] {
-    return engine_from(engine, "fl_engine_synchronize_for")->waits().synchronize(Deadline::after_ns(timeout_ns));
+    core::Engine* e = engine_from(engine, "fl_engine_synchronize_for");
+    core::refuse_if_capturing(*e, "fl_engine_synchronize_for");
+    return e->waits().synchronize(Deadline::after_ns(timeout_ns));
   });
 }
 
@@ -115,7 +122,11 @@ FL_API fl_status_t fl_engine_cancel(fl_engine_t* engine) {
 }
 
 FL_API fl_status_t fl_engine_drain(fl_engine_t* engine, uint64_t timeout_ns) {
-  return guard([&] { return engine_from(engine, "fl_engine_drain")->cancel_drain().drain(Deadline::after_ns(timeout_ns)); });
+  return guard([&] {
+    core::Engine* e = engine_from(engine, "fl_engine_drain");
+    core::refuse_if_capturing(*e, "fl_engine_drain");
+    return e->cancel_drain().drain(Deadline::after_ns(timeout_ns));
+  });
 }
 
 FL_API fl_status_t fl_engine_destroy(fl_engine_t* engine) {
@@ -223,6 +234,7 @@ FL_API fl_status_t fl_stream_get(fl_engine_t* engine, uint32_t lane, fl_device_t
 FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_synchronize");
+    core::refuse_if_capturing(*s->engine, "fl_stream_synchronize");
     return s->engine->waits().synchronize(s);
   });
 }
@@ -230,6 +242,7 @@ FL_API fl_status_t fl_stream_synchronize(fl_stream_t* stream) {
 FL_API fl_status_t fl_stream_synchronize_for(fl_stream_t* stream, uint64_t timeout_ns) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_stream_synchronize_for");
+    core::refuse_if_capturing(*s->engine, "fl_stream_synchronize_for");
     return s->engine->waits().synchronize(s, Deadline::after_ns(timeout_ns));
   });
 }

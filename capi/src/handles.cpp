@@ -4,6 +4,7 @@
 
 #include "diag/watchdog.hpp"
 #include "gpu/backend.hpp"
+#include "gpu/graph.hpp"
 #include "tables.hpp"
 
 namespace flowlane::capi {
@@ -18,6 +19,7 @@ const char* type_name(HandleType t) {
     case HandleType::kGraph: return "a task graph";
     case HandleType::kComm: return "a communicator";
     case HandleType::kGroup: return "a task group";
+    case HandleType::kProgram: return "a program";
   }
   return "not a flowlane handle";
 }
@@ -29,6 +31,7 @@ void forget_handle(uint64_t h) {
     case HandleType::kStream: stream_table().erase(h); break;
     case HandleType::kObject: object_table().erase(h); break;
     case HandleType::kComm: comm_table().erase(h); break;
+    case HandleType::kProgram: program_table().erase(h); break;
     default: break;
   }
 }
@@ -46,6 +49,7 @@ void bad_handle(uint64_t bits, HandleType want, const char* fn, const char* what
 core::EngineServices engine_services() {
   core::EngineServices s;
   s.device = gpu::backend();
+  s.program_device = gpu::program_device();
   s.register_stream = &register_stream;
   s.forget_handle = &forget_handle;
   s.extend = &diag::extend_engine;

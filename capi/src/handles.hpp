@@ -40,7 +40,10 @@ namespace flowlane::capi {
 
 static_assert(sizeof(void*) == 8, "flowlane handles need 64-bit pointers");
 
-enum class HandleType : uint32_t { kEngine = 1, kStream = 2, kObject = 3, kGraph = 4, kComm = 5, kGroup = 6 };
+enum class HandleType : uint32_t {
+  kEngine = 1, kStream = 2, kObject = 3, kGraph = 4, kComm = 5, kGroup = 6,
+  kProgram = 7,  // fl_program_t (capture and replay)
+};
 
 inline constexpr uint32_t kIndexBits = 28;
 inline constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;

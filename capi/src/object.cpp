@@ -2,6 +2,7 @@
 #include <string>
 
 #include "boundary.hpp"
+#include "engine/capture.hpp"
 #include "tables.hpp"
 
 using namespace flowlane;
@@ -40,6 +41,7 @@ FL_API fl_status_t fl_object_release(fl_object_t* object) {
 namespace {
 fl_status_t wait_object(fl_object_t* object, uint32_t access, const Deadline& deadline, const char* fn) {
   core::Object* o = object_from(object, fn);
+  core::refuse_if_capturing(*o->engine, fn);
   if (access == 0 || (access & ~uint32_t(FL_READ_WRITE)) != 0)
     fail(FL_ERR_INVALID_ARGUMENT, std::string(fn) + ": access " + std::to_string(access) +
                                       " is not FL_READ (1), FL_WRITE (2) or FL_READ_WRITE (3)");

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "boundary.hpp"
+#include "engine/capture.hpp"
 #include "submit.hpp"
 #include "tables.hpp"
 
@@ -38,6 +39,15 @@ core::Instr* begin_submit_with_operands(core::Engine& e, const fl_operand_t* ops
   return i;
 }
 
+Ctx ctx_from(const fl_instr_ctx_t* ctx, const char* fn) {
+  Ctx c;
+  // A replayed function's context (a program's node: engine/program.hpp), else an
+  // instruction's.
+  c.replay = core::replay_frame(ctx);
+  if (c.replay == nullptr) c.instr = instr_from_ctx(ctx, fn);
+  return c;
+}
+
 core::Instr* instr_from_ctx(const fl_instr_ctx_t* ctx, const char* fn) {
   // A context is valid only inside the function of its instruction, on the thread running
   // it: it is looked up among this thread's callback frames, never dereferenced blindly
@@ -61,45 +71,33 @@ using namespace flowlane::capi;
 extern "C" {
 
 FL_API void fl_instr_set_error(fl_instr_ctx_t* ctx, const char* message) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_set_error");
-  if (i == nullptr) return;
+  Ctx c = ctx_from(ctx, "fl_instr_set_error");
+  if (!c) return;
   try {
-    i->error = message ? message : "";
+    c.error() = message ? message : "";
     clear_last_error();
   } catch (...) {
     set_last_error("fl_instr_set_error: out of memory");
   }
 }
 
-FL_API uint32_t fl_instr_get_lane(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_lane");
-  return i ? i->stream->lane->id : 0;
-}
+FL_API uint32_t fl_instr_get_lane(const fl_instr_ctx_t* ctx) { return ctx_from(ctx, "fl_instr_get_lane").lane(); }
 
-FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_id");
-  return i ? i->id : 0;
-}
+FL_API fl_instr_id fl_instr_get_id(const fl_instr_ctx_t* ctx) { return ctx_from(ctx, "fl_instr_get_id").id(); }
 
 FL_API fl_engine_t* fl_instr_get_engine(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_get_engine");
-  return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
+  return ctx_from(ctx, "fl_instr_get_engine").engine();
 }
 
 // The deprecated spellings: the same lookup, with their own names in messages.
-FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_lane");
-  return i ? i->stream->lane->id : 0;
-}
+FL_API uint32_t fl_instr_lane(const fl_instr_ctx_t* ctx) { return ctx_from(ctx, "fl_instr_lane").lane(); }
 
-FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) {
-  core::Instr* i = instr_from_ctx(ctx, "fl_instr_engine");
-  return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
-}
+FL_API fl_engine_t* fl_instr_engine(const fl_instr_ctx_t* ctx) { return ctx_from(ctx, "fl_instr_engine").engine(); }
 
 FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t* out_state) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_instr_query");
+    core::refuse_if_capturing(*s->engine, "fl_instr_query");
     require_out(out_state, "fl_instr_query", "out_state");
     *out_state = uint32_t(s->engine->waits().query(s, id));
     return FL_OK;
@@ -109,6 +107,7 @@ FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t*
 FL_API fl_status_t fl_instr_wait_for(fl_stream_t* stream, fl_instr_id id, uint64_t timeout_ns) {
   return guard([&] {
     core::Stream* s = stream_from(stream, "fl_instr_wait_for");
+    core::refuse_if_capturing(*s->engine, "fl_instr_wait_for");
     return s->engine->waits().wait_instr(s, id, Deadline::after_ns(timeout_ns));
   });
 }

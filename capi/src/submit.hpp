@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/engine.hpp"
+#include "handles.hpp"
 #include "flowlane/flowlane.h"
 
 namespace flowlane::capi {
@@ -23,6 +24,26 @@ inline core::Instr* begin_submit(core::Engine& e, const fl_operand_t* ops, uint6
 // The instruction whose context `ctx` is, if its function is running on this thread;
 // else null, with the thread's last error saying why (fn names the caller).
 core::Instr* instr_from_ctx(const fl_instr_ctx_t* ctx, const char* fn);
+
+// What an fl_instr_ctx_t* stands for: an instruction whose function runs on this thread, or
+// a program's node replayed on this thread (its frame: engine/program.hpp). Neither when
+// the context is invalid (the thread's last error then says why).
+struct Ctx {
+  core::Instr* instr = nullptr;
+  core::ReplayFrame* replay = nullptr;
+  explicit operator bool() const { return instr != nullptr || replay != nullptr; }
+  std::string& error() { return replay ? replay->error : instr->error; }
+  // A replayed node: the lane it was captured on, its launch's id and engine.
+  uint32_t lane() const {
+    return replay ? replay->program->node_lane(replay->node) : instr ? instr->stream->lane->id : 0;
+  }
+  fl_instr_id id() const { return replay ? replay->launch->id : instr ? instr->id : 0; }
+  fl_engine_t* engine() const {
+    const core::Instr* i = replay ? replay->launch : instr;
+    return i ? handle_cast<fl_engine_t>(i->engine->handle()) : nullptr;
+  }
+};
+Ctx ctx_from(const fl_instr_ctx_t* ctx, const char* fn);
 
 // Out of line: every refusal of check_submit_flags(), with its message.
 [[gnu::cold, gnu::noinline]] inline void check_submit_flags_slow(uint64_t flags, const char* fn, bool host) {

@@ -43,6 +43,7 @@ inline auto& object_table() { return table<core::Object, HandleType::kObject>();
 inline auto& graph_table() { return table<GraphBox, HandleType::kGraph>(); }
 inline auto& comm_table() { return table<comm::Communicator, HandleType::kComm>(); }
 inline auto& group_table() { return table<GroupBox, HandleType::kGroup>(); }
+inline auto& program_table() { return table<core::Program, HandleType::kProgram>(); }
 
 // Throws FL_ERR_INVALID_HANDLE explaining why `bits` is not a live handle of type `want`:
 // NULL, another type's handle, or stale (`stale_because`).
@@ -76,6 +77,10 @@ inline comm::Communicator* comm_from(const fl_comm_t* h, const char* fn) {
 }
 inline GroupBox* group_from(const fl_task_group_t* h, const char* fn) {
   return lookup<GroupBox, HandleType::kGroup>(h, fn, "group", "the task group was destroyed");
+}
+inline core::Program* program_from(const fl_program_t* h, const char* fn) {
+  return lookup<core::Program, HandleType::kProgram>(h, fn, "program",
+                                                     "the program was destroyed, or its engine was destroyed");
 }
 
 // What the engine needs from this layer (handles for its streams, and making the handles

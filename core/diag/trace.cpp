@@ -185,6 +185,24 @@ void TraceObserver::on_share(bool begin, uint64_t items) {
   push(ev);
 }
 
+void TraceObserver::on_replay_node(bool begin, const char* name, uint32_t node, uint32_t status) {
+  Event ev{};
+  ev.ts_ns = now();
+  ev.kind = begin ? Kind::kNodeBegin : Kind::kNodeEnd;
+  ev.id = thread_token();
+  ev.id2 = node;
+  ev.track2 = begin ? 0 : status;
+  // On the thread running the launch's function: inside the launch's slice, on its track.
+  // Other workers run the launch's tasks under its frame too, on tracks of their own.
+  if (begin) {
+    const core::CallbackFrame* f = core::current_frame();
+    if (f != nullptr && f->instr != nullptr && core::on_this_thread(f) && core::is_launch(f->instr))
+      ev.track = track_of(f->instr->stream);
+  }
+  copy_name(ev.name, name);
+  push(ev);
+}
+
 // An event of the calling thread (a wait or a span): on the track of the instruction it runs
 // inside, if any, else on the thread's own track. End events carry id2/track2 as given.
 void TraceObserver::push_thread_event(Kind kind, const char* what, uint64_t id2, uint32_t track2) {

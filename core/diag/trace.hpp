@@ -8,7 +8,9 @@
 // threads and window stalls go on a track per submitting thread) and an instant event at
 // each window stall; a slice per fl_parallel_for and fl_taskgraph_run on the calling
 // thread's track (nested under the instruction that ran it), with its size and outcome, and
-// a slice per share of a loop on the track of each thread that ran it, with its count. A
+// a slice per share of a loop on the track of each thread that ran it, with its count; a
+// slice per node a program's launch ran (category "replay"), nested in the launch's slice on
+// the thread that runs the launch, on their own track on other workers. A
 // failed instruction's slice carries its error text (the first kMaxDetails failures). Memory is bounded: at most kCapacity events are kept (oldest dropped,
 // the number dropped is written into the file's metadata). Cost when off: the engine's one
 // pointer load per hook point; when on: a short critical section per event.
@@ -57,6 +59,7 @@ class TraceObserver : public core::Observer {
   void on_wait(bool begin, const char* what) override;
   void on_span(bool begin, const char* what, uint64_t items, uint32_t status) override;
   void on_share(bool begin, uint64_t items) override;
+  void on_replay_node(bool begin, const char* name, uint32_t node, uint32_t status) override;
 
   // Writes the JSON file and frees the buffer; later hooks are ignored. Returns false (with
   // `error` set) if writing failed.
@@ -65,7 +68,10 @@ class TraceObserver : public core::Observer {
   // Events the buffer has room for without growing (tests: nothing is held once finished).
   size_t buffer_capacity() const;
 
-  enum class Kind : uint8_t { kStart, kEnd, kEdge, kStallBegin, kStallEnd, kWaitBegin, kWaitEnd, kSpanBegin, kSpanEnd };
+  enum class Kind : uint8_t {
+    kStart, kEnd, kEdge, kStallBegin, kStallEnd, kWaitBegin, kWaitEnd, kSpanBegin, kSpanEnd,
+    kNodeBegin, kNodeEnd,  // a node of a program's launch (id2: the node; end: track2 its status)
+  };
   struct Event {
     int64_t ts_ns;
     uint64_t id;      // instruction (start/end/edge succ); thread token (stall/wait/span)

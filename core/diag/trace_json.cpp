@@ -66,9 +66,11 @@ class ChromeWriter {
       case Kind::kStallBegin: stall_begin(ev); break;
       case Kind::kStallEnd: stall_end(ev); break;
       case Kind::kWaitBegin:
-      case Kind::kSpanBegin: waits_[ev.id].push_back(ev); break;
+      case Kind::kSpanBegin:
+      case Kind::kNodeBegin: waits_[ev.id].push_back(ev); break;
       case Kind::kWaitEnd:
       case Kind::kSpanEnd: thread_end(ev); break;
+      case Kind::kNodeEnd: node_end(ev); break;
     }
   }
 
@@ -163,6 +165,21 @@ class ChromeWriter {
     if (!span)
       emit("{\"ph\":\"i\",\"s\":\"t\",\"name\":\"" + name + "\",\"pid\":" + pid_ + ",\"tid\":" + std::to_string(tid) +
            ",\"ts\":" + us(b.ts_ns) + "}");
+  }
+
+  // The end of a node of a program's launch: a slice from its begin, nested in the launch's
+  // slice on the launch's thread, else on the worker's own track.
+  void node_end(const Event& ev) {
+    auto& stack = waits_[ev.id];
+    if (stack.empty()) return;
+    Event b = stack.back();
+    stack.pop_back();
+    uint32_t tid = b.track ? b.track : kThreadTrackBase + uint32_t(ev.id);
+    if (!b.track && tracks_.count(tid) == 0) tracks_[tid] = "thread " + std::to_string(ev.id);
+    emit("{\"ph\":\"X\",\"cat\":\"replay\",\"name\":\"" + escaped(b.name) + "\",\"pid\":" + pid_ +
+         ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + us(b.ts_ns) + ",\"dur\":" + us(ev.ts_ns - b.ts_ns) +
+         ",\"args\":{\"node\":" + std::to_string(b.id2) + ",\"status\":\"" +
+         fl_status_name(fl_status_t(ev.track2)) + "\"}}");
   }
 
   // Instructions still running when the trace stopped.

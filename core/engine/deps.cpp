@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "engine/engine.hpp"
+#include "engine/program.hpp"
 
 namespace flowlane::core {
 
@@ -65,8 +66,9 @@ inline void check_order(const Instr* pred, const Instr* succ) {
 
 [[gnu::always_inline]] inline void note_dep(Instr* pred, Instr* succ, Object* obj, uint8_t flags) {
   // The same predecessor met again through the next object needs no second entry; a
-  // repeat further back costs one entry more, which is harmless.
-  if (!succ->deps.empty() && succ->deps.back().pred == pred) {
+  // repeat further back costs one entry more, which is harmless. A program's launch keeps
+  // one entry per object: it checks each object's poison on its own (replay.cpp).
+  if (!succ->deps.empty() && succ->deps.back().pred == pred && !is_launch(succ)) {
     succ->deps.back().flags |= flags;
     return;
   }

@@ -113,9 +113,11 @@ void Engine::stop_workers() {
   // Fork-join work started since (callbacks of the device backend's last completions) finishes
   // before the workers go.
   wait_pools_quiescent();
-  // 4. Run every pending release callback (objects the caller still holds) while the
-  //    workers still exist: a release callback may call back in (stats, dumps, waits; a
-  //    submission answers FL_ERR_SHUTDOWN).
+  // 4. Discard the captures still open and free the programs left (their cleanups run,
+  //    their references on objects go), then run every pending release callback (objects
+  //    the caller still holds) while the workers still exist: a release callback may call
+  //    back in (stats, dumps, waits; a submission answers FL_ERR_SHUTDOWN).
+  programs_.release_all();
   objects_.release_all();
   // 5. Join workers; drop the failures never returned and the outcome histories.
   {

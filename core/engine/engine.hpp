@@ -14,6 +14,8 @@
 //                                         synchronize, waits for instructions and objects, queries
 //   CancelDrain   cancel_drain.{hpp,cpp}  cancel requests and fl_engine_drain
 //   Objects       object.{hpp,cpp}        dependence objects and their release
+//   Programs      program.{hpp,cpp}, capture.{hpp,cpp}, capture_compile.cpp, replay.cpp
+//                                         captured programs: capture, compilation, replay
 //   fork-join     fork_join.{hpp,cpp}     the engine's rules for loops, graphs and task groups
 // The façade's own code: engine.cpp (lifetime and destroy, lanes, streams, pools, hooks,
 // stats), submit.cpp (Engine::submit: the path every submission takes through the
@@ -44,6 +46,7 @@
 
 #include "base/error.hpp"
 #include "engine/cancel_drain.hpp"
+#include "engine/capture.hpp"
 #include "engine/context.hpp"
 #include "engine/deps.hpp"
 #include "engine/device.hpp"
@@ -54,6 +57,8 @@
 #include "engine/ledger.hpp"
 #include "engine/object.hpp"
 #include "engine/observer.hpp"
+#include "engine/program.hpp"
+#include "engine/program_device.hpp"
 #include "engine/stream.hpp"
 #include "engine/waits.hpp"
 #include "engine/window.hpp"
@@ -66,6 +71,9 @@ namespace flowlane::core {
 struct EngineServices {
   // Runs the instructions of device streams (gpu/); null: the engine has host streams only.
   DeviceBackend* device = nullptr;
+  // Builds and replays the device work of programs (gpu/graph.cpp); null: programs hold
+  // host work only.
+  ProgramDevice* program_device = nullptr;
   // Gives a newly interned stream its C handle (called once per stream, under the
   // engine's stream mutex); returns 0 when no handle can be made (FL_ERR_NO_MEMORY).
   uint64_t (*register_stream)(Stream* s) = nullptr;
@@ -125,6 +133,7 @@ class Engine {
   bool pools_quiescent() const;  // every pool of the engine idle (drain)
   uint32_t worker_count() const { return pool_->size(); }
   DeviceBackend* device() const { return services_.device; }
+  ProgramDevice* program_device() const { return services_.program_device; }
   // Devices of the device backend seen when the engine was created (0 without one).
   uint32_t device_count() const { return device_slots_ - 1; }
   uint32_t lane_count() const { return uint32_t(lanes_.size()); }
@@ -140,14 +149,31 @@ class Engine {
   // --- submission (submit.cpp) and instruction records (instr_pool.cpp) ---
   // A record of this engine from the pool, for a submission to fill (operands, device
   // record) and pass to submit(), or to discard() if it is abandoned.
-  Instr* new_instr();
+  Instr* new_instr() {
+    // A capturing thread's submission is never queued: it uses the capture's own record.
+    if (Capture* c = capture_of(*this)) [[unlikely]]
+      return c->scratch();
+    return new_pooled_instr();
+  }
   void discard(Instr* i);
+  // A record from new_instr() that was never submitted, at most its operands filled (a
+  // captured submission's): back to the pool without the reset a used record needs.
+  void return_unused(Instr* i);
+  // A capture's record (Capture::scratch): seq holds this, which no queued record reaches.
+  static constexpr uint64_t kScratchSeq = UINT64_MAX;
   void recycle(Instr* i);  // refs reached zero
   // The common path of every fl_submit_*: merges operands that name one object twice (the
   // union of their accesses), takes a window slot (blocking, or FL_ERR_WOULD_BLOCK),
   // records the dependencies and queues `i` on s's lane. Takes `i` in every case: on an
   // error (thrown) it is discarded, nothing is queued, and neither fn nor cleanup runs.
-  fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a);
+  // While the calling thread captures on this engine (capture.hpp) the submission is
+  // recorded into the capture instead (nothing runs, the id is 0): checked inline, so that
+  // neither path pays for the other.
+  fl_instr_id submit(Stream* s, Instr* i, const SubmitArgs& a) {
+    if (Capture* c = capture_of(*this)) [[unlikely]]
+      return c->add(s, i, a);
+    return submit_eager(s, i, a);
+  }
 
   // --- the components ---
   Window& window() { return window_; }
@@ -157,6 +183,7 @@ class Engine {
   Waits& waits() { return waits_; }
   CancelDrain& cancel_drain() { return cancel_drain_; }
   Objects& objects() { return objects_; }
+  Programs& programs() { return programs_; }
 
   // --- hooks of the layers above (engine.cpp) ---
   // The engine owns every observer ever installed until it is destroyed (a hook may still
@@ -198,6 +225,8 @@ class Engine {
   std::mutex device_mu;
 
  private:
+  fl_instr_id submit_eager(Stream* s, Instr* i, const SubmitArgs& a);
+  Instr* new_pooled_instr();
   // Takes i's id, records its dependencies and queues it on its lane (or runs it inline);
   // owns the window slot submit() took.
   fl_instr_id enqueue(Instr* i, bool run_inline);
@@ -223,6 +252,7 @@ class Engine {
   std::mutex streams_mu_;
 
   Objects objects_{*this};
+  Programs programs_{*this};
   Window window_;
   Recorder recorder_{*this};
   Executor executor_{*this};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine.hpp"
+#include "engine/program.hpp"
 
 namespace flowlane::core {
 
@@ -25,6 +26,8 @@ Instr* poisoned_input(const Instr* i) {
   return nullptr;
 }
 
+}  // namespace
+
 void mark_skipped(Instr* i, const Instr* poisoned_by) {
   Instr* root = poisoned_by->root;
   root->ref();  // dropped when i is recycled
@@ -37,8 +40,6 @@ void mark_skipped(Instr* i, const Instr* poisoned_by) {
     i->error.clear();
   }
 }
-
-}  // namespace
 
 void mark_cancelled(Instr* i) {
   i->error = "cancelled before it started (fl_instr_cancel, fl_stream_cancel or fl_engine_cancel)";
@@ -96,7 +97,8 @@ void Executor::execute_host(Instr* i) {
   Instr* poisoned_by = poisoned_input(i);
   if (CancelDrain::requested(i)) {
     // marked cancelled: not run
-  } else if (poisoned_by != nullptr) {
+  } else if (poisoned_by != nullptr && !is_launch(i)) {
+    // (A program's launch checks its inputs' poison per node: replay.cpp.)
     mark_skipped(i, poisoned_by);
   } else {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
@@ -104,8 +106,9 @@ void Executor::execute_host(Instr* i) {
     fl_status_t st = run_callback(i, [](Instr* x) { return x->fn(reinterpret_cast<fl_instr_ctx_t*>(x), x->user_data); });
     if (st != FL_OK)
       mark_failed(i, st);
-    else if (!i->error.empty())
+    else if (i->outcome == InstrState::kDone && !i->error.empty())
       i->error.clear();  // a text set by fl_instr_set_error before success is not a failure
+                         // (a launch that skipped itself keeps its message)
   }
   run_cleanup(i);
   complete(i);

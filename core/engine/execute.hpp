@@ -94,5 +94,8 @@ class Executor {
 void mark_failed(Instr* i, fl_status_t st);
 // Marks i failed with FL_ERR_CANCELLED: it never ran.
 void mark_cancelled(Instr* i);
+// Marks i skipped: an input was poisoned by `poisoned_by` (i joins its root's family). For
+// the executing thread only.
+void mark_skipped(Instr* i, const Instr* poisoned_by);
 
 }  // namespace flowlane::core

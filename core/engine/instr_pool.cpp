@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kKeptCapacity = 1024;
 }  // namespace
 
-Instr* Engine::new_instr() {
+Instr* Engine::new_pooled_instr() {
   Instr* i = Recycler<Instr>::get();
   i->engine = this;
   return i;
@@ -22,8 +22,15 @@ Instr* Engine::new_instr() {
 
 void Engine::discard(Instr* i) {
   i->operands.clear();
+  if (i->seq == kScratchSeq) return;  // a capture's own record (Capture::scratch)
   i->deps.clear();
   recycle(i);
+}
+
+void Engine::return_unused(Instr* i) {
+  if (!i->operands.empty()) i->operands.clear();
+  if (i->seq == kScratchSeq) return;  // a capture's own record (Capture::scratch)
+  Recycler<Instr>::put(i);
 }
 
 void Engine::recycle(Instr* i) {

@@ -48,6 +48,13 @@ class Observer {
   // it started with or stole; `items` (end only) is how many indices of it it ran. Shares
   // of one loop run at once on several threads (each on its own track in a trace).
   virtual void on_share(bool begin, uint64_t items) { (void)begin, (void)items; }
+  // The calling thread started / finished running node `node` (named `name`) of a launch of
+  // a program (engine/program.hpp); `status` (end only) is its function's result. Nodes of
+  // one launch run on several threads at once; the launch itself is an instruction
+  // (on_start / on_end).
+  virtual void on_replay_node(bool begin, const char* name, uint32_t node, uint32_t status) {
+    (void)begin, (void)name, (void)node, (void)status;
+  }
 };
 
 // Reports one span (Observer::on_span) around a region run from the calling thread: begin

@@ -1,4 +1,5 @@
-// Engine::submit, the path every fl_submit_* shares: the refusals (destroy, drain), a slot of
+// Engine::submit_eager, the path every fl_submit_* shares (Engine::submit hands a capturing
+// thread's submissions to its capture instead: capture.hpp): the refusals (destroy, drain), a slot of
 // the in-flight window (Window), then, under the lane's submit lock, the recording of the
 // instruction's id and dependencies (Recorder, deps.hpp), the stream's and lane's counters and
 // the push on the lane's queue (Lane, lane.hpp), or, with FL_SUBMIT_INLINE, running it on
@@ -81,7 +82,7 @@ struct Abandon {
 
 }  // namespace
 
-fl_instr_id Engine::submit(Stream* s, Instr* i, const SubmitArgs& a) {
+fl_instr_id Engine::submit_eager(Stream* s, Instr* i, const SubmitArgs& a) {
   Abandon guard{this, i};
   merge_operands(i->operands);
   i->stream = s;

@@ -39,6 +39,8 @@ FORKJOIN_BEGIN = "<!-- forkjoin-section: bench/run_forkjoin.sh writes from here 
 FORKJOIN_END = "<!-- end of forkjoin-section -->"
 PYTHON_BEGIN = "<!-- python-section: bench/python/bench_submit.py --write writes from here to the end marker -->"
 PYTHON_END = "<!-- end of python-section -->"
+CAPTURE_BEGIN = "<!-- capture-section: scripts/bench-capture.sh writes from here to the end marker -->"
+CAPTURE_END = "<!-- end of capture-section -->"
 
 
 def read_section(path, begin=OPENMP_BEGIN, end=OPENMP_END):
@@ -239,7 +241,7 @@ def main():
         except (OSError, ValueError, KeyError) as e:
             out += [f"## {os.path.basename(path)}", "", f"Could not read this file: {e}", ""]
     for begin, end in ((OPENMP_BEGIN, OPENMP_END), (GPU_BEGIN, GPU_END), (FORKJOIN_BEGIN, FORKJOIN_END),
-                       (PYTHON_BEGIN, PYTHON_END)):
+                       (PYTHON_BEGIN, PYTHON_END), (CAPTURE_BEGIN, CAPTURE_END)):
         kept = read_section(args.out, begin, end)
         if kept:
             out += ["", kept]

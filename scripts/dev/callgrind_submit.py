@@ -39,9 +39,10 @@ import re
 import subprocess
 import sys
 
-BINARY = {"Flowlane": "bench_openmp", "FlowlaneInline": "bench_openmp", "Gomp": "bench_openmp",
-          "Libomp": "bench_openmp_libomp"}
-SUBMIT_FRAME = re.compile(r"^(?:\(anonymous namespace\)::)?(?:flowlane|openmp)_shape$")
+BINARY = {"Flowlane": "bench_openmp", "FlowlaneInline": "bench_openmp", "FlowlaneReplay": "bench_openmp",
+          "FlowlaneCapture": "bench_openmp", "Gomp": "bench_openmp", "Libomp": "bench_openmp_libomp"}
+# The submitting thread's frame: the shape's submission loop, or a program's launch (replay).
+SUBMIT_FRAME = re.compile(r"^(?:\(anonymous namespace\)::)?(?:flowlane|openmp|replay)_shape$")
 # Frames that wrap the whole program or the benchmark's own scaffolding; besides these, a
 # frame that holds (nearly) all of its thread's cost is a thread entry and is not listed.
 WRAPPERS = re.compile(r"^(\(below main\)|main|__libc_start_main.*|_start|.*(flowlane|openmp)_once|.*run_once|"
@@ -179,7 +180,8 @@ def measure(exe, runtime, shape, counts, threads, out_dir, top, repeat):
             "top": [{"function": f, "submitter": s, "others": o} for f, s, o in fn_rows[:top]]}
 
 
-NAMES = {"Flowlane": "flowlane", "FlowlaneInline": "flowlane FL_SUBMIT_INLINE", "Gomp": "libgomp", "Libomp": "libomp"}
+NAMES = {"Flowlane": "flowlane", "FlowlaneInline": "flowlane FL_SUBMIT_INLINE", "FlowlaneReplay": "flowlane replay",
+         "FlowlaneCapture": "flowlane capture", "Gomp": "libgomp", "Libomp": "libomp"}
 
 
 def markdown(cg, top, top_runtimes=None):

@@ -51,6 +51,7 @@ FL_ABI_ASSERT(FL_ERR_NO_DEVICE == 13);
 FL_ABI_ASSERT(FL_ERR_CUDA == 14);
 FL_ABI_ASSERT(FL_ERR_NCCL == 15);
 FL_ABI_ASSERT(FL_ERR_INTERNAL == 16);
+FL_ABI_ASSERT(FL_ERR_CAPTURING == 17);
 /* The status table has one entry per status, counted from the X macro (the enum has no
    count member). */
 #define FL_ABI_COUNT_STATUS_(name, value, text) +1
@@ -214,6 +215,22 @@ FL_ABI_OFFSET(fl_engine_stats_t, window_stalls, 40);
 FL_ABI_OFFSET(fl_engine_stats_t, steals, 48);
 FL_ABI_OFFSET(fl_engine_stats_t, parks, 56);
 FL_ABI_MIN_SIZE(fl_engine_stats_t, 64);
+
+FL_ABI_OFFSET(fl_capture_desc_t, struct_size, 0);
+FL_ABI_OFFSET(fl_capture_desc_t, name, 8);
+FL_ABI_OFFSET(fl_capture_desc_t, flags, 16);
+FL_ABI_MIN_SIZE(fl_capture_desc_t, 24);
+
+FL_ABI_OFFSET(fl_program_info_t, struct_size, 0);
+FL_ABI_OFFSET(fl_program_info_t, instructions, 8);
+FL_ABI_OFFSET(fl_program_info_t, host_instructions, 16);
+FL_ABI_OFFSET(fl_program_info_t, edges, 24);
+FL_ABI_OFFSET(fl_program_info_t, tasks, 32);
+FL_ABI_OFFSET(fl_program_info_t, device_graphs, 40);
+FL_ABI_OFFSET(fl_program_info_t, operands, 48);
+FL_ABI_OFFSET(fl_program_info_t, bytes, 56);
+FL_ABI_OFFSET(fl_program_info_t, launches, 64);
+FL_ABI_MIN_SIZE(fl_program_info_t, 72);
 
 #endif /* LP64 */
 

@@ -38,11 +38,13 @@ from ._engine import Engine
 from ._ffi import LibraryNotFound, LibraryVersionMismatch
 from ._future import Future, InstrState
 from ._object import Object
+from ._program import CapturedFuture, Launch, Program, ProgramInfo
 from ._stream import Lane, Stream
 from ._types import CPU, KEEP, Access, Device, DeviceType, EngineStats, StreamKind
 from .comm import CollOp, CollPart, Comm, CommBackend, CommUniqueId, DType, RedOp
 from .errors import (
     Cancelled,
+    Capturing,
     ClosedError,
     CudaError,
     DependencyFailed,
@@ -78,11 +80,11 @@ WRITE = Access.WRITE
 READ_WRITE = Access.READ_WRITE
 
 __all__ = [
-    "Access", "CPU", "Cancelled", "ClosedError", "CollOp", "CollPart", "Comm", "CommBackend", "CommUniqueId",
+    "Access", "CPU", "Cancelled", "CapturedFuture", "Capturing", "ClosedError", "CollOp", "CollPart", "Comm", "CommBackend", "CommUniqueId",
     "CudaError", "DType", "DependencyFailed", "Device", "DeviceType", "Engine", "EngineStats", "Exhausted",
     "FlowlaneError", "Future", "InstrContext", "InstrState", "InstructionFailed", "InternalError", "InvalidArgument", "InvalidHandle",
-    "KEEP", "Lane", "LibraryNotFound", "LibraryVersionMismatch", "MemcpyKind", "NcclError", "NoDevice", "NoMemory",
-    "Object", "OutOfRange", "PinnedBuffer", "READ", "READ_WRITE", "RedOp", "Shutdown", "Stream", "StreamKind",
+    "KEEP", "Lane", "Launch", "LibraryNotFound", "LibraryVersionMismatch", "MemcpyKind", "NcclError", "NoDevice", "NoMemory",
+    "Object", "OutOfRange", "PinnedBuffer", "Program", "ProgramInfo", "READ", "READ_WRITE", "RedOp", "Shutdown", "Stream", "StreamKind",
     "Task", "TaskGraph", "TaskGroup", "Timeout", "UndeclaredAccess", "UnknownStatus", "Unsupported", "WRITE", "WouldBlock", "cuda_device_count",
     "cuda_priority_range", "current_instruction", "library_path", "library_version", "parallel_for",
 ]

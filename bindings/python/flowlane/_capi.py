@@ -77,6 +77,7 @@ FL_ERR_NO_DEVICE = 13
 FL_ERR_CUDA = 14
 FL_ERR_NCCL = 15
 FL_ERR_INTERNAL = 16
+FL_ERR_CAPTURING = 17
 FL_DEVICE_CPU = 0
 FL_DEVICE_CUDA = 1
 FL_STREAM_HOST = 0
@@ -139,6 +140,7 @@ ENUMS: Tuple[Tuple[str, Tuple[Tuple[str, int], ...]], ...] = (
         ('FL_ERR_CUDA', 14),
         ('FL_ERR_NCCL', 15),
         ('FL_ERR_INTERNAL', 16),
+        ('FL_ERR_CAPTURING', 17),
     )),
     ('fl_device_type', (
         ('FL_DEVICE_CPU', 0),
@@ -223,6 +225,7 @@ STATUSES: Tuple[Tuple[str, int, str], ...] = (
     ('FL_ERR_CUDA', 14, 'CUDA error'),
     ('FL_ERR_NCCL', 15, 'NCCL error'),
     ('FL_ERR_INTERNAL', 16, 'internal error'),
+    ('FL_ERR_CAPTURING', 17, 'refused while the calling thread captures on this engine'),
 )
 
 # --------------------------------------------------------------------------------------
@@ -310,6 +313,18 @@ class fl_engine_stats(Structure):
 
 
 class fl_task_group(Structure):
+    pass
+
+
+class fl_program(Structure):
+    pass
+
+
+class fl_capture_desc(Structure):
+    pass
+
+
+class fl_program_info(Structure):
     pass
 
 
@@ -471,6 +486,25 @@ fl_engine_stats._fields_ = [
 fl_engine_stats_t = fl_engine_stats
 fl_instr_state_t = c_uint
 fl_task_group_t = fl_task_group
+fl_program_t = fl_program
+fl_capture_desc._fields_ = [
+    ('struct_size', c_uint64),
+    ('name', c_char_p),
+    ('flags', c_uint64),
+]
+fl_capture_desc_t = fl_capture_desc
+fl_program_info._fields_ = [
+    ('struct_size', c_uint64),
+    ('instructions', c_uint64),
+    ('host_instructions', c_uint64),
+    ('edges', c_uint64),
+    ('tasks', c_uint64),
+    ('device_graphs', c_uint64),
+    ('operands', c_uint64),
+    ('bytes', c_uint64),
+    ('launches', c_uint64),
+]
+fl_program_info_t = fl_program_info
 
 #: Structures with a body, in header order (the layout test compares them with C).
 RECORDS: Tuple[str, ...] = (
@@ -488,6 +522,8 @@ RECORDS: Tuple[str, ...] = (
     'fl_collective_instr',
     'fl_watchdog_desc',
     'fl_engine_stats',
+    'fl_capture_desc',
+    'fl_program_info',
 )
 
 #: Structures whose first field is struct_size (size-prefixed descriptors).
@@ -501,6 +537,8 @@ SIZED: Tuple[str, ...] = (
     'fl_collective_instr',
     'fl_watchdog_desc',
     'fl_engine_stats',
+    'fl_capture_desc',
+    'fl_program_info',
 )
 
 # --------------------------------------------------------------------------------------
@@ -571,6 +609,11 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_task_group_wait': (fl_status_t, [POINTER(fl_task_group_t)]),
     'fl_task_group_wait_for': (fl_status_t, [POINTER(fl_task_group_t), c_uint64]),
     'fl_task_group_destroy': (fl_status_t, [POINTER(fl_task_group_t)]),
+    'fl_capture_begin': (fl_status_t, [POINTER(fl_engine_t), POINTER(fl_capture_desc_t)]),
+    'fl_capture_end': (fl_status_t, [POINTER(fl_engine_t), POINTER(POINTER(fl_program_t))]),
+    'fl_program_launch': (fl_status_t, [POINTER(fl_program_t), POINTER(fl_stream_t), c_uint64, POINTER(fl_instr_id)]),
+    'fl_program_info': (fl_status_t, [POINTER(fl_program_t), POINTER(fl_program_info_t)]),
+    'fl_program_destroy': (fl_status_t, [POINTER(fl_program_t)]),
 }
 
 #: Parameter names of every function (for messages).
@@ -639,6 +682,11 @@ PARAMS: Dict[str, Tuple[str, ...]] = {
     'fl_task_group_wait': ('group', ),
     'fl_task_group_wait_for': ('group', 'timeout_ns', ),
     'fl_task_group_destroy': ('group', ),
+    'fl_capture_begin': ('engine', 'desc', ),
+    'fl_capture_end': ('engine', 'out_program', ),
+    'fl_program_launch': ('program', 'stream', 'flags', 'out_instr_id', ),
+    'fl_program_info': ('program', 'out_info', ),
+    'fl_program_destroy': ('program', ),
 }
 
 #: Deprecated spellings: `#define old new` in the header (old name -> function).

@@ -18,6 +18,7 @@ from ._ffi import lib
 from ._future import Future
 from ._managed import _tls
 from ._object import Object
+from ._program import Capture
 from ._stream import Lane, Stream
 from ._types import _U32_MAX, _U64_MAX, CPU, Device, DeviceType, EngineStats, StreamKind, T, _int
 from ._waits import run_blocking_async, wait_sliced
@@ -227,6 +228,21 @@ class Engine(EngineBase):
             return self._stream(picked)._submit(fn, (), (), name, block, "Engine.submit", inline,
                                                spread=picked != 0, counted=True)
         return self.stream(lane)._submit(fn, reads, writes, name, block, "Engine.submit", inline)
+
+    def capture(self, name: Optional[str] = None) -> Capture:
+        """``with engine.capture("step") as program:`` records this thread's submissions to
+        the engine inside the block instead of running them (EXPERIMENTAL; the header's
+        "Capture and replay"); after the block, ``program.launch()`` runs them all as one
+        instruction, as many times as wanted, in the order they would have run eagerly.
+
+        Inside the block nothing runs: a submission returns a :class:`CapturedFuture` (no
+        result of its own); this engine's waits, synchronize, drain, queries and launches
+        from this thread raise :class:`Capturing`. Other threads, and other engines, are not
+        affected. Captures do not nest (:class:`Capturing`); a callback cannot capture
+        (:class:`InvalidArgument`). An exception leaving the block discards the capture.
+        Every captured callable runs at each launch; it is released when the program is
+        closed (:meth:`Program.close`) or the engine is."""
+        return Capture(self, name)
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Waits for every instruction submitted before the call; raises the first failure

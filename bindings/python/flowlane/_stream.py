@@ -15,6 +15,7 @@ from ._future import Future
 from ._waits import run_blocking_async, wait_sliced
 from ._instr import _host_trampoline, _Instr
 from ._object import Object, _objects, _operands
+from ._program import CapturedFuture
 from ._types import Device, DeviceType, StreamKind, T
 from .errors import ClosedError, check, error_for
 
@@ -267,7 +268,13 @@ class Stream:
         try:
             cname = _name(label)
             ops, n = _operands(r, w) if r or w else (None, 0)
-            future: Future[T] = Future(self, label)
+            # While this thread captures on the engine the instruction runs at each launch
+            # of the program, never by itself: its future has no result (see CapturedFuture).
+            future: Future[T]
+            if getattr(engine._tls, "capturing", None) is not None:
+                future = CapturedFuture(self, label)
+            else:
+                future = Future(self, label)
             payload = _Instr(engine, fn, r, w, label, future, lane, spread)
         except BaseException:
             engine._lanes.finished(lane)

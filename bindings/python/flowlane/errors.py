@@ -26,6 +26,7 @@ __all__ = [
     "InstructionFailed",
     "DependencyFailed",
     "Cancelled",
+    "Capturing",
     "Timeout",
     "Unsupported",
     "NoDevice",
@@ -183,6 +184,14 @@ class Cancelled(FlowlaneError):
     """The operation was cancelled (e.g. a collective aborted by the engine's close())."""
 
     c_name = "FL_ERR_CANCELLED"
+
+
+class Capturing(FlowlaneError):
+    """Refused because the calling thread captures on this engine (``with engine.capture()``):
+    a wait, synchronize, query or launch would wait for, or ask about, work that has not been
+    submitted; a captured instruction's future has no result of its own."""
+
+    c_name = "FL_ERR_CAPTURING"
 
 
 class Timeout(FlowlaneError, TimeoutError):

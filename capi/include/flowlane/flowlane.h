@@ -139,7 +139,8 @@ extern "C" {
   X(FL_ERR_NO_DEVICE, 13, "no such device at run time")                               \
   X(FL_ERR_CUDA, 14, "CUDA error")                                                    \
   X(FL_ERR_NCCL, 15, "NCCL error")                                                    \
-  X(FL_ERR_INTERNAL, 16, "internal error")
+  X(FL_ERR_INTERNAL, 16, "internal error")                                            \
+  X(FL_ERR_CAPTURING, 17, "refused while the calling thread captures on this engine")
 
 typedef enum fl_status {
 #define FL_STATUS_ENUM_(name, value, text) name = value,
@@ -918,6 +919,157 @@ FL_API fl_status_t fl_task_group_wait_for(fl_task_group_t* group, uint64_t timeo
    finds its wait on a cycle of waits: the group is then not destroyed (its tasks still
    run; destroy it again once they are done). */
 FL_API fl_status_t fl_task_group_destroy(fl_task_group_t* group);
+
+
+/* ======================================================================== */
+/* Capture and replay: programs (EXPERIMENTAL)                               */
+/* ======================================================================== */
+
+/* Every call of this section is EXPERIMENTAL: the schedule of a replay and the way a
+   program mixing host and device work is split may still change.
+
+   A step of a training or inference loop submits the same instructions every iteration.
+   Capturing them once makes each later iteration one instruction: between
+   fl_capture_begin and fl_capture_end, the submissions of the calling thread to the engine
+   are recorded instead of run — nothing runs, no instruction id is taken (out_instr_id
+   receives 0) — together with the order the engine would give them eagerly: the
+   dependencies inferred from their operands (read after write, write after write, write
+   after read) and the order of each lane (a lane's host instructions run one at a time in
+   submission order; a device stream's work in stream order). fl_capture_end turns them
+   into a program; fl_program_launch runs it, as many times as wanted.
+
+   What a launch is. One instruction of the stream it is launched on: waitable, queryable
+   and cancellable by (stream, id) like any, counted once in the in-flight window, covered
+   by synchronize, cancel (a launch that has not started is not run) and drain. Its operands
+   are the union of its instructions' operands (per object the union of their accesses),
+   so it is ordered against eager work — before and after it, from any thread — by the
+   usual rules: its first instructions wait for what earlier users of the objects wrote,
+   and later users wait for the whole launch. Launches of one program run one after the
+   other, in launch order. A launch on a host stream occupies that stream's lane while it
+   runs; it does not occupy the lanes its instructions were captured on (eager work
+   submitted to those lanes is not ordered against it unless an object says so).
+   Inside a launch the dependencies were computed at capture: no operand is resolved, no
+   object lock taken, no window slot used per instruction; with one worker (or a program
+   without parallelism) the instructions run one after the other on the launching thread,
+   otherwise the independent ones run in parallel on the workers (chains as one task).
+
+   Failures inside a launch poison and skip as they do eagerly: an instruction that fails
+   poisons what it writes, and the instructions that read a poisoned value — written by an
+   earlier instruction of the launch, or by work before the launch — are skipped. The
+   launch then fails (or, when it only skipped instructions that read a value poisoned
+   before it, is skipped) as one instruction: every object it writes is poisoned for work
+   after it, even one whose last writer inside the launch succeeded. Its message names the
+   first inner instruction that failed (by capture order) and how many were skipped.
+
+   Callbacks. A captured host instruction's fn runs on every launch, with a context that
+   works with fl_instr_set_error, fl_instr_get_lane (the lane it was captured on),
+   fl_instr_get_id (the launch's id) and fl_instr_get_engine; a replayed fn counts as part
+   of its launch for the rules of "Calls from callbacks" (its waits are refused when they
+   would wait for the launch). Its cleanup runs once, when the program is freed (its
+   user_data must live as long as the program), or at fl_capture_end when the capture is
+   discarded. The program holds a reference on every object it uses: releasing an object
+   a program uses is allowed, and its release callback runs once the program is freed and
+   its last user completed.
+
+   Device work (CUDA builds). Kernels, copies and memsets of a program become CUDA graphs,
+   built and instantiated at fl_capture_end: one graph per group of device work that no
+   host instruction of the program separates, with the stream order and the cross-stream
+   edges of the capture as its edges. A device function runs at every launch (not
+   captured into the graph), on the program's CUDA stream. A launch on a host stream issues
+   each graph with one cudaGraphLaunch on a CUDA stream of the program's own and orders
+   the program's host instructions around it by the same dependencies (a host instruction
+   that reads a device result waits on its launching thread for the GPU). A program with
+   device work only may also be launched on a CUDA stream of its device: the launch is then
+   an asynchronous instruction of that stream, issued as one cudaGraphLaunch per graph,
+   ordered on the GPU like any device instruction. Device work is skipped (or fails) by
+   whole graph, not by kernel. A program's device work must be on one CUDA device.
+
+   Refused while the calling thread captures on an engine, with FL_ERR_CAPTURING (they
+   would wait for, or ask about, work that has not been submitted): fl_engine_synchronize
+   (_for), fl_stream_synchronize(_for), fl_object_wait(_for), fl_instr_wait_for,
+   fl_instr_query and fl_engine_drain of that engine, fl_program_launch on it, and
+   fl_submit_collective (collectives cannot be captured yet: each launch would have to
+   advance the communicator's sequence numbers on every rank; submit them eagerly between
+   launches). Other threads' calls are not affected; neither are other engines.
+   fl_parallel_for, task graphs and task groups are not instructions: they run at once,
+   during a capture too. FL_SUBMIT_INLINE and FL_SUBMIT_NONBLOCKING are ignored while
+   capturing. */
+typedef struct fl_program fl_program_t;
+
+typedef struct fl_capture_desc {
+  uint64_t struct_size;
+  const char* name;   /* the program's name (copied; may be NULL): its launches are named
+                         "launch of '<name>'" in errors, dumps and traces */
+  uint64_t flags;     /* 0 */
+} fl_capture_desc_t;
+#define FL_CAPTURE_DESC_INIT { sizeof(fl_capture_desc_t), 0, 0 }
+
+/* METHOD: fl_engine_t, EXPERIMENTAL (see above) — starts capturing the calling thread's
+   submissions to `engine` (desc NULL: no name). Capture state is per thread and per
+   engine: other threads' submissions, and this thread's to other engines, stay eager.
+   FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT (bad struct_size, flags != 0, called from
+   code the engine runs — an instruction, cleanup, release, task or loop body, a worker —
+   whose submissions always run eagerly); FL_ERR_CAPTURING (this thread already captures
+   on this engine: captures do not nest); FL_ERR_SHUTDOWN (the engine is being destroyed or
+   was drained); FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_capture_begin(fl_engine_t* engine, const fl_capture_desc_t* desc);
+
+/* CONSTRUCTOR: fl_program_t, EXPERIMENTAL (see above) — ends the calling thread's capture
+   on `engine` and makes its program (which may be empty). out_program NULL discards the
+   capture: the cleanups of the captured instructions run now. Builds and instantiates the
+   CUDA graphs of its device work. The capture ends in every case: on an error it is
+   discarded (cleanups run) and nothing is returned. FL_ERR_INVALID_HANDLE (also when the
+   engine was destroyed while the capture was open: destroy discarded it);
+   FL_ERR_INVALID_ARGUMENT (this thread is not capturing on this engine); FL_ERR_CUDA,
+   FL_ERR_UNSUPPORTED (the CUDA runtime lacks the graph calls); FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_capture_end(fl_engine_t* engine, fl_program_t** out_program);
+
+/* METHOD: fl_program_t, EXPERIMENTAL (see above) — launches the program as one instruction
+   of `stream` (flags: FL_SUBMIT_NONBLOCKING; FL_SUBMIT_INLINE on a host stream, as for
+   fl_submit_host: the launch then runs on the calling thread when it is ready at once).
+   `stream` is a host stream (FL_STREAM_HOST) of the program's engine, or, for a program
+   with device work only, a CUDA stream of its device. Asynchronous; window rules as
+   fl_submit_host. FL_ERR_INVALID_HANDLE (program, stream, or a stream of another engine);
+   FL_ERR_INVALID_ARGUMENT (another stream kind, a CUDA stream for a program with host
+   instructions or of another device, unknown flags); FL_ERR_CAPTURING (the calling thread
+   captures on this engine); FL_ERR_SHUTDOWN, FL_ERR_WOULD_BLOCK, FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_program_launch(fl_program_t* program, fl_stream_t* stream, uint64_t flags,
+                                     fl_instr_id* out_instr_id);
+
+typedef struct fl_program_info {
+  uint64_t struct_size;
+  uint64_t instructions;        /* captured instructions */
+  uint64_t host_instructions;   /* of which host instructions */
+  uint64_t edges;               /* dependencies between them (after removing repeats) */
+  uint64_t tasks;               /* units a parallel replay schedules (chains run as one) */
+  uint64_t device_graphs;       /* CUDA graphs built for its device work */
+  uint64_t operands;            /* objects the launch uses (its operands) */
+  uint64_t bytes;               /* memory the program holds, besides the CUDA graphs */
+  uint64_t launches;            /* launches completed so far */
+} fl_program_info_t;
+#define FL_PROGRAM_INFO_INIT { sizeof(fl_program_info_t), 0, 0, 0, 0, 0, 0, 0, 0 }
+
+#if defined(__cplusplus) && defined(__GNUC__)
+/* As for fl_engine_stats: the function shares its struct's name. */
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wshadow"
+#endif
+/* METHOD: fl_program_t, EXPERIMENTAL (see above) — fills out_info (struct_size must be
+   set, FL_PROGRAM_INFO_INIT). FL_ERR_INVALID_HANDLE, FL_ERR_INVALID_ARGUMENT (NULL
+   out_info, bad struct_size). */
+FL_API fl_status_t fl_program_info(fl_program_t* program, fl_program_info_t* out_info);
+#if defined(__cplusplus) && defined(__GNUC__)
+#  pragma GCC diagnostic pop
+#endif
+
+/* DESTRUCTOR: fl_program_t, EXPERIMENTAL (see above) — the handle is stale at once;
+   launches already submitted still run, and the program is freed after the last of them
+   completes (the cleanups of its instructions run then, on the thread that completes it,
+   and its references on objects are dropped). NULL is a no-op. fl_engine_destroy frees
+   the programs of the engine that are left (their handles go stale). From inside one of
+   the program's own replayed functions the program is freed after that launch.
+   FL_ERR_INVALID_HANDLE (stale: destroyed, or its engine was destroyed). */
+FL_API fl_status_t fl_program_destroy(fl_program_t* program);
 
 #ifdef __cplusplus
 } /* extern "C" */

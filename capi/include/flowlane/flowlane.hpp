@@ -1279,6 +1279,79 @@ class communicator {
 
 // ---- the engine --------------------------------------------------------------------------
 
+// ---- capture and replay (EXPERIMENTAL; see flowlane.h, "Capture and replay") ----------------
+
+// A captured program (fl_program_t): the instructions a capture recorded, with their
+// dependencies precomputed, launched as one instruction. Move-only; the destructor destroys
+// it (launches in flight still run; the captured callables are destroyed once the program
+// is freed).
+class program {
+ public:
+  program() = default;
+  explicit program(fl_program_t* p) noexcept : p_(p) {}
+  program(program&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  program& operator=(program&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~program() { reset(); }
+  fl_program_t* get() const noexcept { return p_; }
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+
+  // Launches the program as one instruction of `s` (a host stream; a CUDA stream of its
+  // device for a program with device work only); returns the launch's id, which s.wait()
+  // waits for (rethrowing the exception of a callable that failed inside it).
+  fl_instr_id launch(const stream& s, uint64_t flags = 0) const {
+    fl_instr_id id = 0;
+    check(fl_program_launch(p_, s.get(), flags, &id));
+    return id;
+  }
+  fl_program_info_t info() const {
+    fl_program_info_t in = FL_PROGRAM_INFO_INIT;
+    check(fl_program_info(p_, &in));
+    return in;
+  }
+  // fl_program_destroy now (the destructor then does nothing).
+  void reset() noexcept {
+    if (p_ != nullptr) (void)fl_program_destroy(p_);
+    p_ = nullptr;
+  }
+
+ private:
+  fl_program_t* p_ = nullptr;
+};
+
+// A capture of the calling thread's submissions to an engine (fl_capture_begin): while it
+// is open they are recorded, not run, and end() makes them a program. A capture destroyed
+// without end() is discarded (fl_capture_end with no program: the captured callables are
+// destroyed). Use it on the thread that made it.
+class capture {
+ public:
+  capture(fl_engine_t* e, const char* name) : e_(e) {
+    fl_capture_desc_t d = FL_CAPTURE_DESC_INIT;
+    d.name = name;
+    check(fl_capture_begin(e_, &d));
+  }
+  capture(capture&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  capture& operator=(capture&&) = delete;
+  capture(const capture&) = delete;
+  ~capture() {
+    if (e_ != nullptr) (void)fl_capture_end(e_, nullptr);
+  }
+  program end() {
+    fl_program_t* p = nullptr;
+    fl_engine_t* e = std::exchange(e_, nullptr);
+    check(fl_capture_end(e, &p));
+    return program(p);
+  }
+
+ private:
+  fl_engine_t* e_ = nullptr;
+};
+
 struct engine_options {
   uint64_t workers = 0;         // 0: one per logical core of the affinity mask
   uint64_t lanes = 0;           // 0: 8
@@ -1361,6 +1434,10 @@ class engine {
     check(fl_object_create(e_, nullptr, nullptr, &o.h_));
     return o;
   }
+
+  // EXPERIMENTAL: captures this thread's submissions to the engine until end() (see
+  // capture): `auto c = e.begin_capture("step"); ...submit...; program p = c.end();`.
+  capture begin_capture(const char* name = nullptr) const { return capture(e_, name); }
 
   task_group make_task_group() const { return task_group(e_); }
   taskgraph make_taskgraph() const { return taskgraph(e_); }

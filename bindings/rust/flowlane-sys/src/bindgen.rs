@@ -33,6 +33,7 @@ pub const FL_ERR_NO_DEVICE: fl_status = 13;
 pub const FL_ERR_CUDA: fl_status = 14;
 pub const FL_ERR_NCCL: fl_status = 15;
 pub const FL_ERR_INTERNAL: fl_status = 16;
+pub const FL_ERR_CAPTURING: fl_status = 17;
 pub type fl_status = ::std::os::raw::c_uint;
 pub use self::fl_status as fl_status_t;
 extern "C" {
@@ -2520,4 +2521,313 @@ extern "C" {
 }
 extern "C" {
     pub fn fl_task_group_destroy(group: *mut fl_task_group_t) -> fl_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct fl_program {
+    _unused: [u8; 0],
+}
+pub type fl_program_t = fl_program;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct fl_capture_desc {
+    pub struct_size: u64,
+    pub name: *const ::std::os::raw::c_char,
+    pub flags: u64,
+}
+#[test]
+fn bindgen_test_layout_fl_capture_desc() {
+    assert_eq!(
+        ::std::mem::size_of::<fl_capture_desc>(),
+        24usize,
+        concat!("Size of: ", stringify!(fl_capture_desc))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<fl_capture_desc>(),
+        8usize,
+        concat!("Alignment of ", stringify!(fl_capture_desc))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_capture_desc>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_capture_desc),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_name() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_capture_desc>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_capture_desc),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_flags() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_capture_desc>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_capture_desc),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+}
+impl Default for fl_capture_desc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: all-zero bytes are a valid value of this plain C struct (integers, raw pointers, Option<fn>).
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type fl_capture_desc_t = fl_capture_desc;
+extern "C" {
+    pub fn fl_capture_begin(
+        engine: *mut fl_engine_t,
+        desc: *const fl_capture_desc_t,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_capture_end(
+        engine: *mut fl_engine_t,
+        out_program: *mut *mut fl_program_t,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_program_launch(
+        program: *mut fl_program_t,
+        stream: *mut fl_stream_t,
+        flags: u64,
+        out_instr_id: *mut fl_instr_id,
+    ) -> fl_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct fl_program_info {
+    pub struct_size: u64,
+    pub instructions: u64,
+    pub host_instructions: u64,
+    pub edges: u64,
+    pub tasks: u64,
+    pub device_graphs: u64,
+    pub operands: u64,
+    pub bytes: u64,
+    pub launches: u64,
+}
+#[test]
+fn bindgen_test_layout_fl_program_info() {
+    assert_eq!(
+        ::std::mem::size_of::<fl_program_info>(),
+        72usize,
+        concat!("Size of: ", stringify!(fl_program_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<fl_program_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(fl_program_info))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_instructions() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).instructions) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(instructions)
+            )
+        );
+    }
+    test_field_instructions();
+    fn test_field_host_instructions() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).host_instructions) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(host_instructions)
+            )
+        );
+    }
+    test_field_host_instructions();
+    fn test_field_edges() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).edges) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(edges)
+            )
+        );
+    }
+    test_field_edges();
+    fn test_field_tasks() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tasks) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(tasks)
+            )
+        );
+    }
+    test_field_tasks();
+    fn test_field_device_graphs() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_graphs) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(device_graphs)
+            )
+        );
+    }
+    test_field_device_graphs();
+    fn test_field_operands() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).operands) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(operands)
+            )
+        );
+    }
+    test_field_operands();
+    fn test_field_bytes() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(bytes)
+            )
+        );
+    }
+    test_field_bytes();
+    fn test_field_launches() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_program_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).launches) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_program_info),
+                "::",
+                stringify!(launches)
+            )
+        );
+    }
+    test_field_launches();
+}
+pub type fl_program_info_t = fl_program_info;
+extern "C" {
+    pub fn fl_program_info(
+        program: *mut fl_program_t,
+        out_info: *mut fl_program_info_t,
+    ) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_program_destroy(program: *mut fl_program_t) -> fl_status_t;
 }

@@ -30,6 +30,7 @@ pub const FL_STATUS_TABLE: &[(&str, fl_status_t, &str)] = &[
     ("FL_ERR_CUDA", FL_ERR_CUDA, "CUDA error"),
     ("FL_ERR_NCCL", FL_ERR_NCCL, "NCCL error"),
     ("FL_ERR_INTERNAL", FL_ERR_INTERNAL, "internal error"),
+    ("FL_ERR_CAPTURING", FL_ERR_CAPTURING, "refused while the calling thread captures on this engine"),
 ];
 
 /// Calls `$m!` with every failure status of `FL_STATUS_MAP` (all but `FL_OK`), in order:
@@ -56,6 +57,7 @@ macro_rules! fl_error_statuses {
             (FL_ERR_CUDA, Cuda, "CUDA error"),
             (FL_ERR_NCCL, Nccl, "NCCL error"),
             (FL_ERR_INTERNAL, Internal, "internal error"),
+            (FL_ERR_CAPTURING, Capturing, "refused while the calling thread captures on this engine"),
         }
     };
 }
@@ -129,5 +131,21 @@ impl fl_engine_stats {
     /// header's `FL_..._INIT` initializer).
     pub fn init() -> Self {
         fl_engine_stats { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
+    }
+}
+
+impl fl_capture_desc {
+    /// All zero with `struct_size` set to the size of this version of the struct (the
+    /// header's `FL_..._INIT` initializer).
+    pub fn init() -> Self {
+        fl_capture_desc { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
+    }
+}
+
+impl fl_program_info {
+    /// All zero with `struct_size` set to the size of this version of the struct (the
+    /// header's `FL_..._INIT` initializer).
+    pub fn init() -> Self {
+        fl_program_info { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
     }
 }

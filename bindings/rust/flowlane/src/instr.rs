@@ -12,10 +12,18 @@ use flowlane_sys as sys;
 
 use crate::control::InstrHandle;
 use crate::engine::{cstring, Engine, EngineInner, InCallback, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::object::{Access, Object};
 
 type BoxedInstr = Box<dyn FnOnce(&InstrCtx<'_>) -> std::result::Result<(), String> + Send + 'static>;
+type BoxedInstrMut = Box<dyn FnMut(&InstrCtx<'_>) -> std::result::Result<(), String> + Send + 'static>;
+
+/// A host instruction's closure: one that runs once (`submit`), or one that may run again
+/// (`submit_mut`: a captured instruction runs at every launch of its program).
+enum Body {
+    Once(Option<BoxedInstr>),
+    Many(BoxedInstrMut),
+}
 
 /// What a running instruction knows about itself (valid only inside its closure).
 ///
@@ -152,11 +160,43 @@ impl Instr {
         F: FnOnce(&InstrCtx<'_>) -> std::result::Result<(), E> + Send + 'static,
         E: Display,
     {
+        if crate::program::capturing(self.stream.engine().as_raw()) {
+            return Err(Error::new(
+                ErrorKind::Capturing,
+                "submit: this thread captures on the engine, and a captured instruction runs at every launch of its \
+                 program, but an FnOnce closure can run only once: submit it with submit_mut",
+            ));
+        }
+        self.submit_body(Body::Once(Some(Box::new(move |ctx| f(ctx).map_err(|e| e.to_string())))))
+    }
+
+    /// Submits `f`, which may run more than once: once when submitted eagerly (as
+    /// [`submit`](Instr::submit)), at every launch of the program when submitted while this
+    /// thread captures ([`Engine::capture`]). The closure is dropped exactly once: when its
+    /// instruction (or program) is done with it, or here if submission fails.
+    pub fn submit_mut<F, E>(self, mut f: F) -> Result<InstrHandle>
+    where
+        F: FnMut() -> std::result::Result<(), E> + Send + 'static,
+        E: Display,
+    {
+        self.submit_mut_with_ctx(move |_ctx| f())
+    }
+
+    /// Like [`submit_mut`](Instr::submit_mut), with the instruction's context (lane, id:
+    /// inside a launch, the launch's id, engine).
+    pub fn submit_mut_with_ctx<F, E>(self, mut f: F) -> Result<InstrHandle>
+    where
+        F: FnMut(&InstrCtx<'_>) -> std::result::Result<(), E> + Send + 'static,
+        E: Display,
+    {
+        self.submit_body(Body::Many(Box::new(move |ctx| f(ctx).map_err(|e| e.to_string()))))
+    }
+
+    fn submit_body(self, body: Body) -> Result<InstrHandle> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let boxed: BoxedInstr = Box::new(move |ctx| f(ctx).map_err(|e| e.to_string()));
-        let payload = Box::into_raw(Box::new(Payload { f: Some(boxed), owner: self.stream.engine().downgrade() }));
+        let payload = Box::into_raw(Box::new(Payload { f: body, owner: self.stream.engine().downgrade() }));
         let mut instr = sys::fl_host_instr_t::init();
         instr.fn_ = Some(host_trampoline);
         instr.user_data = payload as *mut c_void;
@@ -180,7 +220,7 @@ impl Instr {
 }
 
 struct Payload {
-    f: Option<BoxedInstr>,
+    f: Body,
     /// The engine, for the closure's view of it (InstrCtx::engine): its clones own it.
     owner: Weak<EngineInner>,
 }
@@ -207,12 +247,9 @@ pub(crate) fn c_message(msg: &str) -> CString {
 unsafe extern "C" fn host_trampoline(ctx: *mut sys::fl_instr_ctx_t, ud: *mut c_void) -> sys::fl_status_t {
     let _cb = InCallback::enter();
     // SAFETY: ud is the Payload submitted with this instruction; the engine calls fn at most
-    // once and cleanup only afterwards, so this is the only access now.
+    // once at a time (once, or once per launch of its program: launches of a program run one
+    // after the other) and cleanup only afterwards, so this is the only access now.
     let payload = unsafe { &mut *(ud as *mut Payload) };
-    let f = match payload.f.take() {
-        Some(f) => f,
-        None => return sys::FL_ERR_INTERNAL,
-    };
     // SAFETY: ctx is the running instruction's context.
     let engine_raw = unsafe { sys::fl_instr_get_engine(ctx) };
     let engine = match NonNull::new(engine_raw) {
@@ -220,7 +257,13 @@ unsafe extern "C" fn host_trampoline(ctx: *mut sys::fl_instr_ctx_t, ud: *mut c_v
         None => return sys::FL_ERR_INTERNAL,
     };
     let ictx = InstrCtx { raw: ctx, engine, _life: std::marker::PhantomData };
-    let outcome = catch_unwind(AssertUnwindSafe(|| f(&ictx)));
+    let outcome = match &mut payload.f {
+        Body::Once(slot) => match slot.take() {
+            Some(f) => catch_unwind(AssertUnwindSafe(|| f(&ictx))),
+            None => Ok(Err("an FnOnce closure (submit) was asked to run again: use submit_mut".to_string())),
+        },
+        Body::Many(f) => catch_unwind(AssertUnwindSafe(|| f(&ictx))),
+    };
     let message = match outcome {
         Ok(Ok(())) => return sys::FL_OK,
         Ok(Err(msg)) => msg,

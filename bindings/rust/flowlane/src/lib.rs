@@ -35,6 +35,8 @@
 //! | [`InstrHandle`] | yes | yes | `Clone`; what `submit` returns: state, wait, wait_for, cancel |
 //! | [`Scope<'scope>`] | no | yes | inside [`Engine::scope`]; tasks spawn through `&Scope` |
 //! | [`InstrCtx`] | no | no | only inside the running closure |
+//! | [`Capture<'e>`] | no | no | the capturing thread's guard ([`Engine::capture`]) |
+//! | [`Program`] | yes | yes | launch from any thread; freed on drop |
 //!
 //! The type system enforces what the C API needs. An instruction cannot borrow the
 //! caller's locals (it runs later, on a worker):
@@ -96,6 +98,7 @@ mod gpu;
 mod graph;
 mod instr;
 mod object;
+mod program;
 mod scope;
 
 pub use control::{InstrHandle, InstrState};
@@ -105,6 +108,7 @@ pub use gpu::{cuda_device_count, cuda_priority_range, Comm, CommBackend, CommUni
 pub use graph::{TaskGraph, TaskId};
 pub use instr::{Instr, InstrCtx};
 pub use object::{Access, Handle, Object};
+pub use program::{Capture, Program, ProgramInfo};
 pub use scope::Scope;
 
 /// The raw declarations (generated from the C header), for what the safe interface does
