@@ -234,6 +234,7 @@ Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
   fresh->lane = lanes_[l].get();
   fresh->device = device;
   fresh->kind = kind;
+  fresh->async_completion = device.type == FL_DEVICE_CPU && kind == FL_STREAM_COLLECTIVE;
   if (!fresh->is_host_executed()) services_.device->stream_created(fresh.get());
   if (services_.register_stream != nullptr) fresh->handle = services_.register_stream(fresh.get());
   if (services_.register_stream != nullptr && fresh->handle == 0) {
