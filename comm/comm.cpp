@@ -159,19 +159,17 @@ Settings read_settings() {
   s.timeout_ms = env_number("FLOWLANE_COMM_TIMEOUT_MS", 0, 1, kMaxTimeoutMs);
   if (const char* d = std::getenv("FLOWLANE_COMM_DUMP_DIR"); d != nullptr) s.dump_dir = d;
   s.signals = env_signals();
+  s.check = FL_TRANSPORT_CHECK_STRICT;
   if (const char* c = std::getenv("FLOWLANE_COMM_CHECK"); c != nullptr && *c != 0) {
     const std::string v = c;
-    if (v == "strict")
-      s.check = FL_TRANSPORT_CHECK_STRICT;
+    if (v == "alongside")
+      s.check = 0;
     else if (v == "off")
       s.check = FL_TRANSPORT_CHECK_OFF;
-    else if (v != "alongside")
+    else if (v != "strict")
       fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_CHECK='" + v +
-                                        "' is unknown: alongside (the default), strict or off");
+                                        "' is unknown: strict (the default), alongside or off");
   }
-  if (s.signals != 0 && s.dump_dir.empty())
-    fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_DUMP_ON_SIGNAL is set but FLOWLANE_COMM_DUMP_DIR is "
-                                  "not: set the folder the dumps go to");
   return s;
 }
 

@@ -63,7 +63,7 @@ struct Settings {
   uint64_t timeout_ms = 0;                           // FLOWLANE_COMM_TIMEOUT_MS
   std::string dump_dir;                              // FLOWLANE_COMM_DUMP_DIR
   uint32_t signals = 0;                              // FLOWLANE_COMM_DUMP_ON_SIGNAL (dump.hpp's kSignal*)
-  uint64_t check = 0;                                // FLOWLANE_COMM_CHECK: 0 (alongside) or FL_TRANSPORT_CHECK_*
+  uint64_t check = FL_TRANSPORT_CHECK_STRICT;        // FLOWLANE_COMM_CHECK: FL_TRANSPORT_CHECK_* or 0 (alongside)
 };
 inline constexpr uint64_t kMaxTimeoutMs = 86'400'000;  // one day
 Settings read_settings();

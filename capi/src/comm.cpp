@@ -79,6 +79,16 @@ FL_API fl_status_t fl_comm_create_transport(fl_engine_t* engine, const fl_comm_d
   return st;
 }
 
+// Here rather than beside fl_last_error_message: the libraries that need it are the
+// transports' (libflowlane_mpi.so).
+FL_API fl_status_t fl_set_last_error_message(fl_status_t status, const char* message) {
+  try {
+    set_last_error(message != nullptr ? message : "");
+  } catch (...) {  // out of memory: the status says it all
+  }
+  return status;
+}
+
 FL_API fl_status_t fl_comm_set_timeout(fl_comm_t* comm, uint64_t timeout_ms) {
   return guard([&]() -> fl_status_t {
     comm::set_timeout(*comm_from(comm, "fl_comm_set_timeout"), timeout_ms);

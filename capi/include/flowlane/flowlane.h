@@ -158,6 +158,10 @@ FL_API const char* fl_status_string(fl_status_t status);
 /* FUNCTION — the calling thread's last failed call, in words a user can act on; "" after
    a success. Valid until the next flowlane call on this thread. Never NULL. */
 FL_API const char* fl_last_error_message(void);
+/* FUNCTION — sets the calling thread's last error message to `message` (copied; NULL is
+   "") and returns `status`: for libraries built on flowlane that report their failures as
+   flowlane does (libflowlane_mpi.so). Never fails. */
+FL_API fl_status_t fl_set_last_error_message(fl_status_t status, const char* message);
 
 /* ======================================================================== */
 /* Handles                                                                   */
@@ -719,8 +723,9 @@ FL_API fl_status_t fl_comm_set_timeout(fl_comm_t* comm, uint64_t timeout_ms);
 #define FL_TRANSPORT_SKIPPED ((uint64_t)1) /* this rank skipped the collective (an input was
    poisoned, or it was cancelled): take part so that no peer waits, without reading or
    writing the parts' buffers, and make every peer's collective fail */
-#define FL_TRANSPORT_CHECK_STRICT ((uint64_t)2) /* FLOWLANE_COMM_CHECK=strict: agree on the
-   fingerprints before moving any data (a mismatched data operation is never issued) */
+#define FL_TRANSPORT_CHECK_STRICT ((uint64_t)2) /* FLOWLANE_COMM_CHECK=strict (the default):
+   agree on the fingerprints before moving any data (a mismatched data operation is never
+   issued); neither this nor FL_TRANSPORT_CHECK_OFF: `alongside`, check while the data moves */
 #define FL_TRANSPORT_CHECK_OFF ((uint64_t)4) /* FLOWLANE_COMM_CHECK=off: no signature check,
    no skip propagation */
 
@@ -770,8 +775,8 @@ typedef struct fl_comm_transport {
    through `transport` (copied; desc->backend and desc->device are not read). The result
    is an ordinary fl_comm_t: fl_submit_collective on lane desc->lane's host COLLECTIVE
    stream ({FL_DEVICE_CPU, 0}), every op and dtype the transport supports, mismatches and
-   skipped collectives failing on every rank (FLOWLANE_COMM_CHECK: alongside (default),
-   strict or off), fl_comm_set_timeout, dumps. fl_comm_destroy of a communicator with
+   skipped collectives failing on every rank (FLOWLANE_COMM_CHECK: strict (the default),
+   alongside or off: comm/README.md, "Transports"), fl_comm_set_timeout, dumps. fl_comm_destroy of a communicator with
    collectives in flight fails them with FL_ERR_CANCELLED at once; their requests stay
    outstanding (their buffers in use) until they complete or the process exits. If the
    call fails, destroy is called before it returns. FL_ERR_INVALID_HANDLE,

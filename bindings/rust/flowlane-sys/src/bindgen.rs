@@ -50,6 +50,12 @@ extern "C" {
 extern "C" {
     pub fn fl_last_error_message() -> *const ::std::os::raw::c_char;
 }
+extern "C" {
+    pub fn fl_set_last_error_message(
+        status: fl_status_t,
+        message: *const ::std::os::raw::c_char,
+    ) -> fl_status_t;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct fl_engine {
