@@ -67,11 +67,16 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks) {
+std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks,
+                                        bool inline_ok) {
   const std::string fn = "fl_submit_collective";
-  if ((in.flags & ~uint64_t(FL_SUBMIT_NONBLOCKING)) != 0)
+  const uint64_t known = FL_SUBMIT_NONBLOCKING | (inline_ok ? FL_SUBMIT_INLINE : 0);
+  if ((in.flags & ~known) != 0)
     fail(FL_ERR_INVALID_ARGUMENT,
-         fn + ": unknown flags " + std::to_string(in.flags) + " (only FL_SUBMIT_NONBLOCKING is defined)");
+         fn + ": unknown flags " + std::to_string(in.flags) +
+             (inline_ok ? " (FL_SUBMIT_NONBLOCKING and FL_SUBMIT_INLINE are defined)"
+                        : " (FL_SUBMIT_NONBLOCKING is defined; FL_SUBMIT_INLINE only for a transport's communicator, "
+                          "whose collectives never block the caller)"));
   if (in.num_parts == 0 || in.parts == nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, fn + ": parts is NULL or num_parts is 0 (give at least one part)");
   if (in.num_parts > 1024) fail(FL_ERR_OUT_OF_RANGE, fn + ": num_parts " + std::to_string(in.num_parts) + " exceeds 1024");

@@ -51,7 +51,9 @@ std::string hex(uint64_t v);  // "0x00000000deadbeef"
 // Checks what every backend requires of fl_submit_collective's descriptor for the rank
 // `rank` of `nranks` (flags, part count, op, dtype, redop, root/peer, count, buffers) and
 // returns the parts copied. Throws with the part's index in the message.
-std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks);
+// `inline_ok`: FL_SUBMIT_INLINE is accepted (a transport's collectives: their start never blocks).
+std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks,
+                                        bool inline_ok = false);
 
 // Checks the fields of fl_comm_desc_t every backend shares (flags, nranks, rank, lane).
 void check_desc(const Engine& e, const fl_comm_desc_t& d);

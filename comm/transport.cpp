@@ -108,7 +108,7 @@ fl_instr_id TransportComm::submit(core::Stream* s, core::Instr* i, const fl_coll
            fn + ": " + name() + " issues its collectives on lane " + std::to_string(lane) +
                "'s host collective stream ({FL_DEVICE_CPU, 0}, FL_STREAM_COLLECTIVE), but the stream given is " +
                s->describe() + " (one stream, one order per communicator)");
-    w->parts = check_parts(in, rank, nranks);
+    w->parts = check_parts(in, rank, nranks, /*inline_ok=*/true);
     w->signature = signature(w->parts);
     w->fingerprint = fingerprint(w->parts);
   } catch (...) {
@@ -129,6 +129,7 @@ fl_instr_id TransportComm::submit(core::Stream* s, core::Instr* i, const fl_coll
   a.cleanup = &work_cleanup;
   a.name = in.name;
   a.nonblocking = (in.flags & FL_SUBMIT_NONBLOCKING) != 0;
+  a.run_inline = (in.flags & FL_SUBMIT_INLINE) != 0;  // start() on the caller when the lane is idle
   a.api = "fl_submit_collective";
   const uint64_t seq = w->seq;
   Work* work = w.release();  // the instruction's from here (work_cleanup deletes it, maybe before we return)

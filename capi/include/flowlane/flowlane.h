@@ -663,7 +663,9 @@ typedef struct fl_collective_instr {
   const fl_operand_t* operands;
   uint64_t num_operands;
   const char* name;
-  uint64_t flags;
+  uint64_t flags;               /* FL_SUBMIT_NONBLOCKING; FL_SUBMIT_INLINE for a transport's
+                                   communicator (its start runs on the caller when the lane is
+                                   idle and the inputs ready: one hand-off less) */
 } fl_collective_instr_t;
 #define FL_COLLECTIVE_INSTR_INIT { sizeof(fl_collective_instr_t), 0, 0, 0, 0, 0, 0 }
 
