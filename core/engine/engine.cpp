@@ -97,6 +97,9 @@ void Engine::wait_until_idle() {
   //    acquire pairs with the runner's seq_cst store of 0 in Lane::give_up().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  //    Likewise a thread that finished an asynchronous host instruction (a communicator's
+  //    progress thread) still touches its stream after completing it: wait until it left.
+  executor_.wait_finishers();
 }
 
 void Engine::stop_workers() {

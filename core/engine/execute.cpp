@@ -5,6 +5,7 @@
 #include <climits>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "engine/engine.hpp"
 
@@ -162,6 +163,11 @@ bool Executor::defer_behind_async(Instr* i) {
 }
 
 void Executor::finish_async(Instr* i, fl_status_t st, const std::string& detail) {
+  finishers_.fetch_add(1, std::memory_order_relaxed);  // orderings: at finishers_'s declaration
+  struct Leave {
+    std::atomic<uint32_t>& n;
+    ~Leave() { n.fetch_sub(1, std::memory_order_release); }
+  } leave{finishers_};
   // The lane runner no longer touches i once it started it (start_async): the outcome is
   // this thread's to write. One skipped or cancelled keeps that outcome.
   if (st != FL_OK && i->outcome == InstrState::kDone) {
@@ -179,6 +185,10 @@ void Executor::finish_async(Instr* i, fl_status_t st, const std::string& detail)
     if (s->async.completing || s->async.head != i) return;  // completed in order by whoever finishes the head
   }
   complete_finished(s);
+}
+
+void Executor::wait_finishers() const {
+  while (finishers_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
 void Executor::complete_finished(Stream* s) {

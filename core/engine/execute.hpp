@@ -39,6 +39,8 @@
 //   refs: the last reference's acquire load with the other holders' acq_rel unref().
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "engine/instr.hpp"
@@ -64,6 +66,10 @@ class Executor {
   // that outcome). Completes it, and every finished instruction behind it on its stream,
   // in submission order, unless an earlier one is still in flight (whose finish then does).
   void finish_async(Instr* i, fl_status_t st, const std::string& detail);
+  // Returns once no thread is inside finish_async: the engine's drain calls it after the
+  // last instruction completed, since a finishing thread still touches its stream's queue
+  // after completing an instruction (which may be the engine's last).
+  void wait_finishers() const;
   // The same for a device stream's instruction: issues it to the device backend (which
   // completes it later, through complete_async), or completes a skipped or cancelled one.
   void execute_async(Instr* i);
@@ -87,6 +93,11 @@ class Executor {
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
 
   Engine& engine_;
+  // Threads inside finish_async (wait_finishers). Incremented relaxed on entry: that is
+  // sequenced before the instruction's completion, whose release the drain acquires, so a
+  // drain that saw the completion sees the increment; decremented with release as the
+  // finisher's last access, paired with the acquire load in wait_finishers.
+  std::atomic<uint32_t> finishers_{0};
 };
 
 // Marks i failed with `st` (its detail in i->error, which becomes the full message naming
