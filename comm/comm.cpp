@@ -175,6 +175,9 @@ Settings read_settings() {
       fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_CHECK='" + v +
                                         "' is unknown: strict (the default), alongside or off");
   }
+  if (s.signals != 0 && s.dump_dir.empty())
+    fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_DUMP_ON_SIGNAL is set but FLOWLANE_COMM_DUMP_DIR is "
+                                  "not: set the folder the dumps go to");
   return s;
 }
 
