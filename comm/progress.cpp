@@ -235,6 +235,8 @@ void progress_add(Request r) {
 
 void progress_wake() {
   Progress& p = progress();
+  // seq_cst: as in wake(), the store-load pair at the top (the thread's futex wait returns
+  // at once if epoch moved since its read).
   p.epoch.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&p.epoch, 1);
 }

@@ -166,6 +166,7 @@ void Executor::finish_async(Instr* i, fl_status_t st, const std::string& detail)
   finishers_.fetch_add(1, std::memory_order_relaxed);  // orderings: at finishers_'s declaration
   struct Leave {
     std::atomic<uint32_t>& n;
+    // release: pairs with the acquire load in wait_finishers (this is the last access).
     ~Leave() { n.fetch_sub(1, std::memory_order_release); }
   } leave{finishers_};
   // The lane runner no longer touches i once it started it (start_async): the outcome is
@@ -188,6 +189,7 @@ void Executor::finish_async(Instr* i, fl_status_t st, const std::string& detail)
 }
 
 void Executor::wait_finishers() const {
+  // acquire: pairs with the release decrement in finish_async's Leave.
   while (finishers_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
