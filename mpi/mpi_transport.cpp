@@ -124,7 +124,7 @@ std::string issue_part(Req& r, const fl_coll_part_t& p) {
   const size_t es = dtype_size(p.dtype);
   const MPI_Datatype t = datatype(p.dtype);
   const uint64_t chunk = chunk_elements(), n = p.count;
-  const int tag = int(r.seq % uint64_t(st.tag_ub + 1));
+  const int tag = int(r.seq % (uint64_t(st.tag_ub) + 1));  // tag_ub may be INT_MAX
   auto* send = static_cast<const unsigned char*>(p.sendbuf);
   auto* recv = static_cast<unsigned char*>(p.recvbuf);
   auto add = [&](int code, const char* call) -> std::string {
