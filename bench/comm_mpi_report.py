@@ -70,8 +70,9 @@ def section(res, meta):
             "rank; hidden = (t_comm + t_compute - t_both) / t_comm; median (min–max) over rounds): flowlane "
             f"(the collective on lane 1, the compute a host instruction on lane 0) {h['flowlane'][0]:.2f} "
             f"({h['flowlane'][1]:.2f}–{h['flowlane'][2]:.2f}) against raw Iallreduce + a thread polling "
-            f"MPI_Test {h['raw'][0]:.2f} ({h['raw'][1]:.2f}–{h['raw'][2]:.2f}): flowlane/raw {ratio:.2f} "
-            "(goal ≥ 0.9).", "",
+            f"MPI_Test {h['raw'][0]:.2f} ({h['raw'][1]:.2f}–{h['raw'][2]:.2f}): flowlane/raw "
+            + (f"{ratio:.2f}" if h["raw"][0] > 0 else "not defined (raw's median hid nothing: with every core "
+               "busy, polling threads compete with the compute)") + " (goal ≥ 0.9).", "",
             f"Idle: an engine with an MPI communicator and nothing in flight costs {res['idle_cpu_percent']:.3f} % "
             "of a core (the most of any rank; goal ≤ 1 %).", "", MPI_END]
     return "\n".join(out)
