@@ -67,11 +67,16 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks) {
+std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks,
+                                        bool inline_ok) {
   const std::string fn = "fl_submit_collective";
-  if ((in.flags & ~uint64_t(FL_SUBMIT_NONBLOCKING)) != 0)
+  const uint64_t known = FL_SUBMIT_NONBLOCKING | (inline_ok ? FL_SUBMIT_INLINE : 0);
+  if ((in.flags & ~known) != 0)
     fail(FL_ERR_INVALID_ARGUMENT,
-         fn + ": unknown flags " + std::to_string(in.flags) + " (only FL_SUBMIT_NONBLOCKING is defined)");
+         fn + ": unknown flags " + std::to_string(in.flags) +
+             (inline_ok ? " (FL_SUBMIT_NONBLOCKING and FL_SUBMIT_INLINE are defined)"
+                        : " (FL_SUBMIT_NONBLOCKING is defined; FL_SUBMIT_INLINE only for a transport's communicator, "
+                          "whose collectives never block the caller)"));
   if (in.num_parts == 0 || in.parts == nullptr)
     fail(FL_ERR_INVALID_ARGUMENT, fn + ": parts is NULL or num_parts is 0 (give at least one part)");
   if (in.num_parts > 1024) fail(FL_ERR_OUT_OF_RANGE, fn + ": num_parts " + std::to_string(in.num_parts) + " exceeds 1024");
@@ -156,9 +161,20 @@ uint32_t env_signals() {
 Settings read_settings() {
   Settings s;
   s.trace_size = size_t(env_number("FLOWLANE_COMM_TRACE_SIZE", FlightRecorder::kDefaultSize, 1, FlightRecorder::kMaxSize));
-  s.timeout_ms = env_number("FLOWLANE_COMM_TIMEOUT_MS", 0, 1, 86'400'000);
+  s.timeout_ms = env_number("FLOWLANE_COMM_TIMEOUT_MS", 0, 1, kMaxTimeoutMs);
   if (const char* d = std::getenv("FLOWLANE_COMM_DUMP_DIR"); d != nullptr) s.dump_dir = d;
   s.signals = env_signals();
+  s.check = FL_TRANSPORT_CHECK_STRICT;
+  if (const char* c = std::getenv("FLOWLANE_COMM_CHECK"); c != nullptr && *c != 0) {
+    const std::string v = c;
+    if (v == "alongside")
+      s.check = 0;
+    else if (v == "off")
+      s.check = FL_TRANSPORT_CHECK_OFF;
+    else if (v != "strict")
+      fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_CHECK='" + v +
+                                        "' is unknown: strict (the default), alongside or off");
+  }
   if (s.signals != 0 && s.dump_dir.empty())
     fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: FLOWLANE_COMM_DUMP_ON_SIGNAL is set but FLOWLANE_COMM_DUMP_DIR is "
                                   "not: set the folder the dumps go to");
@@ -176,11 +192,15 @@ uint64_t comm_id(const fl_comm_unique_id_t& id) {
 
 Communicator::Communicator(const char* backend, Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id_t& uid,
                            const Settings& s)
+    : Communicator(backend, e, d, comm_id(uid), s) {}
+
+Communicator::Communicator(const char* backend, Engine* e, const fl_comm_desc_t& d, uint64_t comm_id_value,
+                           const Settings& s)
     : engine(e),
       lane(uint32_t(d.lane)),
       rank(uint32_t(d.rank)),
       nranks(uint32_t(d.nranks)),
-      id(comm_id(uid)),
+      id(comm_id_value),
       backend_name(backend),
       timeout_ms(s.timeout_ms),
       recorder(s.trace_size) {}
@@ -311,12 +331,24 @@ Communicator* create(Engine* e, const fl_comm_desc_t& d, const fl_comm_unique_id
     fail(FL_ERR_INVALID_ARGUMENT, "fl_comm_create: backend " + std::to_string(d.backend) +
                                       " is unknown (FL_COMM_NCCL = 0, FL_COMM_HOST_FAKE = 1)");
   }
+  return enroll(std::move(c), settings);
+}
+
+Communicator* enroll(std::shared_ptr<Communicator> c, const Settings& settings) {
   Communicator* raw = c.get();
-  Registry& reg = registry(*e);
+  Registry& reg = registry(*c->engine);
   reg.add(std::move(c));
   if (settings.signals != 0) monitor_install_signals(settings.signals);
   if (!reg.dumps()->dir.empty() || settings.timeout_ms != 0) monitor_watch(reg.dumps());
   return raw;
+}
+
+void set_timeout(Communicator& c, uint64_t timeout_ms) {
+  if (timeout_ms > kMaxTimeoutMs)
+    fail(FL_ERR_OUT_OF_RANGE, "fl_comm_set_timeout: timeout_ms " + std::to_string(timeout_ms) +
+                                  " is over one day (" + std::to_string(kMaxTimeoutMs) + ")");
+  c.timeout_ms.store(timeout_ms, std::memory_order_relaxed);
+  if (timeout_ms != 0) monitor_watch(engine_dumps(*c.engine));
 }
 
 void destroy(Communicator* c) {

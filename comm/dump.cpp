@@ -30,33 +30,18 @@ const char* dump_reason_name(DumpReason r) {
 
 namespace {
 
-// The launcher's view of this process, from its environment: Open MPI, MPICH/Hydra (PMI),
-// Slurm, torchrun; first match.
+// The launcher's view of this process (detect_launcher, env.cpp); a variable set but wrong
+// is treated as no launcher here (a dump is never refused for it).
 struct Launcher {
   const char* name = nullptr;
   int64_t rank = -1, size = -1;
 };
 
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == 0) return -1;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  return end != nullptr && *end == 0 && x >= 0 ? int64_t(x) : -1;
-}
-
 Launcher launcher() {
-  static const struct {
-    const char* name;
-    const char* rank;
-    const char* size;
-  } kKnown[] = {{"ompi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                {"pmi", "PMI_RANK", "PMI_SIZE"},
-                {"slurm", "SLURM_PROCID", "SLURM_NTASKS"},
-                {"torchrun", "RANK", "WORLD_SIZE"}};
-  for (const auto& k : kKnown) {
-    int64_t r = env_int(k.rank), n = env_int(k.size);
-    if (r >= 0 && n > 0) return Launcher{k.name, r, n};
+  LauncherInfo l;
+  try {
+    if (detect_launcher(&l)) return Launcher{l.name, int64_t(l.rank), int64_t(l.size)};
+  } catch (...) {
   }
   return Launcher{};
 }
@@ -91,7 +76,7 @@ void communicator_json(std::string& out, Communicator& c) {
          (reason.empty() ? std::string("null") : json_string(reason, 1024)) +
          ",\"queued\":" + std::to_string(r.queued_seq()) + ",\"issued\":" + std::to_string(r.issued_seq()) +
          ",\"finished\":" + std::to_string(r.finished_seq()) + ",\"succeeded\":" + std::to_string(r.succeeded()) +
-         ",\"trace_size\":" + std::to_string(r.capacity()) + ",\"timeout_ms\":" + std::to_string(c.timeout_ms) +
+         ",\"trace_size\":" + std::to_string(r.capacity()) + ",\"timeout_ms\":" + std::to_string(c.timeout_ms.load(std::memory_order_relaxed)) +
          ",\"created_unix_ns\":" + std::to_string(c.created_unix_ns) +
          ",\"age_ns\":" + std::to_string(c.since_created_ns()) + ",\n ";
   r.dump_json(out);

@@ -4,12 +4,13 @@
 //
 //   1. reads the pipe: a byte per signal caught (`T` SIGTERM, `U` SIGUSR1) or a wake-up;
 //   2. looks at every watched communicator with a timeout: its oldest unfinished collective,
-//      issued (waiting for its peers) for longer than FLOWLANE_COMM_TIMEOUT_MS and not
-//      reported yet, triggers a comm_timeout dump of its engine and a DUMP_REQUEST for the
-//      other ranks (without a dump folder: one line on stderr);
+//      issued (waiting for its peers) for longer than its timeout (FLOWLANE_COMM_TIMEOUT_MS,
+//      fl_comm_set_timeout) and not reported yet, triggers a comm_timeout dump of its engine
+//      and a DUMP_REQUEST for the other ranks (without a dump folder: one line on stderr);
 //   3. stats <folder>/DUMP_REQUEST of every folder it watches: a request it has not handled,
 //      made after this thread started (older ones are a previous job's), dumps every engine
-//      of that folder;
+//      of that folder; then fails the collectives of step 2 (Communicator::time_out:
+//      FL_ERR_TIMEOUT, the communicator breaks);
 //   4. after a signal dumps every engine it watches and, for SIGTERM, restores the previous
 //      disposition and raises SIGTERM again (the default: the process ends, as it would have).
 //
@@ -138,14 +139,22 @@ void wait_for_pipe(bool& term, bool& usr1) {
 
 using DumpsList = std::vector<std::shared_ptr<EngineDumps>>;
 
+// A collective found timed out: failed (Communicator::time_out) once the dumps are written.
+struct TimedOut {
+  std::shared_ptr<Communicator> comm;
+  uint64_t seq;
+  std::string detail;
+};
+
 // The communicators of d's engine whose oldest unfinished collective has been issued for
-// longer than their timeout (each collective reported once): what the dump says.
-std::string timed_out(EngineDumps& d) {
+// longer than their timeout (each collective reported once): what the dump says; each is
+// added to `found`.
+std::string timed_out(EngineDumps& d, std::vector<TimedOut>& found) {
   std::unique_lock<std::mutex> lk(d.mu, std::defer_lock);
   if (!lock_within(lk, kPeriod) || d.engine == nullptr) return "";
   std::string detail;
   for (const auto& c : communicators(*d.engine)) {
-    if (c->timeout_ms == 0) continue;
+    if (c->timeout_ms.load(std::memory_order_relaxed) == 0) continue;
     const uint64_t seq = c->recorder.finished_seq() + 1;
     if (seq > c->recorder.issued_seq() || seq <= c->timeout_seen) continue;
     CollRecord r;
@@ -159,19 +168,22 @@ std::string timed_out(EngineDumps& d) {
       continue;  // older than the last issued one and gone from the ring: no time to go by
     }
     const int64_t waited_ms = (c->since_created_ns() - t_issued) / 1'000'000;
-    if (t_issued < 0 || waited_ms < int64_t(c->timeout_ms)) continue;
+    if (t_issued < 0 || waited_ms < int64_t(c->timeout_ms.load(std::memory_order_relaxed))) continue;
     c->timeout_seen = seq;
-    detail += std::string(detail.empty() ? "" : "; ") + "collective seq " + std::to_string(seq) + " " + what +
-              " of communicator " + hex(c->id) + " (rank " + std::to_string(c->rank) + " of " +
-              std::to_string(c->nranks) + ") has waited " + std::to_string(waited_ms) +
-              " ms for its peers (FLOWLANE_COMM_TIMEOUT_MS " + std::to_string(c->timeout_ms) + ")";
+    std::string one = "collective seq " + std::to_string(seq) + " " + what + " of communicator " + hex(c->id) +
+                      " (rank " + std::to_string(c->rank) + " of " + std::to_string(c->nranks) + ") has waited " +
+                      std::to_string(waited_ms) + " ms for its peers (FLOWLANE_COMM_TIMEOUT_MS " +
+                      std::to_string(c->timeout_ms.load(std::memory_order_relaxed)) + ")";
+    detail += (detail.empty() ? "" : "; ") + one;
+    found.push_back(TimedOut{c, seq, std::move(one)});
   }
   return detail;
 }
 
-void check_timeouts(const DumpsList& list) {
+// Dumps the engines with timed-out collectives; `found` gets the collectives to fail.
+void check_timeouts(const DumpsList& list, std::vector<TimedOut>& found) {
   for (const auto& d : list) {
-    const std::string detail = timed_out(*d);
+    const std::string detail = timed_out(*d, found);
     if (detail.empty()) continue;
     if (d->dir.empty())
       std::fprintf(stderr, "flowlane: %s (set FLOWLANE_COMM_DUMP_DIR for a dump)\n", detail.c_str());
@@ -266,8 +278,12 @@ void run() {
       if (term) chain_now(g_term);
       return;
     }
-    check_timeouts(list);
+    std::vector<TimedOut> found;
+    check_timeouts(list, found);
     check_requests(list, started, seen);
+    // After every dump of this round, the requested ones of this process's other engines
+    // included: what the dumps show is the hang, not its undoing.
+    for (TimedOut& t : found) t.comm->time_out(t.seq, t.detail);
     if (term || usr1) {
       const std::string why = std::string("signal ") + (term ? "SIGTERM" : "SIGUSR1") + " received";
       for (const auto& d : list) dump_triggered(d, DumpReason::kSignal, why, /*request_all=*/false);

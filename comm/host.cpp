@@ -50,9 +50,13 @@ struct HostComm final : Communicator {
   uint64_t issued = 0;     // collectives whose callback reached the rendezvous
   uint64_t completed = 0;  // collectives finished (any outcome)
   bool aborted = false;
+  uint64_t timed_out_seq = 0;  // its collective that timed out (it fails with FL_ERR_TIMEOUT)
+  std::string timeout_detail;
+  bool broken = false;         // it timed out: it takes part in no collective any more
 
   fl_instr_id submit(Stream* s, core::Instr* i, const fl_collective_instr_t& in) override;
   void abort(const std::string& why, bool engine_destroy) override;
+  void time_out(uint64_t seq, const std::string& detail) override;
   void dump(std::string& out) override;
   const char* state_word(std::string* reason) override;
   void lane_waits(std::vector<core::LaneWait>& out) override;
@@ -66,6 +70,7 @@ struct FakeGroup {
   std::vector<HostComm*> ranks;  // live ranks (null: not joined yet, or left); under mu
   bool aborted = false;
   std::string abort_reason;
+  std::vector<std::string> left_why;  // per rank: why it left the communicator (a timeout), or ""
   struct Posting {
     uint32_t rank = 0;
     fl_instr_id instr = 0;
@@ -84,6 +89,7 @@ struct FakeGroup {
 
 constexpr char kMagic[16] = "flowlane-fake1";  // first bytes of a host-fake unique id
 const FakeGroup::Posting kSkipped{};           // a rank that skipped its collective
+const FakeGroup::Posting kLeft{};              // a rank that left (its communicator broke: a timeout)
 
 // The groups of the process, by unique id.
 struct Groups {
@@ -138,10 +144,14 @@ bool same_collective(const fl_coll_part_t& a, const fl_coll_part_t& b) {
 // callback (so every buffer is live). Returns "" or the mismatch message.
 std::string match_and_run(FakeGroup& g, FakeGroup::Round& r, uint64_t seq, const std::string& where) {
   const uint32_t n = g.nranks;
-  for (uint32_t q = 0; q < n; ++q)
+  for (uint32_t q = 0; q < n; ++q) {
     if (r.posts[q] == &kSkipped)
       return where + " seq " + std::to_string(seq) + " failed: rank " + std::to_string(q) +
              " skipped its collective (an input was poisoned), so the ranks cannot complete it";
+    if (r.posts[q] == &kLeft)
+      return where + " seq " + std::to_string(seq) + " failed: rank " + std::to_string(q) + " left the communicator (" +
+             g.left_why[q] + "), so the ranks cannot complete it";
+  }
   // Collective parts, in order, must agree on every rank.
   std::vector<std::vector<const fl_coll_part_t*>> coll(n);
   for (uint32_t q = 0; q < n; ++q)
@@ -240,6 +250,21 @@ void finish(HostComm& c, uint64_t seq, CollState state, fl_status_t st) {
   c.recorder.finished(seq, state, st, c.since_created_ns());
 }
 
+// Under the group lock: rank c takes its turn at `seq` without data (`marker`: it skipped
+// the collective, or it left the communicator), so that its peers fail instead of waiting.
+void post_absent(FakeGroup& g, HostComm& c, uint64_t seq, const FakeGroup::Posting* marker) {
+  FakeGroup::Round& r = g.rounds[seq];
+  if (r.posts.empty()) r.posts.assign(g.nranks, nullptr);
+  r.posts[c.rank] = marker;
+  ++r.left;
+  if (++r.arrived == g.nranks) {
+    r.error = match_and_run(g, r, seq, "the communicator of " + comm_name(c));
+    r.done = true;
+    g.cv.notify_all();
+  }
+  if (r.left == g.nranks) g.rounds.erase(seq);
+}
+
 fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
   auto* w = static_cast<CollWork*>(ud);
   w->ran = true;
@@ -250,10 +275,12 @@ fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
   std::unique_lock<std::mutex> lk(g.mu);
   c.issued = std::max(c.issued, w->seq);
   c.recorder.issued(w->seq, c.since_created_ns());
-  if (g.aborted) {
+  if (g.aborted || c.broken) {
+    const std::string why = g.aborted ? " was cancelled: " + g.abort_reason
+                                      : " was not issued: this rank left the communicator (" + g.left_why[c.rank] + ")";
+    if (!g.aborted) post_absent(g, c, w->seq, &kLeft);
     finish(c, w->seq, CollState::kFailed, FL_ERR_CANCELLED);
-    std::string msg = "collective seq " + std::to_string(w->seq) + " " + w->posting.signature + " on " + where +
-                      " was cancelled: " + g.abort_reason;
+    std::string msg = "collective seq " + std::to_string(w->seq) + " " + w->posting.signature + " on " + where + why;
     lk.unlock();
     fl_instr_set_error(ctx, msg.c_str());
     return FL_ERR_CANCELLED;
@@ -266,7 +293,17 @@ fl_status_t coll_run(fl_instr_ctx_t* ctx, void* ud) {
     r.done = true;
     g.cv.notify_all();
   } else {
-    g.cv.wait(lk, [&] { return r.done || g.aborted; });
+    g.cv.wait(lk, [&] { return r.done || g.aborted || c.timed_out_seq == w->seq; });
+  }
+  if (!r.done && !g.aborted) {  // timed out: this rank leaves; its peers fail when the others come
+    r.posts[c.rank] = &kLeft;
+    ++r.left;
+    finish(c, w->seq, CollState::kFailed, FL_ERR_TIMEOUT);
+    std::string msg = "collective seq " + std::to_string(w->seq) + " " + w->posting.signature + " on " + where +
+                      " timed out: " + c.timeout_detail;
+    lk.unlock();
+    fl_instr_set_error(ctx, msg.c_str());
+    return FL_ERR_TIMEOUT;
   }
   if (!r.done) {  // aborted while waiting: this rank leaves the round
     r.posts[c.rank] = nullptr;
@@ -301,18 +338,7 @@ void coll_cleanup(void* ud) {
     std::lock_guard<std::mutex> lk(g.mu);
     c.issued = std::max(c.issued, w->seq);
     finish(c, w->seq, CollState::kSkipped, FL_ERR_DEPENDENCY_FAILED);
-    if (!g.aborted) {
-      FakeGroup::Round& r = g.rounds[w->seq];
-      if (r.posts.empty()) r.posts.assign(g.nranks, nullptr);
-      r.posts[c.rank] = &kSkipped;
-      ++r.left;
-      if (++r.arrived == g.nranks) {
-        r.error = match_and_run(g, r, w->seq, "the communicator of " + comm_name(c));
-        r.done = true;
-        g.cv.notify_all();
-      }
-      if (r.left == g.nranks) g.rounds.erase(w->seq);
-    }
+    if (!g.aborted) post_absent(g, c, w->seq, c.broken ? &kLeft : &kSkipped);
   }
   delete w;
 }
@@ -362,6 +388,7 @@ std::shared_ptr<Communicator> create_host(Engine* e, const fl_comm_desc_t& d, co
     g->id = key;
     g->nranks = c->nranks;
     g->ranks.assign(c->nranks, nullptr);
+    g->left_why.assign(c->nranks, std::string());
     reg.by_id[key] = g;
   }
   std::lock_guard<std::mutex> glk(g->mu);
@@ -405,6 +432,23 @@ void HostComm::abort(const std::string& why, bool) {
     g.abort_reason = why;
   }
   if (rank < g.ranks.size() && g.ranks[rank] == this) g.ranks[rank] = nullptr;
+  g.cv.notify_all();
+}
+
+void HostComm::time_out(uint64_t seq, const std::string& detail) {
+  FakeGroup& g = *group;
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto it = g.rounds.find(seq);
+  const FakeGroup::Posting* mine =
+      it == g.rounds.end() || it->second.done || it->second.posts.empty() ? nullptr : it->second.posts[rank];
+  // Only a collective that waits in its round (it may have completed meanwhile).
+  if (aborted || broken || mine == nullptr || mine == &kSkipped || mine == &kLeft) return;
+  // This rank's communicator breaks: it leaves the round (its peers fail once every rank
+  // came, or wait for their own timeout), and takes part in no later collective.
+  timed_out_seq = seq;
+  timeout_detail = detail;
+  broken = true;
+  g.left_why[rank] = "its collective seq " + std::to_string(seq) + " timed out: " + detail;
   g.cv.notify_all();
 }
 
@@ -475,7 +519,8 @@ void HostComm::lane_waits(std::vector<core::LaneWait>& out) {
   FakeGroup& g = *group;
   std::lock_guard<std::mutex> lk(g.mu);
   for (auto& [seq, r] : g.rounds) {
-    if (r.done || r.posts.empty() || r.posts[rank] == nullptr || r.posts[rank] == &kSkipped) continue;
+    if (r.done || r.posts.empty() || r.posts[rank] == nullptr || r.posts[rank] == &kSkipped || r.posts[rank] == &kLeft)
+      continue;
     core::LaneWait w;
     w.lane = lane;
     w.instr = r.posts[rank]->instr;

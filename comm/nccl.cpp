@@ -340,6 +340,16 @@ fl_instr_id NcclComm::submit(Stream* s, Instr* i, const fl_collective_instr_t& i
   return id;
 }
 
+void NcclComm::time_out(uint64_t seq, const std::string& detail) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (state == CommState::kAborted || completed >= seq) return;
+    // The collectives in flight fail with FL_ERR_TIMEOUT, later ones at their launch.
+    request_abort(this, FL_ERR_TIMEOUT, "collective seq " + std::to_string(seq) + " timed out: " + detail);
+  }
+  try_abort(this);  // else the launch polling for it, or the watchdog, performs it
+}
+
 void NcclComm::dump(std::string& out) {
   std::lock_guard<std::mutex> lk(mu);
   const char* st = state == CommState::kActive ? "active" : state == CommState::kBroken ? "BROKEN" : "ABORTED";

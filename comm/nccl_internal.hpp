@@ -82,6 +82,7 @@ struct NcclComm final : Communicator {
   void abort(const std::string& why, bool engine_destroy) override;
   void dump(std::string& out) override;
   const char* state_word(std::string* reason) override;
+  void time_out(uint64_t seq, const std::string& detail) override;
   // "NCCL communicator 0x... (rank 0 of 2, cuda:0, lane 3)"
   std::string name() const {
     return "NCCL communicator " + hex(handle.load(std::memory_order_relaxed)) + " (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +

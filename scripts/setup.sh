@@ -15,10 +15,13 @@ required=(cmake g++ make pkg-config binutils libgtest-dev libgmock-dev libbenchm
 # the build and the tests work without them (their parts are skipped). The binding
 # generator's check (scripts/dev/gen-bindings.sh --check: python3-pycparser, bindgen,
 # rustfmt), mypy and rust-clippy are what CI's bindings-check stage needs; python3-venv,
-# -build, -wheel, -setuptools the wheel test; python3-numpy the NumPy example and tests.
+# -build, -wheel, -setuptools the wheel test; python3-numpy the NumPy example and tests;
+# Open MPI (libopenmpi-dev, openmpi-bin) the MPI plugin libflowlane_mpi.so and its tests
+# under mpirun, python3-mpi4py its Python example.
 optional=(libtbb-dev libstarpu-dev python3-pytest cargo
           python3-pycparser bindgen rustfmt mypy rust-clippy
-          python3-venv python3-build python3-wheel python3-setuptools python3-numpy)
+          python3-venv python3-build python3-wheel python3-setuptools python3-numpy
+          libopenmpi-dev openmpi-bin python3-mpi4py)
 for group in "$@"; do
   case "$group" in
     # bench_openmp_libomp (clang++ -fopenmp=libomp) and scripts/dev/callgrind-submit.sh;

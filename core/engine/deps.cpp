@@ -16,9 +16,12 @@ namespace {
 // True when `before` is certain to have completed by the time `after` starts, without an
 // edge: `before` runs synchronously on the lane (a host-executed stream: it completes
 // before the lane moves on) and `after` was queued on the same lane later. A device
-// instruction completes only on the device, so it never orders its lane's successors.
+// instruction completes only on the device, and an instruction of a host COLLECTIVE stream
+// may complete after its lane moved on (Stream::completes_async), so neither orders its
+// lane's successors.
 bool ordered_by_lane(const Instr* before, const Instr* after) {
-  return before->stream->lane == after->stream->lane && before->stream->is_host_executed();
+  return before->stream->lane == after->stream->lane && before->stream->is_host_executed() &&
+         !before->stream->completes_async();
 }
 
 bool is_device(const Instr* x) { return !x->stream->is_host_executed(); }

@@ -95,6 +95,9 @@ void Engine::wait_until_idle() {
   //    acquire pairs with the runner's seq_cst store of 0 in Lane::give_up().
   for (auto& lane : lanes_)
     while (lane->scheduled.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  //    Likewise a thread that finished an asynchronous host instruction (a communicator's
+  //    progress thread) still touches its stream after completing it: wait until it left.
+  executor_.wait_finishers();
   // Fork-join work still in flight (task-group tasks, parallel_for helpers that had not
   //    started) finishes while the extensions still watch: a cycle of waits may run through
   //    task groups only.
@@ -240,6 +243,7 @@ Stream* Engine::stream(uint32_t l, fl_device_t device, fl_stream_kind_t kind) {
   fresh->lane = lanes_[l].get();
   fresh->device = device;
   fresh->kind = kind;
+  fresh->async_completion = device.type == FL_DEVICE_CPU && kind == FL_STREAM_COLLECTIVE;
   if (!fresh->is_host_executed()) services_.device->stream_created(fresh.get());
   if (services_.register_stream != nullptr) fresh->handle = services_.register_stream(fresh.get());
   if (services_.register_stream != nullptr && fresh->handle == 0) {

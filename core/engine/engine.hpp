@@ -99,6 +99,13 @@ struct SubmitArgs {
   bool nonblocking = false;         // FL_SUBMIT_NONBLOCKING: FL_ERR_WOULD_BLOCK instead of waiting
   bool run_inline = false;          // FL_SUBMIT_INLINE: run it on the caller when it is ready at once
   const char* api = "fl_submit";    // the entry point, for messages
+  // Host COLLECTIVE streams only: an asynchronous host instruction (core/engine/README.md,
+  // "Asynchronous host instructions"). Instead of fn, its lane runner calls async_start(i,
+  // user_data, skipped) in stream order and moves on; `skipped`: i was skipped or cancelled
+  // (its outcome is set: it must not touch what it writes). The instruction completes
+  // when Executor::finish_async(i, ...) is called, exactly once, by any thread (possibly
+  // inside async_start); its cleanup runs then. async_start must not throw.
+  void (*async_start)(Instr* i, void* user_data, bool skipped) noexcept = nullptr;
 };
 
 class Engine {

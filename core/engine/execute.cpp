@@ -5,6 +5,7 @@
 #include <climits>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "engine/engine.hpp"
 #include "engine/program.hpp"
@@ -95,12 +96,17 @@ fl_status_t run_callback(Instr* i, Call&& call) {
 void Executor::execute_host(Instr* i) {
   Engine& e = engine_;
   Instr* poisoned_by = poisoned_input(i);
+  bool runs = false;
   if (CancelDrain::requested(i)) {
     // marked cancelled: not run
   } else if (poisoned_by != nullptr && !is_launch(i)) {
     // (A program's launch checks its inputs' poison per node: replay.cpp.)
     mark_skipped(i, poisoned_by);
   } else {
+    runs = true;
+  }
+  if (i->async_start != nullptr) return start_async(i, runs);
+  if (runs) {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
     if (Observer* ob = e.observer()) ob->on_start(*i);
     fl_status_t st = run_callback(i, [](Instr* x) { return x->fn(reinterpret_cast<fl_instr_ctx_t*>(x), x->user_data); });
@@ -111,7 +117,109 @@ void Executor::execute_host(Instr* i) {
                          // (a launch that skipped itself keeps its message)
   }
   run_cleanup(i);
+  if (i->stream->completes_async() && defer_behind_async(i)) return;
   complete(i);
+}
+
+// ---- asynchronous host instructions (core/engine/README.md, "Asynchronous host instructions")
+
+void Executor::start_async(Instr* i, bool runs) {
+  Stream* s = i->stream;
+  {
+    // Queued before the start: its finish may come before async_start returns.
+    std::lock_guard<std::mutex> lk(s->async.mu);
+    i->async_phase = kInFlight;
+    i->async_next = nullptr;
+    if (s->async.tail != nullptr)
+      s->async.tail->async_next = i;
+    else
+      s->async.head = i;
+    s->async.tail = i;
+  }
+  if (runs) {
+    i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
+    if (Observer* ob = engine_.observer()) ob->on_start(*i);
+  }
+  // The lane no longer runs it (its collective's own waits are its communicator's to show).
+  s->lane->clear_active(i);
+  i->async_start(i, i->user_data, !runs);  // i may complete and be recycled from here on
+}
+
+bool Executor::defer_behind_async(Instr* i) {
+  Stream* s = i->stream;
+  {
+    std::lock_guard<std::mutex> lk(s->async.mu);
+    // Nothing before it in flight nor being completed: it completes now, in order (the
+    // lane runner is the only thread that adds to the queue, and it is here).
+    if (s->async.head == nullptr && !s->async.completing) return false;
+    i->async_phase = kFinishedCleaned;
+    i->async_next = nullptr;
+    if (s->async.tail != nullptr)
+      s->async.tail->async_next = i;
+    else
+      s->async.head = i;
+    s->async.tail = i;
+    if (s->async.completing || s->async.head->async_phase == kInFlight) return true;
+  }
+  complete_finished(s);  // the head finished meanwhile and nobody is completing it
+  return true;
+}
+
+void Executor::finish_async(Instr* i, fl_status_t st, const std::string& detail) {
+  finishers_.fetch_add(1, std::memory_order_relaxed);  // orderings: at finishers_'s declaration
+  struct Leave {
+    std::atomic<uint32_t>& n;
+    // release: pairs with the acquire load in wait_finishers (this is the last access).
+    ~Leave() { n.fetch_sub(1, std::memory_order_release); }
+  } leave{finishers_};
+  // The lane runner no longer touches i once it started it (start_async): the outcome is
+  // this thread's to write. One skipped or cancelled keeps that outcome.
+  if (st != FL_OK && i->outcome == InstrState::kDone) {
+    try {
+      i->error = detail;
+    } catch (...) {  // out of memory: the status says it all
+      i->error.clear();
+    }
+    mark_failed(i, st);
+  }
+  Stream* s = i->stream;
+  {
+    std::lock_guard<std::mutex> lk(s->async.mu);
+    i->async_phase = kFinished;
+    if (s->async.completing || s->async.head != i) return;  // completed in order by whoever finishes the head
+  }
+  complete_finished(s);
+}
+
+void Executor::wait_finishers() const {
+  // acquire: pairs with the release decrement in finish_async's Leave.
+  while (finishers_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+void Executor::complete_finished(Stream* s) {
+  // A thread outside the engine (a communicator's progress thread) completes as a device
+  // backend's poller does: release callbacks it runs submit without blocking on the window.
+  const bool mark = !in_engine_context(&engine_);
+  if (mark) set_completion_thread(&engine_);
+  std::unique_lock<std::mutex> lk(s->async.mu);
+  if (!s->async.completing) {
+    s->async.completing = true;
+    while (s->async.head != nullptr && s->async.head->async_phase != kInFlight) {
+      Instr* x = s->async.head;
+      s->async.head = x->async_next;
+      if (s->async.head == nullptr) s->async.tail = nullptr;
+      const bool cleaned = x->async_phase == kFinishedCleaned;
+      x->async_phase = kNotQueued;
+      x->async_next = nullptr;
+      lk.unlock();
+      if (!cleaned) run_cleanup(x);
+      complete(x);
+      lk.lock();
+    }
+    s->async.completing = false;
+  }
+  lk.unlock();
+  if (mark) set_completion_thread(nullptr);
 }
 
 void Executor::execute_async(Instr* i) {
@@ -245,7 +353,9 @@ void Executor::complete(Instr* i) {
   // Engine::stats(): a snapshot that counts this instruction as failed (read first) counts
   // it as completed, and one that counts it as completed counts it as submitted.
   Lane* lane = i->stream->lane;
-  if (i->stream->is_host_executed())  // on the lane's owner: one writer at a time
+  // On the lane's owner, one writer at a time, unless the stream completes asynchronously.
+  const bool on_lane_owner = i->stream->is_host_executed() && !i->stream->completes_async();
+  if (on_lane_owner)
     // release pairs with the acquire load in Lane::completed_count().
     lane->completed.store(lane->completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   else
@@ -293,7 +403,7 @@ void Executor::complete(Instr* i) {
   // loads in query() and wait_instr(): the outcome history was written before.
   Stream* s = i->stream;
   fl_instr_id last = s->last_completed_id.load(std::memory_order_relaxed);
-  if (s->is_host_executed()) {
+  if (on_lane_owner) {
     // A host stream completes only on its lane's owner, in order: one writer, no RMW.
     // release pairs with the acquire loads of last_completed_id in query(), wait_instr(), cancel().
     if (last < i->id) s->last_completed_id.store(i->id, std::memory_order_release);

@@ -18,8 +18,10 @@
 // Called by: the lane runner (Lane::run_task, Lane::run_owned: execute_host,
 // execute_async, flush_device), device backends (mark_issued, complete_async: from the lane
 // runner, the backend's threads, set_completion_thread(), and program threads inside
-// help_device), and Waits (help_device, from a program thread's wait).
-// No lock of its own (the lane's diag_lock through Lane::clear_active). The atomics it
+// help_device), Waits (help_device, from a program thread's wait) and the starters of
+// asynchronous host instructions (finish_async, from any thread).
+// Lock: a stream's AsyncCompletions::mu (its queue of completions; never held while
+// completing), and the lane's diag_lock through Lane::clear_active. The atomics it
 // shares, and with whom:
 //   state: the seq_cst store of the terminal state with the seq_cst load of `sleepers`
 //     (a store-load pair with Waits' sleep_until_terminal: either the sleeper sees the
@@ -33,11 +35,13 @@
 //     the submitter's drop of its unit (whoever drops the last unit launches it).
 //   Lane::completed / completed_async / failed / cancelled: release increments with the
 //     acquire loads of Engine::stats (a snapshot never counts more failed than completed).
-//   Stream::last_completed_id: release store (host) or CAS (device) with the acquire loads
+//   Stream::last_completed_id: release store (host) or CAS (device, completes_async) with the acquire loads
 //     in Stream's waits, Waits::query / wait_instr and CancelDrain::cancel.
 //   refs: the last reference's acquire load with the other holders' acq_rel unref().
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "engine/instr.hpp"
@@ -53,8 +57,20 @@ class Executor {
   explicit Executor(Engine& e) : engine_(e) {}
 
   // The lane runner, i at its lane's head with every predecessor done: runs a host
-  // instruction (cancel check, poison check, fn, cleanup, completion).
+  // instruction (cancel check, poison check, fn, cleanup, completion). On a stream that
+  // completes asynchronously (Stream::completes_async): starts an asynchronous host
+  // instruction (SubmitArgs::async_start) and moves on, and completes a synchronous one
+  // only once every instruction before it on its stream has completed.
   void execute_host(Instr* i);
+  // An asynchronous host instruction's end (any thread, once; SubmitArgs::async_start):
+  // `st` FL_OK, or a failure with `detail` (ignored for one skipped or cancelled: it keeps
+  // that outcome). Completes it, and every finished instruction behind it on its stream,
+  // in submission order, unless an earlier one is still in flight (whose finish then does).
+  void finish_async(Instr* i, fl_status_t st, const std::string& detail);
+  // Returns once no thread is inside finish_async: the engine's drain calls it after the
+  // last instruction completed, since a finishing thread still touches its stream's queue
+  // after completing an instruction (which may be the engine's last).
+  void wait_finishers() const;
   // The same for a device stream's instruction: issues it to the device backend (which
   // completes it later, through complete_async), or completes a skipped or cancelled one.
   void execute_async(Instr* i);
@@ -80,6 +96,12 @@ class Executor {
 
  private:
   void complete(Instr* i);
+  void start_async(Instr* i, bool runs);
+  // A synchronous instruction of a completes_async stream, cleanup done: true when it was
+  // queued behind instructions still in flight (their finish completes it).
+  bool defer_behind_async(Instr* i);
+  // Completes the finished instructions at the head of i's stream's queue, in order.
+  void complete_finished(Stream* s);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   // Whoever dropped the last unit of `succ` (blocked at the head of `lane`) resumes the lane:
   // on this thread when help_device's caller waits for succ, or, on a lane runner, right
@@ -87,6 +109,11 @@ class Executor {
   void resume(Lane* lane, Instr* succ);
 
   Engine& engine_;
+  // Threads inside finish_async (wait_finishers). Incremented relaxed on entry: that is
+  // sequenced before the instruction's completion, whose release the drain acquires, so a
+  // drain that saw the completion sees the increment; decremented with release as the
+  // finisher's last access, paired with the acquire load in wait_finishers.
+  std::atomic<uint32_t> finishers_{0};
 };
 
 // Marks i failed with `st` (its detail in i->error, which becomes the full message naming

@@ -36,6 +36,11 @@ enum class InstrState : uint32_t {
 
 inline bool is_terminal(InstrState s) { return s >= InstrState::kDone; }
 
+// An instruction's place in its stream's queue of completions (Instr::async_phase,
+// AsyncCompletions in stream.hpp): not in it; started, in flight; finished, its cleanup still
+// to run; finished, cleanup done (a synchronous instruction waiting behind one in flight).
+enum AsyncPhase : uint8_t { kNotQueued = 0, kInFlight = 1, kFinished = 2, kFinishedCleaned = 3 };
+
 // One "succ waits for pred" link, in pred's successor (or issue) list. It lives in
 // succ->edges, which the submitter sized before publishing any, so its address is stable
 // until succ is recycled — after every predecessor released it.
@@ -132,6 +137,12 @@ struct alignas(64) Instr {
   // when it does again.
   void* device = nullptr;
   void (*device_free)(void*) = nullptr;
+  // Asynchronous host instructions (SubmitArgs::async_start): the start, called by the lane
+  // runner instead of fn; the next one in its stream's completion queue (AsyncCompletions,
+  // under its mutex); where it is in that queue (AsyncPhase).
+  void (*async_start)(Instr* i, void* user_data, bool skipped) noexcept = nullptr;
+  Instr* async_next = nullptr;
+  uint8_t async_phase = 0;
 
   // --- result of a failure ---
   std::string error;  // full message naming this instruction

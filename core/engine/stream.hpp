@@ -12,7 +12,8 @@
 //   last_completed_id             Executor::complete (execute.cpp), before advance_completed();
 //   cancel_upto                   CancelDrain (cancel_drain.cpp);
 //   failures                      FailureLedger (ledger.hpp), under the ledger's mutex;
-//   device_state                  the device backend (device.hpp).
+//   device_state                  the device backend (device.hpp);
+//   async                         Executor (execute.cpp), under async.mu.
 // Calls: nothing of the engine (it is a leaf).
 //
 // Atomics it shares, and with whom:
@@ -50,6 +51,19 @@ struct Lane;
 // slot 0 is the CPU, slot 1 + i is device i of the device backend.
 inline constexpr uint32_t kStreamKinds = 5;
 
+// The completions of a stream whose instructions may complete after their lane moved on
+// (host COLLECTIVE streams: asynchronous host instructions, SubmitArgs::async_start). Its
+// instructions complete in submission order: an instruction that finished while one before
+// it is still in flight waits here, linked through Instr::async_next, and whoever finishes
+// the head completes every finished one behind it (core/engine/README.md, "Asynchronous host
+// instructions").
+struct AsyncCompletions {
+  std::mutex mu;
+  Instr* head = nullptr;    // oldest not completed; under mu
+  Instr* tail = nullptr;    // under mu
+  bool completing = false;  // a thread is completing the head (outside mu); under mu
+};
+
 struct Stream {
   Engine* engine = nullptr;
   Lane* lane = nullptr;
@@ -83,7 +97,15 @@ struct Stream {
   std::multiset<uint64_t> targets;        // under wait_mu
   std::multiset<fl_instr_id> id_targets;  // under wait_mu
 
+  // Host COLLECTIVE streams (set at creation): asynchronous host instructions may run on
+  // them, so an instruction of the stream may complete after its lane moved on.
+  bool async_completion = false;
+  AsyncCompletions async;
+
   bool is_host_executed() const { return device.type == FL_DEVICE_CPU; }
+  // An instruction of this stream may still be in flight when its lane runs the next one
+  // (never for other host streams: their instructions complete before the lane moves on).
+  bool completes_async() const { return async_completion; }
   // completed += 1 (last_completed_id already stored), wakes waiters whose target is reached
   void advance_completed();
   // Sleeps until completed >= target, the deadline passes or *cancelled (when given) is set

@@ -89,6 +89,7 @@ fl_instr_id Engine::submit_eager(Stream* s, Instr* i, const SubmitArgs& a) {
   i->fn = a.fn;
   i->user_data = a.user_data;
   i->cleanup = a.cleanup;
+  if (i->async_start != a.async_start) i->async_start = a.async_start;  // not written when clear (see Instr)
   if (a.name != nullptr)
     i->name.assign(a.name);
   else if (!i->name.empty())  // not written when clear (see Instr)

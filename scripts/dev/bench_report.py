@@ -14,8 +14,8 @@ the peer's, so < 1 means flowlane is faster. The header records the date, the ma
 OPENMP_END, written by bench_openmp_report.py), the GPU section (between GPU_BEGIN and
 GPU_END, written by gpu_report.py --section), the fork-join section (FORKJOIN_BEGIN ..
 FORKJOIN_END, written by bench/run_forkjoin.sh) and the Python section (PYTHON_BEGIN ..
-PYTHON_END, written by bench/python/bench_submit.py --write) of an existing --out file are
-kept as they are.
+PYTHON_END, written by bench/python/bench_submit.py --write) and the MPI section (MPI_BEGIN ..
+MPI_END, written by bench/run_comm_mpi.sh) of an existing --out file are kept as they are.
 """
 import argparse
 import datetime
@@ -41,6 +41,8 @@ PYTHON_BEGIN = "<!-- python-section: bench/python/bench_submit.py --write writes
 PYTHON_END = "<!-- end of python-section -->"
 CAPTURE_BEGIN = "<!-- capture-section: scripts/bench-capture.sh writes from here to the end marker -->"
 CAPTURE_END = "<!-- end of capture-section -->"
+MPI_BEGIN = "<!-- mpi-section: bench/run_comm_mpi.sh writes from here to the end marker -->"
+MPI_END = "<!-- end of mpi-section -->"
 
 
 def read_section(path, begin=OPENMP_BEGIN, end=OPENMP_END):
@@ -241,7 +243,8 @@ def main():
         except (OSError, ValueError, KeyError) as e:
             out += [f"## {os.path.basename(path)}", "", f"Could not read this file: {e}", ""]
     for begin, end in ((OPENMP_BEGIN, OPENMP_END), (GPU_BEGIN, GPU_END), (FORKJOIN_BEGIN, FORKJOIN_END),
-                       (PYTHON_BEGIN, PYTHON_END), (CAPTURE_BEGIN, CAPTURE_END)):
+                       (PYTHON_BEGIN, PYTHON_END), (CAPTURE_BEGIN, CAPTURE_END),
+                       (MPI_BEGIN, MPI_END)):
         kept = read_section(args.out, begin, end)
         if kept:
             out += ["", kept]

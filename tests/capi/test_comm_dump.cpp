@@ -290,30 +290,68 @@ TEST(CommDump, DumpRequestFileIsHonouredButAStaleOneIsNot) {
 }
 
 // One dump per hang: a later trigger of the same hang (the abort) leaves the first dump;
-// after a collective completed, the next hang is dumped again.
+// after a collective completed, the next hang is dumped again. (The watchdog triggers the
+// dumps: a comm timeout would also fail the collective, ending the hang.)
 TEST(CommDump, OneDumpPerHang) {
   const std::string dir = fresh_dir("dump_once");
   Env e("FLOWLANE_COMM_DUMP_DIR", dir);
-  Env t("FLOWLANE_COMM_TIMEOUT_MS", "100");
   Ranks ranks(2);
+  fl_watchdog_desc_t w = FL_WATCHDOG_DESC_INIT;
+  w.timeout_ms = 100;
+  w.path = "/dev/null";
+  ASSERT_FL_OK(fl_engine_set_watchdog(ranks.engines[0], &w));
   ranks.allreduce(0, "first");
-  std::string r0 = wait_for_rank_dump(dir, 0, "\"reason\":\"comm_timeout\"");
+  std::string r0 = wait_for_rank_dump(dir, 0, "\"reason\":\"watchdog\"");
   ASSERT_FALSE(r0.empty());
-  EXPECT_TRUE(contains(field(r0, "detail"), "collective seq 1 all_reduce(float32, sum, count=4)")) << r0;
+  EXPECT_TRUE(contains(r0, "{\"seq\":1,")) << r0;
+  // The watchdog asked every rank for its dump: once rank 1 answered, the request is handled
+  // (handled later, it would dump rank 0 again, in the next hang).
+  ASSERT_FALSE(wait_for_rank_dump(dir, 1, "\"reason\":\"dump_request\"").empty());
   ranks.allreduce(1, "first");  // completes: progress
   ranks.sync();
   ranks.allreduce(0, "second");
-  r0 = wait_for_rank_dump(dir, 0, "collective seq 2 all_reduce");
+  r0 = wait_for_rank_dump(dir, 0, "\"name\":\"second\"");
   ASSERT_FALSE(r0.empty()) << "the second hang was not dumped";
-  EXPECT_EQ(field(r0, "reason"), "\"comm_timeout\"");
+  EXPECT_EQ(field(r0, "reason"), "\"watchdog\"");
   // fl_comm_destroy with seq 2 pending: an abort trigger of the same hang.
   ASSERT_FL_OK(fl_comm_destroy(ranks.comms[0]));
   ranks.comms[0] = nullptr;
   for (const std::string& f : dumps_in(dir)) {
     if (contains(f, "rank0-")) {
-      EXPECT_EQ(field(slurp(f), "reason"), "\"comm_timeout\"") << "the first dump stands";
+      EXPECT_EQ(field(slurp(f), "reason"), "\"watchdog\"") << "the first dump stands";
     }
   }
+}
+
+// The comm timeout (fl_comm_set_timeout here) dumps first, then fails the collective with
+// FL_ERR_TIMEOUT: the rank leaves the communicator. Its later collectives fail with
+// FL_ERR_CANCELLED, and its peer's collective of the same sequence number fails naming it,
+// instead of waiting forever. Before this, the timeout only dumped and the collective waited.
+TEST(CommDump, TimeoutFailsTheCollectiveAfterItsDump) {
+  const std::string dir = fresh_dir("dump_timeout_fails");
+  Env e("FLOWLANE_COMM_DUMP_DIR", dir);
+  Ranks ranks(2);
+  ASSERT_FL_OK(fl_comm_set_timeout(ranks.comms[0], 100));
+  EXPECT_FL_ERR(fl_comm_set_timeout(ranks.comms[0], 86'400'001), FL_ERR_OUT_OF_RANGE, "over one day");
+  fl_stream_t* s0 = coll_of(ranks.engines[0], 1);
+  fl_coll_part_t p = fltest::coll_part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, ranks.buf[0].data(), ranks.buf[0].data(), 4);
+  fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+  in.parts = &p;
+  in.num_parts = 1;
+  in.name = "waits";
+  fl_instr_id id = 0;
+  ASSERT_FL_OK(fl_submit_collective(s0, ranks.comms[0], &in, &id));
+  EXPECT_FL_ERR(fl_instr_wait_for(s0, id, 60'000'000'000ull), FL_ERR_TIMEOUT, "timed out");
+  const std::string r0 = wait_for_rank_dump(dir, 0, "\"reason\":\"comm_timeout\"");
+  EXPECT_TRUE(contains(r0, "\"state\":\"issued\"")) << "the dump shows the hang, before the failure: " << r0;
+  in.name = "after";
+  ASSERT_FL_OK(fl_submit_collective(s0, ranks.comms[0], &in, &id));
+  EXPECT_FL_ERR(fl_instr_wait_for(s0, id, 60'000'000'000ull), FL_ERR_CANCELLED, "left the communicator");
+  fl_stream_t* s1 = coll_of(ranks.engines[1], 1);
+  p.sendbuf = p.recvbuf = ranks.buf[1].data();
+  in.name = "late";
+  ASSERT_FL_OK(fl_submit_collective(s1, ranks.comms[1], &in, &id));
+  EXPECT_FL_ERR(fl_instr_wait_for(s1, id, 60'000'000'000ull), FL_ERR_INSTRUCTION_FAILED, "rank 0 left the communicator");
 }
 
 // A rank asked for its dump before it reached the collective its peers wait in is dumped

@@ -9,7 +9,7 @@
 //              backend fails them all); every rank dumps on demand (fl_comm_dump, NULL path)
 //   stuck      4 ranks; rank 1's seq 3 reads an object its host callback 'backward' (lane 0)
 //              never finishes writing; the others wait in seq 3 until FLOWLANE_COMM_TIMEOUT_MS
-//              dumps them and asks rank 1 to dump too (DUMP_REQUEST)
+//              dumps them and asks rank 1 to dump too (DUMP_REQUEST), then fails their seq 3
 //   dead       4 ranks; rank 3 stops after seq 2 and writes no dump; ranks 0-2 wait in seq 3
 //              and dump on demand to a path each
 //   crossed    2 ranks, two communicators on one lane: rank 0 submits c1 then c2, rank 1 c2
@@ -133,6 +133,17 @@ void submit(Rank& k, size_t comm, std::vector<fl_coll_part_t> parts, const char*
 
 void sync_all(std::vector<Rank>& ranks) {
   for (Rank& k : ranks) ok(fl_engine_synchronize_for(k.engine, kSyncNs), "fl_engine_synchronize_for");
+}
+
+// Waits for every rank's work after a hang the timeout ended: the timed-out collectives
+// failed (FL_ERR_TIMEOUT), and what came after them on their communicator too. Each wait
+// returns one failure; bounded.
+void sync_after_timeouts(std::vector<Rank>& ranks) {
+  for (Rank& k : ranks) {
+    int n = 0;
+    while (fl_engine_synchronize_for(k.engine, kSyncNs) != FL_OK)
+      if (++n > 256) die("the ranks' work did not finish after the timeouts");
+  }
 }
 
 // A host instruction on lane 0 that writes `grad` and returns only once `release` is set
@@ -267,7 +278,7 @@ void stuck(const std::string& dir) {
   for (int r : {0, 2, 3}) wait_for_dump_saying(dir, r, "\"state\":\"issued\"");
   freeze(dir);
   g_release = true;
-  sync_all(ranks);
+  sync_after_timeouts(ranks);  // the timeout failed seq 3 on ranks 0, 2, 3 after their dumps
   destroy(ranks);
 }
 
@@ -317,7 +328,7 @@ void truncated(const std::string& dir) {
   freeze(dir);
   g_release = true;
   for (int s = 0; s < 19; ++s) submit(ranks[1], 0, {allreduce(ranks[1], 4)}, "grad.next");
-  sync_all(ranks);
+  sync_after_timeouts(ranks);  // rank 0 left at its timeout: the rest fails on both ranks
   destroy(ranks);
 }
 

@@ -66,7 +66,7 @@ foreach(required "include/flowlane/flowlane.h" "include/flowlane/flowlane.hpp" "
   endif()
 endforeach()
 foreach(f IN LISTS installed)
-  if(f MATCHES "^include/" AND NOT f MATCHES "^include/flowlane/flowlane\\.h(pp)?$")
+  if(f MATCHES "^include/" AND NOT f MATCHES "^include/flowlane/flowlane(_mpi\\.h|\\.h|\\.hpp)$")
     list(APPEND failures "an internal file is installed as a public header: ${f}")
   endif()
   if(f MATCHES "\\.a$")

@@ -17,6 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -603,6 +606,25 @@ TEST(CppComm, HostRanksAllReduceThroughTheirCollectiveStreams) {
     EXPECT_EQ(gb[i], gathered[i]);
   }
   EXPECT_EQ(status_of([&] { ca.submit({}); }), FL_ERR_INVALID_ARGUMENT) << "no parts";
+}
+
+TEST(CppComm, TimeoutRendezvousAndErrorMessageWrappers) {
+  flowlane::engine a(lanes(1, 2));
+  flowlane::comm_options o;
+  o.backend = FL_COMM_HOST_FAKE;
+  flowlane::communicator c = a.make_communicator(o, flowlane::comm_unique_id(FL_COMM_HOST_FAKE));
+  c.set_timeout(250);
+  c.set_timeout(0);
+  EXPECT_EQ(status_of([&] { c.set_timeout(uint64_t(1) << 40); }), FL_ERR_OUT_OF_RANGE) << "over one day";
+  // One rank: rank 0 writes its id and returns once it acknowledged itself.
+  char dir[] = "/tmp/fl_cpp_rdv_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  fl_comm_unique_id_t id = flowlane::comm_unique_id(FL_COMM_HOST_FAKE);
+  flowlane::comm_rendezvous_file(dir, "job1", 0, 1, 5000, id);
+  EXPECT_EQ(status_of([&] { flowlane::comm_rendezvous_file(dir, "a/b", 0, 1, 5000, id); }), FL_ERR_INVALID_ARGUMENT);
+  rmdir(dir);
+  EXPECT_EQ(flowlane::set_last_error_message(FL_ERR_TIMEOUT, "plugin: it took too long"), FL_ERR_TIMEOUT);
+  EXPECT_STREQ(fl_last_error_message(), "plugin: it took too long");
 }
 
 }  // namespace

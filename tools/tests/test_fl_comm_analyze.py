@@ -186,6 +186,20 @@ class Analyze(unittest.TestCase):
         self.assertIn("note: ORDER crossed between c1 and c2: rank 0 submitted c1 seq 1 before c2 seq 1, rank 1 "
                       "submitted c2 seq 1 before c1 seq 1 (on different lanes", out)
 
+    def test_orders_crossed_on_one_lane_of_a_transport_are_a_note(self):
+        # MPI's collectives do not hold their lane (the lane starts one and moves on): no hang.
+        def ranked(r, first, backend):
+            a = comm("0xa", r, 2, [record(1, instr=1 if first == "a" else 2)], lane=1, created=0)
+            b = comm("0xb", r, 2, [record(1, instr=2 if first == "a" else 1)], lane=1, created=1)
+            a["backend"] = b["backend"] = backend
+            return dump(r, [a, b])
+        status, out, _ = self.run_tool([ranked(0, "a", "mpi"), ranked(1, "b", "mpi")])
+        self.assertEqual(status, 0, out)
+        self.assertIn("(mpi collectives do not hold their lane, so it does not hang", out)
+        status, out, _ = self.run_tool([ranked(0, "a", "host"), ranked(1, "b", "host")])
+        self.assertEqual(status, 5, out)
+        self.assertIn("Ranks must submit the collectives of communicators that share a lane", out)
+
     def test_a_skipped_collective_explains_its_peers_failure(self):
         docs = [dump(0, [comm("0xa", 0, 2, [record(1, "skipped", status="FL_ERR_DEPENDENCY_FAILED")])]),
                 dump(1, [comm("0xa", 1, 2, [record(1, "failed", status="FL_ERR_INSTRUCTION_FAILED")])])]

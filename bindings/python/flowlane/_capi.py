@@ -54,6 +54,9 @@ FL_VERSION_HEX = 256
 FL_SUBMIT_NONBLOCKING = 1
 FL_SUBMIT_INLINE = 2
 FL_COMM_UNORDERED = 1
+FL_TRANSPORT_SKIPPED = 1
+FL_TRANSPORT_CHECK_STRICT = 2
+FL_TRANSPORT_CHECK_OFF = 4
 FL_WAIT_FOREVER = 18446744073709551615
 FL_INSTR_OUTCOME_HISTORY = 1024
 
@@ -304,6 +307,18 @@ class fl_collective_instr(Structure):
     pass
 
 
+class fl_comm_transport_op(Structure):
+    pass
+
+
+class fl_comm_transport(Structure):
+    pass
+
+
+class fl_comm_env(Structure):
+    pass
+
+
 class fl_watchdog_desc(Structure):
     pass
 
@@ -461,6 +476,37 @@ fl_collective_instr._fields_ = [
     ('flags', c_uint64),
 ]
 fl_collective_instr_t = fl_collective_instr
+fl_comm_transport_op._fields_ = [
+    ('struct_size', c_uint64),
+    ('seq', c_uint64),
+    ('parts', POINTER(fl_coll_part_t)),
+    ('num_parts', c_uint64),
+    ('fingerprint', c_uint64),
+    ('signature', c_char_p),
+    ('flags', c_uint64),
+]
+fl_comm_transport_op_t = fl_comm_transport_op
+fl_comm_transport._fields_ = [
+    ('struct_size', c_uint64),
+    ('name', c_char_p),
+    ('id', c_uint64),
+    ('state', c_void_p),
+    ('start', CFUNCTYPE(fl_status_t, c_void_p, POINTER(fl_comm_transport_op_t), POINTER(c_void_p), c_char_p, c_uint64)),
+    ('test', CFUNCTYPE(fl_status_t, c_void_p, c_void_p, POINTER(c_int32), c_char_p, c_uint64)),
+    ('abort', CFUNCTYPE(None, c_void_p, c_char_p)),
+    ('destroy', CFUNCTYPE(None, c_void_p)),
+    ('flags', c_uint64),
+]
+fl_comm_transport_t = fl_comm_transport
+fl_comm_env._fields_ = [
+    ('struct_size', c_uint64),
+    ('rank', c_uint64),
+    ('size', c_uint64),
+    ('local_rank', c_uint64),
+    ('local_size', c_uint64),
+    ('launcher', (c_char * 16)),
+]
+fl_comm_env_t = fl_comm_env
 fl_dump_fn = CFUNCTYPE(None, c_char_p, c_void_p)
 fl_watchdog_desc._fields_ = [
     ('struct_size', c_uint64),
@@ -520,6 +566,9 @@ RECORDS: Tuple[str, ...] = (
     'fl_comm_desc',
     'fl_coll_part',
     'fl_collective_instr',
+    'fl_comm_transport_op',
+    'fl_comm_transport',
+    'fl_comm_env',
     'fl_watchdog_desc',
     'fl_engine_stats',
     'fl_capture_desc',
@@ -535,6 +584,9 @@ SIZED: Tuple[str, ...] = (
     'fl_memcpy_instr',
     'fl_comm_desc',
     'fl_collective_instr',
+    'fl_comm_transport_op',
+    'fl_comm_transport',
+    'fl_comm_env',
     'fl_watchdog_desc',
     'fl_engine_stats',
     'fl_capture_desc',
@@ -550,6 +602,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_status_name': (c_char_p, [fl_status_t]),
     'fl_status_string': (c_char_p, [fl_status_t]),
     'fl_last_error_message': (c_char_p, []),
+    'fl_set_last_error_message': (fl_status_t, [fl_status_t, c_char_p]),
     'fl_engine_create': (fl_status_t, [POINTER(fl_engine_desc_t), POINTER(POINTER(fl_engine_t))]),
     'fl_engine_synchronize': (fl_status_t, [POINTER(fl_engine_t)]),
     'fl_engine_destroy': (fl_status_t, [POINTER(fl_engine_t)]),
@@ -590,6 +643,10 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     'fl_comm_destroy': (fl_status_t, [POINTER(fl_comm_t)]),
     'fl_submit_collective': (fl_status_t, [POINTER(fl_stream_t), POINTER(fl_comm_t), POINTER(fl_collective_instr_t), POINTER(fl_instr_id)]),
     'fl_comm_dump': (fl_status_t, [POINTER(fl_comm_t), c_char_p]),
+    'fl_comm_set_timeout': (fl_status_t, [POINTER(fl_comm_t), c_uint64]),
+    'fl_comm_create_transport': (fl_status_t, [POINTER(fl_engine_t), POINTER(fl_comm_desc_t), POINTER(fl_comm_transport_t), POINTER(POINTER(fl_comm_t))]),
+    'fl_comm_get_env': (fl_status_t, [POINTER(fl_comm_env_t)]),
+    'fl_comm_rendezvous_file': (fl_status_t, [c_char_p, c_char_p, c_uint64, c_uint64, c_uint64, POINTER(fl_comm_unique_id_t)]),
     'fl_engine_set_watchdog': (fl_status_t, [POINTER(fl_engine_t), POINTER(fl_watchdog_desc_t)]),
     'fl_engine_dump': (fl_status_t, [POINTER(fl_engine_t), c_char_p, c_uint64, POINTER(c_uint64)]),
     'fl_trace_start': (fl_status_t, [POINTER(fl_engine_t), c_char_p]),
@@ -623,6 +680,7 @@ PARAMS: Dict[str, Tuple[str, ...]] = {
     'fl_status_name': ('status', ),
     'fl_status_string': ('status', ),
     'fl_last_error_message': (),
+    'fl_set_last_error_message': ('status', 'message', ),
     'fl_engine_create': ('desc', 'out_engine', ),
     'fl_engine_synchronize': ('engine', ),
     'fl_engine_destroy': ('engine', ),
@@ -663,6 +721,10 @@ PARAMS: Dict[str, Tuple[str, ...]] = {
     'fl_comm_destroy': ('comm', ),
     'fl_submit_collective': ('stream', 'comm', 'instr', 'out_instr_id', ),
     'fl_comm_dump': ('comm', 'path', ),
+    'fl_comm_set_timeout': ('comm', 'timeout_ms', ),
+    'fl_comm_create_transport': ('engine', 'desc', 'transport', 'out_comm', ),
+    'fl_comm_get_env': ('out_env', ),
+    'fl_comm_rendezvous_file': ('dir', 'key', 'rank', 'nranks', 'timeout_ms', 'inout_id', ),
     'fl_engine_set_watchdog': ('engine', 'desc', ),
     'fl_engine_dump': ('engine', 'buffer', 'size', 'out_needed', ),
     'fl_trace_start': ('engine', 'path', ),

@@ -2,7 +2,8 @@
 broadcast, send/receive) through a lane's COLLECTIVE stream, in submission order.
 
 Two backends: NCCL (CUDA devices, a CUDA build) and HOST_FAKE, host-memory ranks inside one
-process, which needs no GPU (tests, CPU-only builds). Buffers are plain int addresses and
+process, which needs no GPU (tests, CPU-only builds); across processes on host memory,
+MPI (:mod:`flowlane.mpi`). Buffers are plain int addresses and
 must stay alive until the collective completes: describe them with flowlane Objects in
 ``reads``/``writes`` and wait on those."""
 
@@ -136,14 +137,32 @@ class Comm(Managed):
         self.lane = lane
         #: The CUDA device index (NCCL).
         self.device = device
-        #: The backend.
-        self.backend = be
+        #: The backend (None: a transport's, such as flowlane.mpi's).
+        self.backend: Union[CommBackend, int, None] = be
         self._handle = out
+
+    @classmethod
+    def _adopt(cls, engine: "Engine", handle: Any, *, lane: int, device: int = 0,
+               backend: Union[CommBackend, int, None] = None) -> "Comm":
+        """Wraps a communicator another library made on ``engine`` (flowlane.mpi); backend
+        None: a transport's, on host memory."""
+        c = cls.__new__(cls)
+        Managed.__init__(c)
+        c.engine, c.lane, c.device, c.backend = engine, lane, device, backend
+        c._handle = handle
+        return c
 
     def _ptr(self) -> Any:
         if self.engine._handle is None:
             raise ClosedError("the engine of this communicator is closed")
         return super()._ptr()
+
+    def set_timeout(self, timeout_ms: int) -> None:
+        """Fails a collective waiting longer than ``timeout_ms`` for its peers with
+        FL_ERR_TIMEOUT, after the communicator dumps (0: never; fl_comm_set_timeout)."""
+        with self.engine._call("Comm.set_timeout"):
+            check(lib.fl_comm_set_timeout(self._ptr(), _int("timeout_ms", timeout_ms, 0, _U64_MAX)),
+                  "Comm.set_timeout")
 
     def _close_handle(self, handle: Any) -> None:
         try:
@@ -161,7 +180,7 @@ class Comm(Managed):
 
     def stream(self) -> "Stream":
         """The COLLECTIVE stream this communicator issues on."""
-        dev = Device.cpu() if self.backend == CommBackend.HOST_FAKE else Device.cuda(self.device)
+        dev = Device.cuda(self.device) if self.backend == CommBackend.NCCL else Device.cpu()
         return self.engine.stream(self.lane, device=dev, kind=StreamKind.COLLECTIVE)
 
     def submit(self, parts: Sequence[CollPart], *, reads: Iterable[Object[Any]] = (),

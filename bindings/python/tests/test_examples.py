@@ -55,6 +55,19 @@ class Examples(unittest.TestCase):
         for path in EXAMPLES:
             self.assertIn(os.path.splitext(os.path.basename(path))[0], tested)
 
+    def test_mpi_dp(self):
+        # One rank (MPI's singleton start); ctest example.mpi_dp_py runs it under mpirun -np 4.
+        if importlib.util.find_spec("mpi4py") is None:
+            self.skipTest("mpi_dp.py needs mpi4py (python3-mpi4py)")
+        try:
+            import flowlane.mpi
+            flowlane.mpi.library_path()
+        except ImportError as e:
+            self.skipTest("mpi_dp.py needs libflowlane_mpi.so: %s" % e)
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # singleton start as root (CI)
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        self.run_example(os.path.join(REPO, "examples", "python", "mpi_dp.py"))
+
     def test_numpy_pipeline(self):
         self.run_example(os.path.join(REPO, "examples", "python", "numpy_pipeline.py"))
 

@@ -163,6 +163,10 @@ FL_API const char* fl_status_string(fl_status_t status);
 /* FUNCTION — the calling thread's last failed call, in words a user can act on; "" after
    a success. Valid until the next flowlane call on this thread. Never NULL. */
 FL_API const char* fl_last_error_message(void);
+/* FUNCTION — sets the calling thread's last error message to `message` (copied; NULL is
+   "") and returns `status`: for libraries built on flowlane that report their failures as
+   flowlane does (libflowlane_mpi.so). Never fails. */
+FL_API fl_status_t fl_set_last_error_message(fl_status_t status, const char* message);
 
 /* ======================================================================== */
 /* Handles                                                                   */
@@ -586,8 +590,10 @@ FL_API fl_status_t fl_stream_set_priority(fl_stream_t* stream, int32_t priority,
 /* ======================================================================== */
 
 /* Every call of this section is EXPERIMENTAL: multi-rank NCCL behaviour is tested only
-   against a fake NCCL, and FL_COMM_HOST_FAKE (a test and CPU-only backend) may be renamed
-   once a cross-process host backend exists. */
+   against a fake NCCL (one rank per process against a real one), and FL_COMM_HOST_FAKE (a
+   test and CPU-only backend: ranks inside one process) may be renamed. Collectives across
+   processes on host memory go through a transport (fl_comm_create_transport, below): MPI's
+   is the optional plugin libflowlane_mpi.so (<flowlane/flowlane_mpi.h>). */
 
 typedef struct fl_comm_unique_id { char internal[128]; } fl_comm_unique_id_t;
 
@@ -665,7 +671,9 @@ typedef struct fl_collective_instr {
   const fl_operand_t* operands;
   uint64_t num_operands;
   const char* name;
-  uint64_t flags;
+  uint64_t flags;               /* FL_SUBMIT_NONBLOCKING; FL_SUBMIT_INLINE for a transport's
+                                   communicator (its start runs on the caller when the lane is
+                                   idle and the inputs ready: one hand-off less) */
 } fl_collective_instr_t;
 #define FL_COLLECTIVE_INSTR_INIT { sizeof(fl_collective_instr_t), 0, 0, 0, 0, 0, 0 }
 
@@ -697,6 +705,130 @@ FL_API fl_status_t fl_submit_collective(fl_stream_t* stream, fl_comm_t* comm,
    FLOWLANE_COMM_DUMP_DIR, a file that cannot be written: the message names it and the
    system's reason), FL_ERR_SHUTDOWN (the engine is being destroyed), FL_ERR_NO_MEMORY. */
 FL_API fl_status_t fl_comm_dump(fl_comm_t* comm, const char* path);
+
+/* METHOD: fl_comm_t, EXPERIMENTAL (see above) — the communicator's collective timeout, in
+   milliseconds (0: none), replacing the value FLOWLANE_COMM_TIMEOUT_MS gave it at
+   creation. A collective issued for longer than that (waiting for its peers) first
+   writes the communicator dumps (when FLOWLANE_COMM_DUMP_DIR is set, else a line on
+   stderr), then fails with FL_ERR_TIMEOUT, and the communicator is broken: the collectives
+   queued behind it fail with FL_ERR_CANCELLED, as do later submissions when they run. The
+   check runs every 100 ms, so a collective fails between timeout_ms and timeout_ms + 100
+   ms after it was issued. What a timed-out collective's buffers become depends on the
+   backend: NCCL aborts the communicator (its kernels exit); a transport (MPI) cannot
+   cancel a request, which stays outstanding: its buffers may still be written until its
+   peers complete it or the process exits (keep them allocated). FL_ERR_INVALID_HANDLE,
+   FL_ERR_OUT_OF_RANGE (over one day). */
+FL_API fl_status_t fl_comm_set_timeout(fl_comm_t* comm, uint64_t timeout_ms);
+
+/* ---- Transports: collectives over another communication library (EXPERIMENTAL) ----
+   A transport moves the bytes of a communicator's collectives (MPI's nonblocking
+   collectives in libflowlane_mpi.so); the engine keeps everything else: sequence numbers,
+   the one lane, operands and dependencies, poisoning, the window, timeouts, dumps. Its
+   collectives are asynchronous host instructions: the lane runner starts one (start) and
+   moves on; one process-wide progress thread of flowlane tests the outstanding requests
+   (test), backing off when nothing moves and parked when nothing is outstanding; an
+   instruction completes when its request does, in submission order on its stream. */
+
+/* fl_comm_transport_op_t.flags. */
+#define FL_TRANSPORT_SKIPPED ((uint64_t)1) /* this rank skipped the collective (an input was
+   poisoned, or it was cancelled): take part so that no peer waits, without reading or
+   writing the parts' buffers, and make every peer's collective fail */
+#define FL_TRANSPORT_CHECK_STRICT ((uint64_t)2) /* FLOWLANE_COMM_CHECK=strict (the default):
+   agree on the fingerprints before moving any data (a mismatched data operation is never
+   issued); neither this nor FL_TRANSPORT_CHECK_OFF: `alongside`, check while the data moves */
+#define FL_TRANSPORT_CHECK_OFF ((uint64_t)4) /* FLOWLANE_COMM_CHECK=off: no signature check,
+   no skip propagation */
+
+/* One collective, as the engine hands it to start(); valid during the call only. */
+typedef struct fl_comm_transport_op {
+  uint64_t struct_size;
+  uint64_t seq;                 /* 1, 2, ...: its sequence number on this communicator */
+  const fl_coll_part_t* parts;  /* issued as one group, as for fl_submit_collective */
+  uint64_t num_parts;
+  uint64_t fingerprint;         /* a hash of every part but send/recv: the ranks must agree on it */
+  const char* signature;        /* "all_reduce(float32, sum, count=4)": for messages */
+  uint64_t flags;               /* FL_TRANSPORT_* */
+} fl_comm_transport_op_t;
+
+/* What a transport provides. Every function is called by one flowlane thread at a time
+   per communicator, never with a flowlane lock held that a callback could need. */
+typedef struct fl_comm_transport {
+  uint64_t struct_size;
+  const char* name;   /* "mpi": in dumps and messages; copied */
+  uint64_t id;        /* the communicator's id, equal on every rank (dumps match ranks by it) */
+  void* state;        /* handed to every function */
+  /* Starts collective op->seq (the next one, in sequence order) without waiting for any
+     peer, on the lane runner. FL_OK with *out_request set; another status, with msg
+     filled (NUL-terminated, at most msg_size bytes): not started, and the communicator
+     breaks. */
+  fl_status_t (*start)(void* state, const fl_comm_transport_op_t* op, void** out_request, char* msg,
+                       uint64_t msg_size);
+  /* Never blocks; the progress thread calls it until *out_done is 1, after which the
+     request is the transport's to forget. FL_OK: no failure so far. A failure status with
+     msg filled, once: the collective failed, and *out_done says whether the request is
+     finished (0: it is still outstanding and keeps being tested, its buffers in use).
+     FL_ERR_DEPENDENCY_FAILED: a peer skipped it (its output is not valid; the communicator
+     stays usable); any other failure (a mismatch naming both signatures and the ranks, an
+     error of the library) breaks the communicator. */
+  fl_status_t (*test)(void* state, void* request, int32_t* out_done, char* msg, uint64_t msg_size);
+  /* The communicator broke (timeout, failure) or is being destroyed, with requests
+     possibly outstanding: `why` says which. May be NULL. */
+  void (*abort)(void* state, const char* why);
+  /* Called once, when the communicator is destroyed and no request is outstanding
+     (possibly on the progress thread); frees `state`. */
+  void (*destroy)(void* state);
+  uint64_t flags;     /* 0 */
+} fl_comm_transport_t;
+
+/* CONSTRUCTOR: fl_comm_t, EXPERIMENTAL (see above) — this engine's membership as rank
+   desc->rank of desc->nranks (the transport's own) in a communicator whose bytes move
+   through `transport` (copied; desc->backend and desc->device are not read). The result
+   is an ordinary fl_comm_t: fl_submit_collective on lane desc->lane's host COLLECTIVE
+   stream ({FL_DEVICE_CPU, 0}), every op and dtype the transport supports, mismatches and
+   skipped collectives failing on every rank (FLOWLANE_COMM_CHECK: strict (the default),
+   alongside or off: comm/README.md, "Transports"), fl_comm_set_timeout, dumps. fl_comm_destroy of a communicator with
+   collectives in flight fails them with FL_ERR_CANCELLED at once; their requests stay
+   outstanding (their buffers in use) until they complete or the process exits. If the
+   call fails, destroy is called before it returns. FL_ERR_INVALID_HANDLE,
+   FL_ERR_INVALID_ARGUMENT (NULL pointers or functions, bad struct_size, flags),
+   FL_ERR_OUT_OF_RANGE (nranks, rank, lane), FL_ERR_SHUTDOWN, FL_ERR_NO_MEMORY. */
+FL_API fl_status_t fl_comm_create_transport(fl_engine_t* engine, const fl_comm_desc_t* desc,
+                                            const fl_comm_transport_t* transport, fl_comm_t** out_comm);
+
+/* ---- Ranks from the launcher, and a rendezvous through files (EXPERIMENTAL) ---- */
+
+typedef struct fl_comm_env {
+  uint64_t struct_size;
+  uint64_t rank;        /* of the job */
+  uint64_t size;        /* ranks in the job */
+  uint64_t local_rank;  /* on this node (a device index, say) */
+  uint64_t local_size;  /* ranks on this node */
+  char launcher[16];    /* "torchrun", "ompi", "slurm", "pmi" */
+} fl_comm_env_t;
+#define FL_COMM_ENV_INIT { sizeof(fl_comm_env_t), 0, 0, 0, 0, {0} }
+
+/* FUNCTION, EXPERIMENTAL (see above) — this process's rank, from the launcher's
+   environment, the first that is set of: torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+   LOCAL_WORLD_SIZE), Open MPI's mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK,
+   _LOCAL_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE),
+   PMI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS). A local value the launcher
+   does not give is 0 (local_rank) or 1 (local_size). FL_ERR_INVALID_ARGUMENT (NULL out,
+   bad struct_size; none of these launchers' variables set, or a value that is not a
+   number or a rank outside the size: the message names the variable). */
+FL_API fl_status_t fl_comm_get_env(fl_comm_env_t* out_env);
+
+/* FUNCTION, EXPERIMENTAL (see above) — shares a unique id through a folder every rank sees
+   (a shared file system across machines): rank 0 passes the id it made
+   (fl_comm_get_unique_id) in *inout_id and writes it to <dir>/<key>.id (aside, then
+   renamed); every other rank waits up to timeout_ms for that file and reads it into
+   *inout_id, then leaves <dir>/<key>.ack<rank>; rank 0 returns once every rank has
+   acknowledged, and removes the files. `key` names this communicator of this job: a
+   file of an earlier job with the same key may be read (use the job's id in it).
+   FL_ERR_INVALID_ARGUMENT (NULL or empty dir or key, a key with '/', rank >= nranks, a
+   folder that cannot be written or a file that cannot be read: the message names it),
+   FL_ERR_TIMEOUT (the message says which ranks did not come). */
+FL_API fl_status_t fl_comm_rendezvous_file(const char* dir, const char* key, uint64_t rank, uint64_t nranks,
+                                           uint64_t timeout_ms, fl_comm_unique_id_t* inout_id);
 
 /* ======================================================================== */
 /* Diagnostics: watchdog, state dump, traces, counters                        */

@@ -1224,13 +1224,26 @@ class communicator {
     d.flags = o.unordered ? FL_COMM_UNORDERED : 0;
     check(fl_comm_create(e, &d, &id, &c_));
   }
-  communicator(communicator&& o) noexcept : c_(std::exchange(o.c_, nullptr)), e_(o.e_), o_(o.o_) {}
+  // A rank whose collectives move through `t` (fl_comm_create_transport, EXPERIMENTAL):
+  // o.backend and o.device are not read; its collectives go through lane o.lane's host
+  // COLLECTIVE stream.
+  communicator(fl_engine_t* e, const comm_options& o, const fl_comm_transport_t& t) : e_(e), o_(o), transport_(true) {
+    fl_comm_desc_t d = FL_COMM_DESC_INIT;
+    d.nranks = o.nranks;
+    d.rank = o.rank;
+    d.lane = o.lane;
+    d.flags = o.unordered ? FL_COMM_UNORDERED : 0;
+    check(fl_comm_create_transport(e, &d, &t, &c_));
+  }
+  communicator(communicator&& o) noexcept
+      : c_(std::exchange(o.c_, nullptr)), e_(o.e_), o_(o.o_), transport_(o.transport_) {}
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
       reset();
       c_ = std::exchange(o.c_, nullptr);
       e_ = o.e_;
       o_ = o.o_;
+      transport_ = o.transport_;
     }
     return *this;
   }
@@ -1239,7 +1252,7 @@ class communicator {
 
   // The COLLECTIVE stream its collectives go through.
   stream collective_stream() const {
-    const fl_device_t dev = o_.backend == FL_COMM_HOST_FAKE ? fl_device_t{FL_DEVICE_CPU, 0}
+    const fl_device_t dev = transport_ || o_.backend == FL_COMM_HOST_FAKE ? fl_device_t{FL_DEVICE_CPU, 0}
                                                             : fl_device_t{FL_DEVICE_CUDA, o_.device};
     fl_stream_t* s = nullptr;
     check(fl_stream_get(e_, o_.lane, dev, FL_STREAM_COLLECTIVE, &s));
@@ -1265,6 +1278,9 @@ class communicator {
   // Writes the communicator dump of this rank (fl_comm_dump): to `path`, or with nullptr to
   // its file in FLOWLANE_COMM_DUMP_DIR.
   void dump(const char* path = nullptr) const { check(fl_comm_dump(c_, path)); }
+  // The collective timeout in ms (0: none), replacing FLOWLANE_COMM_TIMEOUT_MS's
+  // (fl_comm_set_timeout): a collective waiting longer fails with FL_ERR_TIMEOUT.
+  void set_timeout(uint64_t ms) const { check(fl_comm_set_timeout(c_, ms)); }
 
   void reset() noexcept {
     if (c_ != nullptr) fl_comm_destroy(c_);
@@ -1275,7 +1291,28 @@ class communicator {
   fl_comm_t* c_ = nullptr;
   fl_engine_t* e_ = nullptr;
   comm_options o_;
+  bool transport_ = false;
 };
+
+// This process's rank from the launcher's environment (fl_comm_get_env, EXPERIMENTAL).
+inline fl_comm_env_t comm_env() {
+  fl_comm_env_t env = FL_COMM_ENV_INIT;
+  check(fl_comm_get_env(&env));
+  return env;
+}
+
+// Shares rank 0's unique id through files in `dir` (fl_comm_rendezvous_file, EXPERIMENTAL):
+// rank 0 passes its id in `id`, the others receive it there.
+inline void comm_rendezvous_file(const char* dir, const char* key, uint64_t rank, uint64_t nranks,
+                                 uint64_t timeout_ms, fl_comm_unique_id_t& id) {
+  check(fl_comm_rendezvous_file(dir, key, rank, nranks, timeout_ms, &id));
+}
+
+// Sets this thread's last error message and returns `st` (fl_set_last_error_message): for
+// libraries on flowlane that report as it does.
+inline fl_status_t set_last_error_message(fl_status_t st, const char* message) noexcept {
+  return fl_set_last_error_message(st, message);
+}
 
 // ---- the engine --------------------------------------------------------------------------
 

@@ -547,6 +547,37 @@ TEST_F(FakeNccl, DestroyingEnginesWithCollectivesInFlightNeverHangs) {
   }
 }
 
+// ---- issue 33: the per-collective timeout (fl_comm_set_timeout / FLOWLANE_COMM_TIMEOUT_MS)
+
+// Rank 1 never issues seq 2: rank 0's collective, waiting on the GPU, fails with
+// FL_ERR_TIMEOUT after the timeout (its communicator aborted, the kernel returned), and
+// the one queued behind it fails too; nothing leaks, nothing waits. Before issue 33 the
+// timeout only wrote a dump and the collective waited until a destroy.
+TEST_F(FakeNccl, TheCommTimeoutAbortsTheCommunicatorAndFailsTheCollective) {
+  Ranks rk(2, 1);
+  ASSERT_FL_OK(fl_comm_set_timeout(rk.c[0], 100));
+  std::vector<float> s(4, 1), r(4);
+  fl_object_t* a = fltest::make_obj(rk.e[0]);
+  fl_object_t* b = fltest::make_obj(rk.e[0]);
+  ASSERT_FL_OK(coll(rk.e[0], 1, rk.c[0], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, s.data(), r.data(), 4)}));
+  ASSERT_FL_OK(coll(rk.e[1], 1, rk.c[1], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, s.data(), r.data(), 4)}));
+  ASSERT_FL_OK(fl_engine_synchronize(rk.e[0]));
+  ASSERT_FL_OK(coll(rk.e[0], 1, rk.c[0], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, s.data(), r.data(), 4)}, {W(a)}));
+  ASSERT_FL_OK(coll(rk.e[0], 1, rk.c[0], {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, s.data(), r.data(), 4)}, {W(b)}));
+  // Bounded: on the old code this wait itself timed out (its message names no sequence number).
+  EXPECT_FL_ERR(fl_object_wait_for(a, FL_READ, 30'000'000'000ull), FL_ERR_TIMEOUT, "seq 2");
+  EXPECT_NE(std::string(fl_last_error_message()).find("timed out"), std::string::npos) << fl_last_error_message();
+  const fl_status_t behind = fl_object_wait_for(b, FL_READ, 30'000'000'000ull);
+  EXPECT_TRUE(behind == FL_ERR_TIMEOUT || behind == FL_ERR_CANCELLED) << fl_status_name(behind);
+  EXPECT_EQ(fake_nccl_counter("waiting"), 0) << report();
+  fl_object_release(a);
+  fl_object_release(b);
+  (void)fl_engine_synchronize(rk.e[0]);
+  (void)fl_engine_synchronize(rk.e[0]);
+  (void)fl_engine_synchronize(rk.e[1]);
+}
+// ---- end of issue 33's block
+
 TEST_F(FakeNccl, InitTimesOutWhenAPeerNeverJoins) {
   fl_engine_t* e = make_engine();
   fl_comm_unique_id_t id = nccl_id();

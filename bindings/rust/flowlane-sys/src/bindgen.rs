@@ -51,6 +51,12 @@ extern "C" {
 extern "C" {
     pub fn fl_last_error_message() -> *const ::std::os::raw::c_char;
 }
+extern "C" {
+    pub fn fl_set_last_error_message(
+        status: fl_status_t,
+        message: *const ::std::os::raw::c_char,
+    ) -> fl_status_t;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct fl_engine {
@@ -2060,6 +2066,543 @@ extern "C" {
 }
 extern "C" {
     pub fn fl_comm_dump(comm: *mut fl_comm_t, path: *const ::std::os::raw::c_char) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_comm_set_timeout(comm: *mut fl_comm_t, timeout_ms: u64) -> fl_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct fl_comm_transport_op {
+    pub struct_size: u64,
+    pub seq: u64,
+    pub parts: *const fl_coll_part_t,
+    pub num_parts: u64,
+    pub fingerprint: u64,
+    pub signature: *const ::std::os::raw::c_char,
+    pub flags: u64,
+}
+#[test]
+fn bindgen_test_layout_fl_comm_transport_op() {
+    assert_eq!(
+        ::std::mem::size_of::<fl_comm_transport_op>(),
+        56usize,
+        concat!("Size of: ", stringify!(fl_comm_transport_op))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<fl_comm_transport_op>(),
+        8usize,
+        concat!("Alignment of ", stringify!(fl_comm_transport_op))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_seq() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).seq) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(seq)
+            )
+        );
+    }
+    test_field_seq();
+    fn test_field_parts() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).parts) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(parts)
+            )
+        );
+    }
+    test_field_parts();
+    fn test_field_num_parts() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_parts) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(num_parts)
+            )
+        );
+    }
+    test_field_num_parts();
+    fn test_field_fingerprint() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fingerprint) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(fingerprint)
+            )
+        );
+    }
+    test_field_fingerprint();
+    fn test_field_signature() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).signature) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(signature)
+            )
+        );
+    }
+    test_field_signature();
+    fn test_field_flags() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport_op>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport_op),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+}
+impl Default for fl_comm_transport_op {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: all-zero bytes are a valid value of this plain C struct (integers, raw pointers, Option<fn>).
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type fl_comm_transport_op_t = fl_comm_transport_op;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct fl_comm_transport {
+    pub struct_size: u64,
+    pub name: *const ::std::os::raw::c_char,
+    pub id: u64,
+    pub state: *mut ::std::os::raw::c_void,
+    pub start: ::std::option::Option<
+        unsafe extern "C" fn(
+            state: *mut ::std::os::raw::c_void,
+            op: *const fl_comm_transport_op_t,
+            out_request: *mut *mut ::std::os::raw::c_void,
+            msg: *mut ::std::os::raw::c_char,
+            msg_size: u64,
+        ) -> fl_status_t,
+    >,
+    pub test: ::std::option::Option<
+        unsafe extern "C" fn(
+            state: *mut ::std::os::raw::c_void,
+            request: *mut ::std::os::raw::c_void,
+            out_done: *mut i32,
+            msg: *mut ::std::os::raw::c_char,
+            msg_size: u64,
+        ) -> fl_status_t,
+    >,
+    pub abort: ::std::option::Option<
+        unsafe extern "C" fn(
+            state: *mut ::std::os::raw::c_void,
+            why: *const ::std::os::raw::c_char,
+        ),
+    >,
+    pub destroy: ::std::option::Option<unsafe extern "C" fn(state: *mut ::std::os::raw::c_void)>,
+    pub flags: u64,
+}
+#[test]
+fn bindgen_test_layout_fl_comm_transport() {
+    assert_eq!(
+        ::std::mem::size_of::<fl_comm_transport>(),
+        72usize,
+        concat!("Size of: ", stringify!(fl_comm_transport))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<fl_comm_transport>(),
+        8usize,
+        concat!("Alignment of ", stringify!(fl_comm_transport))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_name() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_id() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).id) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(id)
+            )
+        );
+    }
+    test_field_id();
+    fn test_field_state() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).state) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(state)
+            )
+        );
+    }
+    test_field_state();
+    fn test_field_start() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).start) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(start)
+            )
+        );
+    }
+    test_field_start();
+    fn test_field_test() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).test) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(test)
+            )
+        );
+    }
+    test_field_test();
+    fn test_field_abort() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).abort) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(abort)
+            )
+        );
+    }
+    test_field_abort();
+    fn test_field_destroy() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).destroy) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(destroy)
+            )
+        );
+    }
+    test_field_destroy();
+    fn test_field_flags() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_transport>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_transport),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+}
+impl Default for fl_comm_transport {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: all-zero bytes are a valid value of this plain C struct (integers, raw pointers, Option<fn>).
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type fl_comm_transport_t = fl_comm_transport;
+extern "C" {
+    pub fn fl_comm_create_transport(
+        engine: *mut fl_engine_t,
+        desc: *const fl_comm_desc_t,
+        transport: *const fl_comm_transport_t,
+        out_comm: *mut *mut fl_comm_t,
+    ) -> fl_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct fl_comm_env {
+    pub struct_size: u64,
+    pub rank: u64,
+    pub size: u64,
+    pub local_rank: u64,
+    pub local_size: u64,
+    pub launcher: [::std::os::raw::c_char; 16usize],
+}
+#[test]
+fn bindgen_test_layout_fl_comm_env() {
+    assert_eq!(
+        ::std::mem::size_of::<fl_comm_env>(),
+        56usize,
+        concat!("Size of: ", stringify!(fl_comm_env))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<fl_comm_env>(),
+        8usize,
+        concat!("Alignment of ", stringify!(fl_comm_env))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_env>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_env),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_rank() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_env>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rank) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_env),
+                "::",
+                stringify!(rank)
+            )
+        );
+    }
+    test_field_rank();
+    fn test_field_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_env>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_env),
+                "::",
+                stringify!(size)
+            )
+        );
+    }
+    test_field_size();
+    fn test_field_local_rank() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_env>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).local_rank) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_env),
+                "::",
+                stringify!(local_rank)
+            )
+        );
+    }
+    test_field_local_rank();
+    fn test_field_local_size() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_env>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).local_size) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_env),
+                "::",
+                stringify!(local_size)
+            )
+        );
+    }
+    test_field_local_size();
+    fn test_field_launcher() {
+        assert_eq!(
+            // SAFETY: only the address of a field inside an uninitialised value is computed; nothing is read.
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<fl_comm_env>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).launcher) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(fl_comm_env),
+                "::",
+                stringify!(launcher)
+            )
+        );
+    }
+    test_field_launcher();
+}
+pub type fl_comm_env_t = fl_comm_env;
+extern "C" {
+    pub fn fl_comm_get_env(out_env: *mut fl_comm_env_t) -> fl_status_t;
+}
+extern "C" {
+    pub fn fl_comm_rendezvous_file(
+        dir: *const ::std::os::raw::c_char,
+        key: *const ::std::os::raw::c_char,
+        rank: u64,
+        nranks: u64,
+        timeout_ms: u64,
+        inout_id: *mut fl_comm_unique_id_t,
+    ) -> fl_status_t;
 }
 pub type fl_dump_fn = ::std::option::Option<
     unsafe extern "C" fn(

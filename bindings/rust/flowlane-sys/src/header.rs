@@ -8,6 +8,12 @@ use super::*;
 
 /// `#define FL_COMM_UNORDERED` of the header (value 1).
 pub const FL_COMM_UNORDERED: u64 = 1;
+/// `#define FL_TRANSPORT_SKIPPED` of the header (value 1).
+pub const FL_TRANSPORT_SKIPPED: u64 = 1;
+/// `#define FL_TRANSPORT_CHECK_STRICT` of the header (value 2).
+pub const FL_TRANSPORT_CHECK_STRICT: u64 = 2;
+/// `#define FL_TRANSPORT_CHECK_OFF` of the header (value 4).
+pub const FL_TRANSPORT_CHECK_OFF: u64 = 4;
 /// `#define FL_WAIT_FOREVER` of the header (value 18446744073709551615).
 pub const FL_WAIT_FOREVER: u64 = 18446744073709551615;
 
@@ -115,6 +121,30 @@ impl fl_collective_instr {
     /// header's `FL_..._INIT` initializer).
     pub fn init() -> Self {
         fl_collective_instr { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
+    }
+}
+
+impl fl_comm_transport_op {
+    /// All zero with `struct_size` set to the size of this version of the struct (the
+    /// header's `FL_..._INIT` initializer).
+    pub fn init() -> Self {
+        fl_comm_transport_op { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
+    }
+}
+
+impl fl_comm_transport {
+    /// All zero with `struct_size` set to the size of this version of the struct (the
+    /// header's `FL_..._INIT` initializer).
+    pub fn init() -> Self {
+        fl_comm_transport { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
+    }
+}
+
+impl fl_comm_env {
+    /// All zero with `struct_size` set to the size of this version of the struct (the
+    /// header's `FL_..._INIT` initializer).
+    pub fn init() -> Self {
+        fl_comm_env { struct_size: ::core::mem::size_of::<Self>() as u64, ..Default::default() }
     }
 }
 
