@@ -84,7 +84,7 @@ struct Abandon {
 
 fl_instr_id Engine::submit_eager(Stream* s, Instr* i, const SubmitArgs& a) {
   Abandon guard{this, i};
-  merge_operands(i->operands);
+  if (i->operands.size() > 1) merge_operands(i->operands);  // one operand needs no merge (the call stays out of line)
   i->stream = s;
   i->fn = a.fn;
   i->user_data = a.user_data;
