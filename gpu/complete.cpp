@@ -1,8 +1,8 @@
 // Completion in stream order by whoever is there (gpu/complete.hpp; gpu/README.md,
 // "Completion").
-#include "gpu/complete.hpp"
+#if FLOWLANE_HAVE_CUDA  // (gpu/complete.hpp needs the CUDA headers: nothing here without them)
 
-#if FLOWLANE_HAVE_CUDA
+#include "gpu/complete.hpp"
 
 #include <mutex>
 #include <string>

@@ -1,7 +1,7 @@
 // Per-hop timestamps and completion counters of the CUDA backend (gpu/hops.hpp).
-#include "gpu/hops.hpp"
+#if FLOWLANE_HAVE_CUDA  // (gpu/hops.hpp needs the CUDA headers: nothing here without them)
 
-#if FLOWLANE_HAVE_CUDA
+#include "gpu/hops.hpp"
 
 #include <chrono>
 #include <cstdio>

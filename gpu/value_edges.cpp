@@ -1,7 +1,7 @@
 // Device edges by stream memory operations (gpu/value_edges.hpp; gpu/README.md, "Value edges").
-#include "gpu/value_edges.hpp"
+#if FLOWLANE_HAVE_CUDA  // (gpu/value_edges.hpp needs the CUDA headers: nothing here without them)
 
-#if FLOWLANE_HAVE_CUDA
+#include "gpu/value_edges.hpp"
 
 #include <cuda.h>
 
