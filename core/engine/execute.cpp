@@ -123,18 +123,25 @@ void Executor::execute_host(Instr* i) {
 
 // ---- asynchronous host instructions (core/engine/README.md, "Asynchronous host instructions")
 
+namespace {
+// Puts i at the tail of its stream's queue of completions, in `phase`; under q.mu.
+void append(AsyncCompletions& q, Instr* i, AsyncPhase phase) {
+  i->async_phase = phase;
+  i->async_next = nullptr;
+  if (q.tail != nullptr)
+    q.tail->async_next = i;
+  else
+    q.head = i;
+  q.tail = i;
+}
+}  // namespace
+
 void Executor::start_async(Instr* i, bool runs) {
   Stream* s = i->stream;
   {
     // Queued before the start: its finish may come before async_start returns.
     std::lock_guard<std::mutex> lk(s->async.mu);
-    i->async_phase = kInFlight;
-    i->async_next = nullptr;
-    if (s->async.tail != nullptr)
-      s->async.tail->async_next = i;
-    else
-      s->async.head = i;
-    s->async.tail = i;
+    append(s->async, i, kInFlight);
   }
   if (runs) {
     i->state.store(uint32_t(InstrState::kRunning), std::memory_order_relaxed);
@@ -152,13 +159,7 @@ bool Executor::defer_behind_async(Instr* i) {
     // Nothing before it in flight nor being completed: it completes now, in order (the
     // lane runner is the only thread that adds to the queue, and it is here).
     if (s->async.head == nullptr && !s->async.completing) return false;
-    i->async_phase = kFinishedCleaned;
-    i->async_next = nullptr;
-    if (s->async.tail != nullptr)
-      s->async.tail->async_next = i;
-    else
-      s->async.head = i;
-    s->async.tail = i;
+    append(s->async, i, kFinishedCleaned);
     if (s->async.completing || s->async.head->async_phase == kInFlight) return true;
   }
   complete_finished(s);  // the head finished meanwhile and nobody is completing it
