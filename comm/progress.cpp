@@ -12,17 +12,31 @@
 //   4. forgets requests that are delivered and done; a delivered one not done (its
 //      transport still holds it: MPI cannot cancel a collective) is tested on.
 //
-// Back-off: after a round that changed something it polls again at once for kSpin, then
-// sleeps kSleepMin doubling to kSleepMax between rounds while outcomes are awaited (only
-// kZombieSleep when what is left has been delivered already), and parks on a futex when
-// nothing is outstanding. Its sleeps are futex waits on `epoch`, so a new request or a state
-// change (progress_add, progress_wake) cuts them short.
+// A round is taken under a try-lock (`driving`), by the progress thread or by a program
+// thread waiting on a collective stream (progress_help, through the core's async helper, as
+// MPI_Wait drives MPI's progress): no thread blocks on it, a round that finds it taken is
+// skipped. A round collects its outcomes and hands them to their instructions
+// (Executor::finish_async) after it let go of the lock: finishing runs completion work
+// (release callbacks among it), and the async queue of each stream completes out-of-order
+// finishes in stream order.
+//
+// Back-off: after a round that changed something (by any driver) it polls again at once for
+// kSpin; while outcomes are awaited it polls on, yielding the core between rounds, up to
+// kBusy after that change (MPI's non-blocking collectives advance only while someone tests
+// them: a 4 MiB all-reduce is a millisecond of rounds); then it sleeps kSleepMin doubling to
+// kSleepMax between rounds while outcomes are awaited (only kZombieSleep when what is left
+// has been delivered already), and parks on a futex when nothing is outstanding. While a waiting program thread drives the rounds (one within
+// kStandBack), the thread stands back: it sleeps instead of spinning, so that on a machine
+// with few cores the waiter and the peers' threads get them. Its sleeps are futex waits on
+// `epoch`, so a new request or a state change (progress_add, progress_wake) cuts them short.
 //
 // The wake-up protocol (a store-load pair, both sides seq_cst): a waker publishes its
-// request (the incoming count, under `mu`), then loads `sleeping`; the thread stores
-// `sleeping`, then loads the incoming count. Either the thread sees the request, or the
-// waker sees it sleeping and bumps `epoch` and wakes it (the futex wait returns at once if
-// `epoch` moved since the thread read it, which it does before the store).
+// request (the counts `incoming_count` and `live`, under `mu`), then loads `sleeping`; the
+// thread stores `sleeping`, then loads the counts. Either the thread sees the request, or
+// the waker sees it sleeping and bumps `epoch` and wakes it (the futex wait returns at once
+// if `epoch` moved since the thread read it, which it does before the store). The thread
+// parks only when `live` — requests added and not yet forgotten, by whichever thread drove
+// the round — is zero, so a request a helper took from `incoming` is never left unwatched.
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -36,14 +50,25 @@ namespace flowlane::comm::transport_internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr int64_t kSpinNs = 50'000;
 constexpr int64_t kSleepMinNs = 10'000;
 constexpr int64_t kSleepMaxNs = 200'000;
 constexpr int64_t kZombieSleepNs = 10'000'000;
+constexpr int64_t kStandBackNs = 30'000;
+constexpr int64_t kBusyNs = 2'000'000;
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
 struct CommQueue {
   std::shared_ptr<TransportComm> comm;
   std::deque<Request> reqs;  // in sequence order
+};
+
+// An outcome to hand to its instruction once the round let go of the lock.
+struct Outcome {
+  core::Instr* instr;
+  fl_status_t status;
+  std::string detail;
 };
 
 struct Progress {
@@ -51,8 +76,22 @@ struct Progress {
   std::vector<Request> incoming;  // under mu
   bool running = false;           // under mu
   std::atomic<uint64_t> incoming_count{0};
+  // Requests added and not yet forgotten (in `incoming` or a queue), and those of them whose
+  // outcome is not delivered: what the thread's sleep decides on (the protocol at the top).
+  std::atomic<uint64_t> live{0};
+  std::atomic<uint64_t> awaited{0};
   std::atomic<bool> sleeping{false};
   std::atomic<uint32_t> epoch{0};
+
+  // The round's try-lock: exchange(acquire) takes it, store(release) lets go; the pair hands
+  // the queues from one driver to the next.
+  std::atomic<bool> driving{false};
+  std::vector<CommQueue> queues;  // under driving
+  std::vector<Request> fresh;     // under driving (scratch)
+  // Rounds program threads drove (a count: cheaper than a clock read per poll), and when a
+  // round last moved (now_ns): hints for the thread's back-off only.
+  std::atomic<uint64_t> helps{0};
+  std::atomic<int64_t> moved_at{0};
 };
 
 Progress& progress() {
@@ -103,8 +142,9 @@ void break_on_failure(TransportComm& c, const Request& r) {
   c.stop_requested.store(true, std::memory_order_release);  // pairs with the acquire load in deliver_all
 }
 
-// Delivers r's outcome (its record, its instruction's finish). Called in sequence order.
-void deliver(TransportComm& c, Request& r) {
+// Delivers r's outcome: writes its record and collects its instruction's finish into `out`.
+// Called in sequence order.
+void deliver(TransportComm& c, Request& r, std::vector<Outcome>& out) {
   fl_status_t st = r.status;
   std::string why = r.msg;
   {
@@ -129,14 +169,14 @@ void deliver(TransportComm& c, Request& r) {
     const std::string sig = c.recorder.read(r.seq, rec) ? record_signature(rec) : "";
     detail = "collective seq " + std::to_string(r.seq) + " " + sig + " on " + c.name() + " failed: " + why;
   }
-  core::Instr* i = r.instr;
+  out.push_back(Outcome{r.instr, st, std::move(detail)});
   r.instr = nullptr;
   r.delivered = true;
-  i->engine->executor().finish_async(i, st, detail);
+  progress().awaited.fetch_sub(1, std::memory_order_relaxed);  // a hint for the sleep: see the top
 }
 
-// Delivers what can be delivered, in order; true if anything was.
-bool deliver_all(CommQueue& q) {
+// Delivers what can be delivered, in order, into `out`; true if anything was.
+bool deliver_all(CommQueue& q, std::vector<Outcome>& out) {
   TransportComm& c = *q.comm;
   // Acquire pairs with the release stores where the state leaves kActive.
   const bool stopping = c.stop_requested.load(std::memory_order_acquire);
@@ -150,7 +190,7 @@ bool deliver_all(CommQueue& q) {
                        c.stop_requested.load(std::memory_order_acquire);
     if (!ready) break;  // later ones wait for it (outcomes in sequence order)
     if (r.req != nullptr) calls_abort = true;  // delivered while the transport still holds it
-    deliver(c, r);
+    deliver(c, r, out);
     moved = true;
   }
   if (calls_abort && c.t.abort != nullptr) {
@@ -164,56 +204,87 @@ bool deliver_all(CommQueue& q) {
     }
     if (!why.empty()) c.t.abort(c.t.state, why.c_str());
   }
-  while (!q.reqs.empty() && q.reqs.front().delivered && q.reqs.front().req == nullptr) q.reqs.pop_front();
+  while (!q.reqs.empty() && q.reqs.front().delivered && q.reqs.front().req == nullptr) {
+    q.reqs.pop_front();
+    // Relaxed: a decrement only lets the thread park sooner; the increments and the park's
+    // load are the store-load pair at the top.
+    progress().live.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return moved;
+}
+
+// One round (the steps at the top) if the lock is free: *took says whether it was. True when
+// anything moved. The outcomes are handed over after the lock is let go.
+bool drive(Progress& p, bool* took) {
+  // acquire: pairs with the release store below, by the previous driver.
+  *took = !p.driving.exchange(true, std::memory_order_acquire);
+  if (!*took) return false;
+  std::vector<Outcome> out;
+  bool moved;
+  // Acquire: pairs with the seq_cst increment in progress_add, made under mu after the
+  // request was added. A request counted just after this load is taken next round.
+  if (p.incoming_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lk(p.mu);
+    p.fresh.swap(p.incoming);
+    p.incoming_count.store(0, std::memory_order_relaxed);  // under mu: adders count under it too
+  }
+  moved = !p.fresh.empty();
+  for (Request& r : p.fresh) {
+    auto it = std::find_if(p.queues.begin(), p.queues.end(), [&](const CommQueue& q) { return q.comm == r.comm; });
+    if (it == p.queues.end()) it = p.queues.insert(p.queues.end(), CommQueue{r.comm, {}});
+    it->reqs.push_back(std::move(r));
+  }
+  p.fresh.clear();
+  for (CommQueue& q : p.queues) {
+    moved |= test_all(q);
+    moved |= deliver_all(q, out);
+  }
+  std::erase_if(p.queues, [](const CommQueue& q) { return q.reqs.empty(); });  // may drop a communicator's last reference
+  if (moved) p.moved_at.store(now_ns(), std::memory_order_relaxed);  // a hint: see run()
+  p.driving.store(false, std::memory_order_release);  // pairs with the acquire exchange above
+  for (Outcome& o : out) o.instr->engine->executor().finish_async(o.instr, o.status, o.detail);
   return moved;
 }
 
 void run() {
   Progress& p = progress();
-  std::vector<CommQueue> queues;
-  std::vector<Request> fresh;
-  auto last_move = Clock::now();
   int64_t sleep_ns = kSleepMinNs;
+  uint64_t helps_seen = 0;
+  int64_t helps_changed_at = 0;
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lk(p.mu);
-      fresh.swap(p.incoming);
-      p.incoming_count.store(0, std::memory_order_relaxed);  // under mu: adders count under it too
+    bool took = false;
+    if (drive(p, &took)) sleep_ns = kSleepMinNs;
+    // Relaxed loads: hints; a stale value costs one round of spinning or one short sleep.
+    const int64_t now = now_ns();
+    const int64_t still = now - p.moved_at.load(std::memory_order_relaxed);
+    if (const uint64_t h = p.helps.load(std::memory_order_relaxed); h != helps_seen) {
+      helps_seen = h;
+      helps_changed_at = now;
     }
-    bool moved = !fresh.empty();
-    for (Request& r : fresh) {
-      auto it = std::find_if(queues.begin(), queues.end(), [&](const CommQueue& q) { return q.comm == r.comm; });
-      if (it == queues.end()) it = queues.insert(queues.end(), CommQueue{r.comm, {}});
-      it->reqs.push_back(std::move(r));
-    }
-    fresh.clear();
-    bool awaited = false;  // an outcome is still to be delivered
-    for (CommQueue& q : queues) {
-      moved |= test_all(q);
-      moved |= deliver_all(q);
-      for (const Request& r : q.reqs) awaited |= !r.delivered;
-    }
-    std::erase_if(queues, [](const CommQueue& q) { return q.reqs.empty(); });  // may drop a communicator's last reference
-    const auto now = Clock::now();
-    if (moved) {
-      last_move = now;
-      sleep_ns = kSleepMinNs;
-    }
-    if (now - last_move < kSpin) {
+    const bool helped = !took || now - helps_changed_at < kStandBackNs;
+    if (!helped && still < kSpinNs) {
       cpu_relax();
+      continue;
+    }
+    if (!helped && still < kBusyNs && p.awaited.load(std::memory_order_relaxed) != 0) {
+      std::this_thread::yield();  // a collective in flight: poll on, leaving the core to whoever is runnable
       continue;
     }
     // Sleep (or park): announce it, then look for new work once more (the pair at the top).
     const uint32_t e = p.epoch.load(std::memory_order_seq_cst);
     p.sleeping.store(true, std::memory_order_seq_cst);
     if (p.incoming_count.load(std::memory_order_seq_cst) == 0) {
-      if (queues.empty())
+      // seq_cst: the load side of the store-load pair at the top (with progress_add's increments).
+      const bool awaited = p.awaited.load(std::memory_order_seq_cst) != 0;
+      if (p.live.load(std::memory_order_seq_cst) == 0)  // seq_cst: the same pair
         futex_wait(&p.epoch, e);
+      else if (helped)
+        futex_wait_for(&p.epoch, e, kStandBackNs);
       else
         futex_wait_for(&p.epoch, e, awaited ? sleep_ns : kZombieSleepNs);
+      if (awaited && !helped) sleep_ns = std::min(sleep_ns * 2, kSleepMaxNs);
     }
     p.sleeping.store(false, std::memory_order_relaxed);
-    if (awaited) sleep_ns = std::min(sleep_ns * 2, kSleepMaxNs);
   }
 }
 
@@ -224,6 +295,10 @@ void progress_add(Request r) {
   {
     std::lock_guard<std::mutex> lk(p.mu);
     p.incoming.push_back(std::move(r));
+    // seq_cst: the store side of the store-load pair at the top (the thread's loads after
+    // its store of `sleeping`).
+    p.awaited.fetch_add(1, std::memory_order_seq_cst);
+    p.live.fetch_add(1, std::memory_order_seq_cst);  // seq_cst: the same pair
     p.incoming_count.fetch_add(1, std::memory_order_seq_cst);  // the store side for wake()'s pair
     if (!p.running) {
       p.running = true;
@@ -239,6 +314,13 @@ void progress_wake() {
   // at once if epoch moved since its read).
   p.epoch.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&p.epoch, 1);
+}
+
+bool progress_help() {
+  Progress& p = progress();
+  p.helps.fetch_add(1, std::memory_order_relaxed);  // a hint: see run()
+  bool took = false;
+  return drive(p, &took);
 }
 
 }  // namespace flowlane::comm::transport_internal

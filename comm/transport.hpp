@@ -6,7 +6,8 @@
 // host instructions"): its lane runner starts it through the transport (start(), in
 // sequence order) and moves on; the process's progress thread (progress.cpp) tests every
 // outstanding request and *delivers* each collective's outcome — its flight-recorder record
-// and its instruction's finish — in sequence order per communicator. A request the
+// and its instruction's finish — in sequence order per communicator (a program thread
+// waiting on a collective stream takes such rounds too: progress_help). A request the
 // transport still holds after its outcome was delivered (a timeout, an abort, a failure
 // found early) stays with the progress thread, tested until it is done: MPI cannot cancel a
 // collective, and its buffers stay in use until then.
@@ -76,5 +77,8 @@ struct Request {
 void progress_add(Request r);
 // Wakes the progress thread (a communicator's state changed: it fails what is in flight).
 void progress_wake();
+// One round of progress on the calling thread, if no other thread is taking one (a program
+// thread's wait on a collective stream: core::set_async_helper). True when anything moved.
+bool progress_help();
 
 }  // namespace flowlane::comm::transport_internal

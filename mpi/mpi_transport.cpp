@@ -76,6 +76,7 @@ struct Req {
   };
   std::vector<Copy> after;  // staged results, copied out once the data operations are done
   std::vector<MPI_Request> data;
+  std::vector<MPI_Status> statuses;  // MPI_Testall's, sized once the data operations are issued
   bool data_issued = false, data_done = false;
   MPI_Request ctl = MPI_REQUEST_NULL;
   bool ctl_done = false;
@@ -308,10 +309,10 @@ std::string poll(Req& r) {
   const bool checked = (r.st->check & FL_TRANSPORT_CHECK_OFF) == 0;
   const bool agreed = !checked || (r.ctl_done && r.ctl_out[0] == -r.ctl_out[1]);
   if (r.data_issued && !r.data_done && agreed) {
-    std::vector<MPI_Status> statuses(r.data.size());
-    const int code = MPI_Testall(int(r.data.size()), r.data.data(), &flag, statuses.data());
+    r.statuses.resize(r.data.size());  // allocates on the first test only
+    const int code = MPI_Testall(int(r.data.size()), r.data.data(), &flag, r.statuses.data());
     if (code == MPI_ERR_IN_STATUS) {
-      for (const MPI_Status& s : statuses)
+      for (const MPI_Status& s : r.statuses)
         if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) return mpi_error(s.MPI_ERROR, "a data operation");
     } else if (code != MPI_SUCCESS) {
       return mpi_error(code, "MPI_Testall");

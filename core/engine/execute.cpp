@@ -297,13 +297,26 @@ void Executor::complete_async_poisoned(Instr* i, const Instr* poisoned_by) {
 }
 
 namespace {
-// help_device's caller: the instruction it waits for, and the lane a completion resumed for
+// help_complete's caller: the instruction it waits for, and the lane a completion resumed for
 // it (to run on this thread once the backend's help returns). Program threads only.
 FL_TLS thread_local Instr* t_help_target = nullptr;
 FL_TLS thread_local Lane* t_help_resumed = nullptr;
+
+std::atomic<AsyncHelper> g_async_helper{nullptr};
+
 }  // namespace
 
-bool Executor::help_device(Stream* s, Instr* target) {
+void set_async_helper(AsyncHelper helper) {
+  g_async_helper.store(helper, std::memory_order_release);  // pairs with the acquire load in help_complete
+}
+
+bool Executor::help_complete(Stream* s, Instr* target) {
+  if (s != nullptr && s->completes_async()) {
+    if (in_any_engine_context()) return false;  // a callback's wait leaves it to the progress thread
+    // acquire: pairs with the release store in set_async_helper.
+    AsyncHelper helper = g_async_helper.load(std::memory_order_acquire);
+    return helper != nullptr && helper();
+  }
   DeviceBackend* dev = engine_.device();
   if (dev == nullptr || in_any_engine_context()) return false;
   t_help_target = target;
@@ -319,7 +332,7 @@ bool Executor::help_device(Stream* s, Instr* target) {
 
 void Executor::resume(Lane* lane, Instr* succ) {
   if (succ == t_help_target && t_help_resumed == nullptr && succ->stream->is_host_executed()) {
-    t_help_resumed = lane;  // help_device runs it once the backend returns
+    t_help_resumed = lane;  // help_complete runs it once the backend returns
     return;
   }
   if (Lane::continue_here(lane)) return;  // a lane runner takes it on after its own lane

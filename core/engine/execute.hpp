@@ -18,7 +18,7 @@
 // Called by: the lane runner (Lane::run_task, Lane::run_owned: execute_host,
 // execute_async, flush_device), device backends (mark_issued, complete_async: from the lane
 // runner, the backend's threads, set_completion_thread(), and program threads inside
-// help_device), Waits (help_device, from a program thread's wait) and the starters of
+// help_complete), Waits (help_complete, from a program thread's wait) and the starters of
 // asynchronous host instructions (finish_async, from any thread).
 // Lock: a stream's AsyncCompletions::mu (its queue of completions; never held while
 // completing), and the lane's diag_lock through Lane::clear_active. The atomics it
@@ -87,12 +87,16 @@ class Executor {
   void complete_async_poisoned(Instr* i, const Instr* poisoned_by);
 
   // A program thread's wait (Waits) polls this while it spins: outside any engine callback,
-  // the device backend may complete finished device work for it (DeviceBackend::help) —
-  // for stream `s`, or for the engine's device streams when s is null or a host stream. A
-  // host instruction `target` (what the wait waits for, or null) that such a completion
-  // releases runs on the calling thread at once (Lane::run_resumed_here), instead of being
-  // handed to a worker. True when anything completed.
-  bool help_device(Stream* s, Instr* target);
+  // it completes what it waits for itself where it can. For a host COLLECTIVE stream (its
+  // instructions finish asynchronously: a communicator's requests) it drives the process's
+  // async helper (set_async_helper: one round of the communicators' progress, as MPI_Wait
+  // drives MPI's); otherwise the device backend may complete finished device work for it
+  // (DeviceBackend::help) — for stream `s`, or for the engine's device streams when s is
+  // null or a host stream. A host instruction `target` (what the wait waits for, or null)
+  // that a device completion releases runs on the calling thread at once
+  // (Lane::run_resumed_here), instead of being handed to a worker. True when anything
+  // completed (or was delivered).
+  bool help_complete(Stream* s, Instr* target);
 
  private:
   void complete(Instr* i);
@@ -104,7 +108,7 @@ class Executor {
   void complete_finished(Stream* s);
   void release_successors(Edge* e);  // drops one pending unit of each successor in the list
   // Whoever dropped the last unit of `succ` (blocked at the head of `lane`) resumes the lane:
-  // on this thread when help_device's caller waits for succ, or, on a lane runner, right
+  // on this thread when help_complete's caller waits for succ, or, on a lane runner, right
   // after its own lane (Lane::continue_here); else on the pool.
   void resume(Lane* lane, Instr* succ);
 
@@ -115,6 +119,13 @@ class Executor {
   // finisher's last access, paired with the acquire load in wait_finishers.
   std::atomic<uint32_t> finishers_{0};
 };
+
+// The process's helper for asynchronous host instructions (the comm layer's progress round,
+// comm/progress.cpp), called by help_complete() on a program thread that waits on a host
+// COLLECTIVE stream; true when it delivered anything. Set once, before the first such
+// instruction is submitted; the store (release) pairs with help_complete()'s acquire load.
+using AsyncHelper = bool (*)();
+void set_async_helper(AsyncHelper helper);
 
 // Marks i failed with `st` (its detail in i->error, which becomes the full message naming
 // i): the outcome complete() will publish. For the executing thread only.

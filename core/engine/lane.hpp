@@ -198,7 +198,7 @@ struct Lane {
   void run_owned(Instr* i);
   // The calling thread dropped the last unit of the host instruction the lane is blocked on
   // (`cur`), so it owns the lane: runs that one instruction here, then hands the lane on as
-  // run_owned() does (Executor::help_device: a program thread waiting for it).
+  // run_owned() does (Executor::help_complete: a program thread waiting for it).
   void run_resumed_here();
   // Called by whoever dropped the last unit of `lane`'s blocked head: true when the calling
   // thread runs lanes of the same engine (a lane runner) and takes `lane` on right after its

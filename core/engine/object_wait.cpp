@@ -14,8 +14,8 @@ bool Waits::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, c
   auto done = [i, cancelled] {
     // Both acquire: pair with Executor::complete()'s store of the state and that release store.
     if (is_terminal(i->load_state()) || (cancelled != nullptr && cancelled->load(std::memory_order_acquire))) return true;
-    // A program thread polling: it may complete finished device work itself (help_device).
-    return i->engine->executor().help_device(i->stream, i) && is_terminal(i->load_state());
+    // A program thread polling: it may complete finished device work itself (help_complete).
+    return i->engine->executor().help_complete(i->stream, i) && is_terminal(i->load_state());
   };
   return sched::wait(done, [i, &done](const Deadline& d) {
     // seq_cst increment, then the state load: the store–load pair with Executor::complete().

@@ -129,10 +129,10 @@ std::string WaitNote::waiter() const {
 }
 
 bool Waits::wait_stream(Stream* s, uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
-  // A program thread polling may complete finished device work itself (help_device).
+  // A program thread polling may complete finished device work itself (help_complete).
   sched::wait([s, target, cancelled] {
                 return s->reached(target, false) || given_up(cancelled) ||
-                       (s->engine->executor().help_device(s, nullptr) && s->reached(target, false));
+                       (s->engine->executor().help_complete(s, nullptr) && s->reached(target, false));
               },
               [s, target, cancelled](const Deadline& d) { s->wait_completed(target, d, cancelled); }, deadline);
   return s->reached(target, false);
@@ -249,7 +249,7 @@ fl_status_t Waits::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadlin
   // The sleeper registers the id: the stream's completions before it do not wake it.
   sched::wait([s, id, cancelled] {
                 return s->reached(id, true) || given_up(cancelled) ||
-                       (s->engine->executor().help_device(s, nullptr) && s->reached(id, true));
+                       (s->engine->executor().help_complete(s, nullptr) && s->reached(id, true));
               },
               [s, id, cancelled](const Deadline& d) { s->wait_completed_id(id, d, cancelled); }, deadline);
   if (ob) ob->on_wait(false, "fl_instr_wait_for");

@@ -11,7 +11,8 @@
 // nothing is cancelled: abort() only records that it was called.
 //
 // Failure injection, per rank: fail_start_at (start() fails at that sequence number),
-// fail_test_at (test() reports an error of the "library" at that sequence number).
+// fail_test_at (test() reports an error of the "library" at that sequence number); and
+// only_thread (a request is seen done only by a test() on that thread).
 #pragma once
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flowlane/flowlane.h"
@@ -56,6 +58,10 @@ struct Loopback {
     std::atomic<uint64_t> tests{0};
     std::string last_abort;  // under group->mu
     uint64_t fail_start_at = 0, fail_test_at = 0;
+    // When set, a test() on any other thread never sees the request done (a library that
+    // advances only on the thread that waits, as MPI without a progress thread of its own).
+    std::thread::id only_thread{};
+    std::atomic<uint64_t> tests_on_only_thread{0};
   };
 
   explicit Loopback(uint32_t n) : nranks(n), ranks(n) {
@@ -201,9 +207,13 @@ struct Loopback {
     auto* req = static_cast<Request*>(request);
     Loopback& g = *me->group;
     me->tests.fetch_add(1, std::memory_order_relaxed);
+    *done = 0;
+    if (me->only_thread != std::thread::id{}) {
+      if (std::this_thread::get_id() != me->only_thread) return FL_OK;
+      me->tests_on_only_thread.fetch_add(1, std::memory_order_relaxed);
+    }
     std::lock_guard<std::mutex> lk(g.mu);
     Round& r = g.rounds[req->seq];
-    *done = 0;
     if (!r.done && r.posted == g.nranks) run_round(g, req->seq, r);
     if (!r.done) return FL_OK;
     fl_status_t st = r.status[me->rank];

@@ -374,6 +374,74 @@ TEST(CommTransport, ManyThreadsSubmittingToTheirOwnCommunicators) {
   for (fltest::Loopback* g : groups) retire(g);
 }
 
+// A program thread that waits for a collective drives the progress itself (a round of the
+// progress thread's work, as MPI_Wait drives MPI's): the wake-up of a sleeping waiter by the
+// progress thread is not on the path. Shown with a transport that completes a request only
+// when tested on the waiting thread: before the waiter drove progress, this wait timed out
+// (checked on the old code: FL_ERR_TIMEOUT after 5 s, no test on the waiter's thread).
+TEST(CommTransport, AProgramThreadsWaitDrivesTheProgressItself) {
+  Ranks ranks(1);
+  ranks.group.ranks[0]->only_thread = std::this_thread::get_id();
+  for (int k = 0; k < 20; ++k) {
+    std::vector<int64_t> b(4, k);
+    fl_coll_part_t p = allreduce(b);
+    fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+    in.parts = &p;
+    in.num_parts = 1;
+    in.flags = FL_SUBMIT_INLINE;  // started on this thread: the request is out before the wait
+    fl_instr_id id = 0;
+    ASSERT_FL_OK(fl_submit_collective(coll_of(ranks.engines[0], 1), ranks.comms[0], &in, &id));
+    ASSERT_FL_OK(fl_instr_wait_for(coll_of(ranks.engines[0], 1), id, 5'000'000'000ull));
+    EXPECT_EQ(b, std::vector<int64_t>(4, k));
+  }
+  EXPECT_GE(ranks.group.ranks[0]->tests_on_only_thread.load(), 20u);
+}
+
+// Waiters on several threads (one per rank and communicator) drive rounds while the
+// progress thread does too: every outcome is delivered once, in order per communicator, and
+// each wait sees its own collective's numbers.
+TEST(CommTransport, WaitersOnManyThreadsDriveProgressTogether) {
+  const uint32_t kComms = 2;
+  const int kEach = int(fl_scaled(300, 60));
+  Ranks base(2);
+  std::vector<fltest::Loopback*> groups;
+  std::vector<std::vector<fl_comm_t*>> comms(2);
+  for (uint32_t k = 0; k < kComms; ++k) {
+    groups.push_back(new fltest::Loopback(2));
+    for (uint32_t r = 0; r < 2; ++r) {
+      fl_comm_desc_t cd = FL_COMM_DESC_INIT;
+      cd.nranks = 2;
+      cd.rank = r;
+      cd.lane = 2 + k;
+      fl_comm_transport_t t = groups[k]->transport(r, 200 + k);
+      fl_comm_t* c = nullptr;
+      ASSERT_FL_OK(fl_comm_create_transport(base.engines[r], &cd, &t, &c));
+      comms[r].push_back(c);
+    }
+  }
+  std::vector<std::thread> ts;
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint32_t k = 0; k < kComms; ++k)
+      ts.emplace_back([&, r, k] {
+        for (int i = 0; i < kEach; ++i) {
+          std::vector<int64_t> b(2, int64_t(i + k));
+          fl_coll_part_t p = allreduce(b);
+          fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+          in.parts = &p;
+          in.num_parts = 1;
+          in.flags = i % 2 == 0 ? FL_SUBMIT_INLINE : 0;
+          fl_instr_id id = 0;
+          ASSERT_FL_OK(fl_submit_collective(coll_of(base.engines[r], 2 + k), comms[r][k], &in, &id));
+          ASSERT_FL_OK(fl_instr_wait_for(coll_of(base.engines[r], 2 + k), id, kWaitNs));
+          ASSERT_EQ(b, std::vector<int64_t>(2, 2 * int64_t(i + k)));
+        }
+      });
+  for (auto& t : ts) t.join();
+  for (auto& cs : comms)
+    for (fl_comm_t* c : cs) EXPECT_FL_OK(fl_comm_destroy(c));
+  for (fltest::Loopback* g : groups) retire(g);
+}
+
 TEST(CommTransport, BadArgumentsAreRefusedAndTheTransportIsDestroyedOnce) {
   EngineFixture f(2, 4);
   fltest::Loopback g(1);  // no request is ever started
