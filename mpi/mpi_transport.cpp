@@ -25,7 +25,8 @@
 // scratch buffers of the parts' sizes (its own buffers may hold poisoned data or belong to
 // released objects); every rank then fails with FL_ERR_DEPENDENCY_FAILED naming it.
 //
-// Threads: start() on the lane runner, test() and abort() on flowlane's progress thread,
+// Threads: start() on the lane runner (or the submitting thread), test() and abort() on
+// flowlane's progress thread or a program thread waiting on the collective stream (one at a time),
 // destroy() wherever the communicator's last reference drops; every MPI call holds the gate
 // (mpi_gate.cpp). A Req belongs to one thread at a time (the engine hands it from start to
 // test); State::mu guards only the strict mode's data order.

@@ -221,7 +221,12 @@ fl_status_t Waits::synchronize(Stream* s, const Deadline& deadline) {
 fl_instr_state_t Waits::query(Stream* s, fl_instr_id id) {
   s->check_submitted(id, "fl_instr_query");
   // acquire pairs with the release in Executor::complete(): the history entry was written before.
-  if (id > s->last_completed_id.load(std::memory_order_acquire)) return FL_INSTR_PENDING;
+  // A program thread polling a collective stream drives one round of the progress, as MPI_Test
+  // drives MPI's (help_complete): a poll loop then completes what it polls for itself.
+  if (id > s->last_completed_id.load(std::memory_order_acquire) &&
+      (!s->completes_async() || !engine_.executor().help_complete(s, nullptr) ||
+       id > s->last_completed_id.load(std::memory_order_acquire)))
+    return FL_INSTR_PENDING;
   return engine_.ledger().completed_state(s, id);
 }
 

@@ -397,6 +397,27 @@ TEST(CommTransport, AProgramThreadsWaitDrivesTheProgressItself) {
   EXPECT_GE(ranks.group.ranks[0]->tests_on_only_thread.load(), 20u);
 }
 
+// So does a program thread polling with fl_instr_query (as MPI_Test does): a poll loop
+// completes the collective it polls for (on the old code it polled until the deadline).
+TEST(CommTransport, AProgramThreadsQueryDrivesTheProgressItself) {
+  Ranks ranks(1);
+  ranks.group.ranks[0]->only_thread = std::this_thread::get_id();
+  std::vector<int64_t> b(4, 3);
+  fl_coll_part_t p = allreduce(b);
+  fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+  in.parts = &p;
+  in.num_parts = 1;
+  fl_instr_id id = 0;
+  ASSERT_FL_OK(fl_submit_collective(coll_of(ranks.engines[0], 1), ranks.comms[0], &in, &id));
+  uint32_t state = FL_INSTR_PENDING;
+  const auto until = fltest::Clock::now() + std::chrono::seconds(5);
+  while (state == FL_INSTR_PENDING && fltest::Clock::now() < until)
+    ASSERT_FL_OK(fl_instr_query(coll_of(ranks.engines[0], 1), id, &state));
+  EXPECT_EQ(state, FL_INSTR_DONE);
+  EXPECT_GE(ranks.group.ranks[0]->tests_on_only_thread.load(), 1u);
+  EXPECT_FL_OK(fl_instr_wait_for(coll_of(ranks.engines[0], 1), id, kWaitNs));
+}
+
 // Waiters on several threads (one per rank and communicator) drive rounds while the
 // progress thread does too: every outcome is delivered once, in order per communicator, and
 // each wait sees its own collective's numbers.

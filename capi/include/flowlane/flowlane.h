@@ -727,7 +727,12 @@ FL_API fl_status_t fl_comm_set_timeout(fl_comm_t* comm, uint64_t timeout_ms);
    collectives are asynchronous host instructions: the lane runner starts one (start) and
    moves on; one process-wide progress thread of flowlane tests the outstanding requests
    (test), backing off when nothing moves and parked when nothing is outstanding; an
-   instruction completes when its request does, in submission order on its stream. */
+   instruction completes when its request does, in submission order on its stream. A thread
+   of the program that waits on such a collective stream (fl_instr_wait_for, fl_object_wait,
+   the synchronize calls) or polls it (fl_instr_query) tests the requests too, as MPI_Wait and
+   MPI_Test drive MPI's progress: test may then be called on that thread, and the completions
+   it finds (release callbacks included) run there. Waits from engine callbacks leave it to
+   the progress thread. */
 
 /* fl_comm_transport_op_t.flags. */
 #define FL_TRANSPORT_SKIPPED ((uint64_t)1) /* this rank skipped the collective (an input was
@@ -758,12 +763,13 @@ typedef struct fl_comm_transport {
   uint64_t id;        /* the communicator's id, equal on every rank (dumps match ranks by it) */
   void* state;        /* handed to every function */
   /* Starts collective op->seq (the next one, in sequence order) without waiting for any
-     peer, on the lane runner. FL_OK with *out_request set; another status, with msg
+     peer, on the lane runner (or the submitting thread, FL_SUBMIT_INLINE). FL_OK with *out_request set; another status, with msg
      filled (NUL-terminated, at most msg_size bytes): not started, and the communicator
      breaks. */
   fl_status_t (*start)(void* state, const fl_comm_transport_op_t* op, void** out_request, char* msg,
                        uint64_t msg_size);
-  /* Never blocks; the progress thread calls it until *out_done is 1, after which the
+  /* Never blocks; the progress thread (or a thread of the program waiting on the collective
+     stream: fl_comm_create_transport) calls it until *out_done is 1, after which the
      request is the transport's to forget. FL_OK: no failure so far. A failure status with
      msg filled, once: the collective failed, and *out_done says whether the request is
      finished (0: it is still outstanding and keeps being tested, its buffers in use).
@@ -939,7 +945,9 @@ typedef enum fl_instr_state {
    The state of instruction `id`, which must be one fl_submit_* returned for this stream
    (an id of another stream is not detected and gives a meaningless answer). Never waits,
    never counts as observing a failure. FL_ERR_INVALID_ARGUMENT: id 0 or not submitted to
-   this stream yet; FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT for a NULL out_state. */
+   this stream yet; FL_ERR_INVALID_HANDLE; FL_ERR_INVALID_ARGUMENT for a NULL out_state.
+   On a transport communicator's collective stream, a call from a thread of the program
+   tests its outstanding requests once (fl_comm_create_transport). */
 FL_API fl_status_t fl_instr_query(fl_stream_t* stream, fl_instr_id id, uint32_t* out_state);
 
 /* METHOD: fl_stream_t
