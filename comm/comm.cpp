@@ -46,12 +46,27 @@ bool is_reduction(uint32_t op) { return op == FL_COLL_ALL_REDUCE || op == FL_COL
 bool is_p2p(uint32_t op) { return op == FL_COLL_SEND || op == FL_COLL_RECV; }
 
 std::string part_signature(const fl_coll_part_t& p) {
-  std::string s = std::string(op_name(p.op)) + "(" + dtype_name(p.dtype);
-  if (is_reduction(p.op)) s += std::string(", ") + redop_name(p.redop);
-  if (p.op == FL_COLL_BROADCAST) s += ", root=" + std::to_string(p.peer);
-  if (p.op == FL_COLL_SEND) s += ", to=" + std::to_string(p.peer);
-  if (p.op == FL_COLL_RECV) s += ", from=" + std::to_string(p.peer);
-  return s + ", count=" + std::to_string(p.count) + ")";
+  std::string s;  // built in place: one allocation (it is made for every collective submitted)
+  s.reserve(72);
+  s += op_name(p.op);
+  s += '(';
+  s += dtype_name(p.dtype);
+  if (is_reduction(p.op)) {
+    s += ", ";
+    s += redop_name(p.redop);
+  }
+  const char* peer = p.op == FL_COLL_BROADCAST ? ", root="
+                     : p.op == FL_COLL_SEND    ? ", to="
+                     : p.op == FL_COLL_RECV    ? ", from="
+                                               : nullptr;
+  if (peer != nullptr) {
+    s += peer;
+    s += std::to_string(p.peer);
+  }
+  s += ", count=";
+  s += std::to_string(p.count);
+  s += ')';
+  return s;
 }
 
 std::string signature(const std::vector<fl_coll_part_t>& parts) {
@@ -69,7 +84,7 @@ std::string hex(uint64_t v) {
 
 std::vector<fl_coll_part_t> check_parts(const fl_collective_instr_t& in, uint32_t rank, uint32_t nranks,
                                         bool inline_ok) {
-  const std::string fn = "fl_submit_collective";
+  static const std::string fn = "fl_submit_collective";  // static: no allocation per submit
   const uint64_t known = FL_SUBMIT_NONBLOCKING | (inline_ok ? FL_SUBMIT_INLINE : 0);
   if ((in.flags & ~known) != 0)
     fail(FL_ERR_INVALID_ARGUMENT,

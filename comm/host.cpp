@@ -453,7 +453,7 @@ void HostComm::time_out(uint64_t seq, const std::string& detail) {
 }
 
 fl_instr_id HostComm::submit(Stream* s, core::Instr* i, const fl_collective_instr_t& in) {
-  const std::string fn = "fl_submit_collective";
+  static const std::string fn = "fl_submit_collective";  // static: no allocation per submit
   std::unique_ptr<CollWork> w;
   try {
     if (s->engine != engine)

@@ -287,7 +287,7 @@ void NcclComm::abort(const std::string& why, bool engine_destroy) {
 }
 
 fl_instr_id NcclComm::submit(Stream* s, Instr* i, const fl_collective_instr_t& in) {
-  const std::string fn = "fl_submit_collective";
+  static const std::string fn = "fl_submit_collective";  // static: no allocation per submit
   auto w = std::make_unique<CollWork>();
   try {
     if (s->engine != engine) fail(FL_ERR_INVALID_ARGUMENT, fn + ": the stream belongs to another engine than " + name());

@@ -99,7 +99,7 @@ TransportComm::~TransportComm() {
 }
 
 fl_instr_id TransportComm::submit(core::Stream* s, core::Instr* i, const fl_collective_instr_t& in) {
-  const std::string fn = "fl_submit_collective";
+  static const std::string fn = "fl_submit_collective";  // static: no allocation per submit
   auto w = std::make_unique<Work>();
   try {
     if (s->engine != engine) fail(FL_ERR_INVALID_ARGUMENT, fn + ": the stream belongs to another engine than " + name());
