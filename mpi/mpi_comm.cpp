@@ -181,6 +181,7 @@ FL_API fl_status_t fl_mpi_nccl_comm_create(fl_engine_t* engine, const fl_comm_de
     }
     fl_comm_desc_t d = *desc;
     std::string local;
+    fl_status_t local_status = FL_ERR_INVALID_ARGUMENT;
     if (desc->nranks == 0) {
       d.nranks = uint64_t(size);
       d.rank = uint64_t(rank);
@@ -188,6 +189,13 @@ FL_API fl_status_t fl_mpi_nccl_comm_create(fl_engine_t* engine, const fl_comm_de
       local = std::string(fn) + ": desc says rank " + std::to_string(desc->rank) + " of " +
               std::to_string(desc->nranks) + ", but this process is rank " + std::to_string(rank) + " of " +
               std::to_string(size) + " in the MPI communicator";
+    }
+    // The lane too, before the agreement: found only by fl_comm_create, it left the other
+    // ranks waiting in NCCL's init for this one (FLOWLANE_NCCL_INIT_TIMEOUT_MS, 10 minutes).
+    if (const uint32_t lanes = fl_engine_lane_count(engine); local.empty() && engine != nullptr && desc->lane >= lanes) {
+      local = std::string(fn) + ": lane " + std::to_string(desc->lane) + " is out of range: this engine has " +
+              std::to_string(lanes) + " lanes";
+      local_status = FL_ERR_OUT_OF_RANGE;
     }
     d.backend = FL_COMM_NCCL;
     // Rank 0 makes the id; its status and text travel with it, so a failure there (no NCCL,
@@ -212,7 +220,7 @@ FL_API fl_status_t fl_mpi_nccl_comm_create(fl_engine_t* engine, const fl_comm_de
       return refuse(fl_status_t(pkt.status), std::string(fn) + ": rank 0 could not make the NCCL unique id: " + pkt.text);
     bool mpi_failed = false;
     if (std::string why = agree(*mpi_comm, rank, local, 0, fn, &mpi_failed); !why.empty())
-      return refuse(mpi_failed ? FL_ERR_INTERNAL : FL_ERR_INVALID_ARGUMENT, why);
+      return refuse(mpi_failed ? FL_ERR_INTERNAL : !local.empty() ? local_status : FL_ERR_INVALID_ARGUMENT, why);
     return fl_comm_create(engine, &d, &pkt.id, out_comm);
   } catch (const std::bad_alloc&) {
     return refuse(FL_ERR_NO_MEMORY, std::string(fn) + ": out of memory");
