@@ -2,7 +2,9 @@
 // collectives every multi-process test runs and checks (fake_nccl_procs.cpp without MPI,
 // tests/mpi/mpi_nccl.cpp under mpirun). The values are those of fake_nccl_test.cpp's
 // FakeNcclRanks.EveryCollectiveGivesTheRightValues (integer-valued, exact in every dtype),
-// so a rank here must get the bits a rank of the in-process mode gets.
+// so a rank here must get the bits a rank of the in-process mode gets. Built against a real
+// GPU too (flowlane_nccl_procs, scripts/dev/gpu-dist-check.sh): device_memory() then stages
+// every buffer in device memory.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "flowlane/flowlane.h"
@@ -27,6 +31,18 @@ inline int& failures() {
 inline int& my_rank() {
   static int r = 0;
   return r;
+}
+
+// Where the buffers live: by default in host memory, which is the fake runtime's device
+// memory; with a real GPU, run_ops copies each buffer into device memory (to_device) before
+// the collectives and back (to_host, which frees it) after.
+struct DeviceMemory {
+  void* (*to_device)(const void* host, size_t bytes) = nullptr;
+  void (*to_host)(void* host, void* device, size_t bytes) = nullptr;
+};
+inline DeviceMemory& device_memory() {
+  static DeviceMemory m;
+  return m;
 }
 
 inline void check(bool ok, const std::string& what) {
@@ -129,28 +145,40 @@ inline void run_ops(fl_engine_t* e, fl_comm_t* c, int r, int n, int rounds = 20)
   }
   for (int k = 0; k < 2 * n; ++k) rs_s.push_back(float(r * 100 + k));
   const uint32_t next = uint32_t((r + 1) % n), prev = uint32_t((r + n - 1) % n);
+  std::vector<std::tuple<void*, void*, size_t>> staged;  // (host, device, bytes)
+  auto dev = [&](auto& v) {
+    using T = typename std::remove_reference_t<decltype(v)>::value_type;
+    if (device_memory().to_device == nullptr) return v.data();
+    void* d = device_memory().to_device(v.data(), v.size() * sizeof(T));
+    staged.emplace_back(v.data(), d, v.size() * sizeof(T));
+    return static_cast<T*>(d);
+  };
+  float* ipd = dev(ip);
+  int64_t* bcd = dev(bc);
   fl_object_t* o = nullptr;
   check_ok(fl_object_create(e, nullptr, nullptr, &o), "fl_object_create");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, ar_s.data(), ar_r.data(), kC)}, o), "all_reduce f32");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, mx_s.data(), mx_r.data(), kC, 0, FL_REDOP_MAX)}), "max i32");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT64, pr_s.data(), pr_r.data(), kC, 0, FL_REDOP_PROD)}), "prod i64");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT64, mn_s.data(), mn_r.data(), kC, 0, FL_REDOP_MIN)}), "min f64");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_UINT8, u8_s.data(), u8_r.data(), kC)}), "sum u8");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT16, h_s.data(), h_r.data(), kC)}), "sum f16");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_BFLOAT16, b_s.data(), b_r.data(), kC)}), "sum bf16");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, ip.data(), ip.data(), kC)}), "in-place all_reduce");
-  check_ok(coll(e, c, {part(FL_COLL_ALL_GATHER, FL_DTYPE_INT32, ag_s.data(), ag_r.data(), 3)}), "all_gather");
-  check_ok(coll(e, c, {part(FL_COLL_REDUCE_SCATTER, FL_DTYPE_FLOAT32, rs_s.data(), rs_r.data(), 2)}), "reduce_scatter");
-  check_ok(coll(e, c, {part(FL_COLL_BROADCAST, FL_DTYPE_INT64, bc.data(), bc.data(), 4, uint32_t(n - 1))}), "broadcast");
-  check_ok(coll(e, c, {part(FL_COLL_SEND, FL_DTYPE_INT32, ring_s.data(), nullptr, 2, next),
-                       part(FL_COLL_RECV, FL_DTYPE_INT32, nullptr, ring_r.data(), 2, prev)}),
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, dev(ar_s), dev(ar_r), kC)}, o), "all_reduce f32");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, dev(mx_s), dev(mx_r), kC, 0, FL_REDOP_MAX)}), "max i32");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT64, dev(pr_s), dev(pr_r), kC, 0, FL_REDOP_PROD)}), "prod i64");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT64, dev(mn_s), dev(mn_r), kC, 0, FL_REDOP_MIN)}), "min f64");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_UINT8, dev(u8_s), dev(u8_r), kC)}), "sum u8");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT16, dev(h_s), dev(h_r), kC)}), "sum f16");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_BFLOAT16, dev(b_s), dev(b_r), kC)}), "sum bf16");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, ipd, ipd, kC)}), "in-place all_reduce");
+  check_ok(coll(e, c, {part(FL_COLL_ALL_GATHER, FL_DTYPE_INT32, dev(ag_s), dev(ag_r), 3)}), "all_gather");
+  check_ok(coll(e, c, {part(FL_COLL_REDUCE_SCATTER, FL_DTYPE_FLOAT32, dev(rs_s), dev(rs_r), 2)}), "reduce_scatter");
+  check_ok(coll(e, c, {part(FL_COLL_BROADCAST, FL_DTYPE_INT64, bcd, bcd, 4, uint32_t(n - 1))}), "broadcast");
+  check_ok(coll(e, c, {part(FL_COLL_SEND, FL_DTYPE_INT32, dev(ring_s), nullptr, 2, next),
+                       part(FL_COLL_RECV, FL_DTYPE_INT32, nullptr, dev(ring_r), 2, prev)}),
            "send/recv ring");
   std::vector<std::vector<int32_t>> many(size_t(rounds), std::vector<int32_t>(3));
-  const int32_t mine[3] = {r, 2 * r, 1};
-  for (auto& m : many) check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, mine, m.data(), 3)}), "many");
+  std::vector<int32_t> mine{r, 2 * r, 1};
+  const int32_t* mined = dev(mine);
+  for (auto& m : many) check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, mined, dev(m), 3)}), "many");
   check_ok(fl_object_wait_for(o, FL_READ, kWaitNs), "the first all_reduce's output");
   check_ok(fl_engine_synchronize(e), "fl_engine_synchronize");
   fl_object_release(o);
+  for (auto& [host, device, bytes] : staged) device_memory().to_host(host, device, bytes);
 
   const std::string at = " (rank " + std::to_string(r) + " of " + std::to_string(n) + ")";
   const float tri = float(n * (n + 1) / 2);

@@ -2,6 +2,9 @@
 // a launcher's variables set (torchrun's, Open MPI's or Slurm's): fl_comm_get_env gives the
 // rank, fl_comm_rendezvous_file shares rank 0's NCCL unique id through DIR, and the NCCL
 // communicator runs on the fake NCCL in cross-process mode (FAKE_NCCL_SHARED_DIR).
+// Built a second time with FL_PROCS_REAL_CUDA as flowlane_nccl_procs, for a GPU host
+// (scripts/dev/gpu-dist-check.sh): the real CUDA runtime and NCCL, buffers in device memory,
+// each rank on device LOCAL_RANK modulo the devices it sees.
 //
 //   flowlane_fake_nccl_procs MODE DIR [RANK]
 //
@@ -13,6 +16,8 @@
 //              others' collective fails with FL_ERR_TIMEOUT (fl_comm_set_timeout aborts the
 //              communicator, and the fake's wait returns)
 //   mismatch   rank 1 all-reduces 8 elements, the others 4: every rank's fails (FL_ERR_NCCL)
+//   dup        (real NCCL before 2.30, several ranks on one GPU) every rank's fl_comm_create
+//              fails with FL_ERR_NCCL: NCCL refuses two ranks of a communicator on one device
 //
 // Exit status 0 when every check passed; each failure is printed.
 #include <signal.h>
@@ -24,13 +29,46 @@
 
 #include "fake_nccl_ops.hpp"
 
+#ifdef FL_PROCS_REAL_CUDA
+#include <cuda_runtime_api.h>
+#else
 extern "C" long fake_nccl_counter(const char* name);  // (also links the fakes in: libflowlane finds them)
+#endif
 
 using namespace fake_procs;
 
 namespace {
 
 constexpr uint64_t kRendezvousMs = 3000;
+
+#ifdef FL_PROCS_REAL_CUDA
+void* to_device(const void* host, size_t bytes) {
+  void* d = nullptr;
+  check(cudaMalloc(&d, bytes) == cudaSuccess && cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess,
+        "cudaMalloc + cudaMemcpy to the device");
+  return d;
+}
+void to_host(void* host, void* device, size_t bytes) {
+  check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy to the host");
+  cudaFree(device);
+}
+#endif
+
+// The device this rank uses: 0 on the fake; LOCAL_RANK modulo the devices seen on a GPU.
+int pick_device(const fl_comm_env_t& env) {
+#ifdef FL_PROCS_REAL_CUDA
+  int count = 0;
+  check(cudaGetDeviceCount(&count) == cudaSuccess && count > 0, "a CUDA device");
+  const int d = count > 0 ? int(env.local_rank % uint64_t(count)) : 0;
+  cudaSetDevice(d);
+  device_memory().to_device = to_device;
+  device_memory().to_host = to_host;
+  return d;
+#else
+  (void)env;
+  return 0;
+#endif
+}
 
 int finish(const char* mode, const fl_comm_env_t& env) {
   if (failures() == 0) std::printf("rank %d of %d (%s): %s ok\n", int(env.rank), int(env.size), env.launcher, mode);
@@ -41,7 +79,7 @@ int finish(const char* mode, const fl_comm_env_t& env) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s ops|die RANK|stall|mismatch DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s ops|die|stall|mismatch|dup DIR [RANK]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1], dir = argv[2];
@@ -70,7 +108,14 @@ int main(int argc, char** argv) {
   fl_engine_t* e = make_engine();
   fl_comm_t* c = nullptr;
   fl_comm_desc_t d = nccl_desc(env.size, env.rank);
+  d.device = uint64_t(pick_device(env));
   const fl_status_t made = fl_comm_create(e, &d, &id, &c);
+  if (mode == "dup") {
+    check_err(made, FL_ERR_NCCL, "NCCL", "two ranks of one communicator on one GPU");
+    if (c != nullptr) fl_comm_destroy(c);
+    fl_engine_destroy(e);
+    return finish("dup", env);
+  }
   if (mode == "die") {
     check_err(made, FL_ERR_TIMEOUT, "not every rank joined", "the NCCL init");
     fl_engine_destroy(e);
@@ -86,24 +131,33 @@ int main(int argc, char** argv) {
   } else if (mode == "stall" || mode == "mismatch") {
     if (mode == "stall") check_ok(fl_comm_set_timeout(c, 1000), "fl_comm_set_timeout");
     std::vector<float> s(8, 1), out(8);
+    float* sd = s.data();
+    float* outd = out.data();
+    if (device_memory().to_device != nullptr) {
+      sd = static_cast<float*>(device_memory().to_device(s.data(), 8 * sizeof(float)));
+      outd = static_cast<float*>(device_memory().to_device(out.data(), 8 * sizeof(float)));
+    }
     fl_object_t* o = nullptr;
     check_ok(fl_object_create(e, nullptr, nullptr, &o), "fl_object_create");
     const uint64_t count = mode == "mismatch" && r == 1 ? 8 : 4;
-    check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, s.data(), out.data(), count)}, o), "submit");
+    check_ok(coll(e, c, {part(FL_COLL_ALL_REDUCE, FL_DTYPE_FLOAT32, sd, outd, count)}, o), "submit");
     if (mode == "stall")
       check_err(fl_object_wait_for(o, FL_READ, kWaitNs), FL_ERR_TIMEOUT, "timed out", "a collective the last rank skips");
     else
       check_err(fl_object_wait_for(o, FL_READ, kWaitNs), FL_ERR_NCCL, "NCCL", "a mismatched collective");
     fl_object_release(o);
     (void)fl_engine_synchronize(e);
+    // (device buffers of a failed collective are left allocated: its kernel may have been cut)
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   }
   check_ok(fl_comm_destroy(c), "fl_comm_destroy");
   fl_engine_destroy(e);
+#ifndef FL_PROCS_REAL_CUDA
   const long mismatches = fake_nccl_counter("mismatches");
   check(mode == "mismatch" ? mismatches >= 1 : mismatches == 0,
         "the fake NCCL counted " + std::to_string(mismatches) + " mismatch(es)");
+#endif
   return finish(mode.c_str(), env);
 }

@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--program", required=True)
     ap.add_argument("--np", type=int, required=True)
     ap.add_argument("--launcher", default="torchrun", choices=("torchrun", "ompi", "slurm"))
-    ap.add_argument("--mode", required=True, choices=("ops", "die", "stall", "mismatch"))
+    ap.add_argument("--mode", required=True, choices=("ops", "die", "stall", "mismatch", "dup"))
     ap.add_argument("--die", type=int, default=None, help="the rank that dies (mode die)")
     ap.add_argument("--seconds", type=float, default=60)
     a = ap.parse_args()
@@ -58,7 +58,7 @@ def main():
         for r in range(a.np):
             env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
             env.update({k: str(v) for k, v in rank_env(a.launcher, r, a.np).items()})
-            env["FAKE_NCCL_SHARED_DIR"] = shared
+            env["FAKE_NCCL_SHARED_DIR"] = shared  # (read by the fake NCCL only)
             env.setdefault("FLOWLANE_NCCL_INIT_TIMEOUT_MS", "5000")
             args = [a.program, a.mode, work] + ([str(a.die)] if a.die is not None else [])
             procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
