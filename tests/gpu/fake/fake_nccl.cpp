@@ -32,7 +32,6 @@
 //   communicator, a call while a non-blocking one is still ncclInProgress, ncclGroupEnd
 //   without ncclGroupStart, destroy with kernels in flight) is counted and reported.
 //
-//
 // Cross-process mode (fake_nccl_xproc.hpp): a unique id made while FAKE_NCCL_SHARED_DIR
 // names a folder carries it, and every communicator made from that id, in any process of
 // the machine, meets its peers through files there instead of through this process's
@@ -319,7 +318,7 @@ void reduce_into(void* acc, const void* in, size_t n, ncclDataType_t dt, ncclRed
 }
 
 // The whole result of collective `o` over the ranks' inputs src[rank] (reduced in rank
-// order: every rank gets the same bits, in either mode); share_of gives rank q's part.
+// order: every rank gets the same bits, in either mode); copy_share gives rank q its part.
 std::vector<unsigned char> combine(const Op& o, const std::vector<const unsigned char*>& src) {
   const size_t n = src.size(), bytes = o.count * type_size(o.dt);
   std::vector<unsigned char> tmp;
@@ -373,8 +372,6 @@ void complete_slot(Slot& s) {
   g_cv.notify_all();
 }
 
-// Under g_mu: the participant `role` of s has issued its operation; compares signatures
-// once every participant has.
 // The two sides agree: a's signature against b's (a the send, for send/recv).
 bool same_sig(const Op& a, const Op& b) {
   if (a.kind == kSend) return b.kind == kRecv && a.dt == b.dt && a.count == b.count;
@@ -384,6 +381,8 @@ bool same_sig(const Op& a, const Op& b) {
   return same;
 }
 
+// Under g_mu: the participant `role` of s has issued its operation; compares signatures
+// once every participant has.
 void issued_one(Slot& s) {
   for (Op* o : s.issued)
     if (o == nullptr) return;
