@@ -190,12 +190,20 @@ FL_API fl_status_t fl_mpi_nccl_comm_create(fl_engine_t* engine, const fl_comm_de
               std::to_string(desc->nranks) + ", but this process is rank " + std::to_string(rank) + " of " +
               std::to_string(size) + " in the MPI communicator";
     }
-    // The lane too, before the agreement: found only by fl_comm_create, it left the other
-    // ranks waiting in NCCL's init for this one (FLOWLANE_NCCL_INIT_TIMEOUT_MS, 10 minutes).
+    // The lane and the device too, before the agreement: found only by fl_comm_create, they
+    // left the other ranks waiting in NCCL's init for this one (FLOWLANE_NCCL_INIT_TIMEOUT_MS,
+    // 10 minutes). The stream is the one fl_comm_create gets (interned).
     if (const uint32_t lanes = fl_engine_lane_count(engine); local.empty() && engine != nullptr && desc->lane >= lanes) {
       local = std::string(fn) + ": lane " + std::to_string(desc->lane) + " is out of range: this engine has " +
               std::to_string(lanes) + " lanes";
       local_status = FL_ERR_OUT_OF_RANGE;
+    } else if (local.empty() && engine != nullptr) {
+      fl_stream_t* s = nullptr;
+      const fl_device_t dev{FL_DEVICE_CUDA, desc->device > INT32_MAX ? INT32_MAX : int32_t(desc->device)};
+      if (const fl_status_t st = fl_stream_get(engine, uint32_t(desc->lane), dev, FL_STREAM_COLLECTIVE, &s); st != FL_OK) {
+        local = std::string(fn) + ": " + fl_last_error_message();
+        local_status = st;
+      }
     }
     d.backend = FL_COMM_NCCL;
     // Rank 0 makes the id; its status and text travel with it, so a failure there (no NCCL,
