@@ -11,6 +11,7 @@
 //   lane   the last rank's lane does not exist on its engine: every rank is refused at once
 //          (before, the others waited in NCCL's init until FLOWLANE_NCCL_INIT_TIMEOUT_MS)
 //   device the last rank's device does not exist: likewise (FL_ERR_NO_DEVICE on that rank)
+//   engine the last rank passes a NULL engine: likewise (FL_ERR_INVALID_HANDLE on that rank)
 //   noid   rank 0 cannot load NCCL (FLOWLANE_NCCL_PATH names no file): every rank gets rank
 //          0's status and reason
 //
@@ -79,21 +80,23 @@ void desc_mismatch(int r, int n) {
   fl_engine_destroy(e);
 }
 
-// The last rank's lane (`lane`) or device (`device`) is bad: every rank is refused at once.
-void bad_place(int r, int n, bool lane) {
+// The last rank's `what` (lane, device, engine) is bad: every rank is refused at once.
+void bad_place(int r, int n, const std::string& what) {
   fl_engine_t* e = make_engine();
   const int last = n - 1;
-  fl_comm_desc_t d = nccl_desc(0, 0, r == last && lane ? 1000 : 1);
-  if (r == last && !lane) d.device = 5;  // the fake runtime has one device
+  fl_comm_desc_t d = nccl_desc(0, 0, r == last && what == "lane" ? 1000 : 1);
+  if (r == last && what == "device") d.device = 5;  // the fake runtime has one device
   fl_comm_t* c = nullptr;
-  const fl_status_t st = fl_mpi_nccl_comm_create(e, &d, &g_world, &c);
-  if (r == last && lane)
+  const fl_status_t st = fl_mpi_nccl_comm_create(r == last && what == "engine" ? nullptr : e, &d, &g_world, &c);
+  if (r == last && what == "lane")
     check_err(st, FL_ERR_OUT_OF_RANGE, "lane 1000 is out of range", "the rank with a bad lane");
-  else if (r == last)
+  else if (r == last && what == "device")
     check_err(st, FL_ERR_NO_DEVICE, "CUDA device 5 does not exist", "the rank with a bad device");
+  else if (r == last)
+    check_err(st, FL_ERR_INVALID_HANDLE, "engine is NULL", "the rank with a NULL engine");
   else
     check_err(st, FL_ERR_INVALID_ARGUMENT, "rank " + std::to_string(last) + " could not create its communicator",
-              "a rank whose peer has a bad lane or device");
+              "a rank whose peer has a bad " + what);
   check(c == nullptr, "no communicator");
   fl_engine_destroy(e);
 }
@@ -135,12 +138,12 @@ int main(int argc, char** argv) {
     ops(r, n);
   } else if (mode == "desc") {
     desc_mismatch(r, n);
-  } else if (mode == "lane" || mode == "device") {
-    bad_place(r, n, mode == "lane");
+  } else if (mode == "lane" || mode == "device" || mode == "engine") {
+    bad_place(r, n, mode);
   } else if (mode == "noid") {
     no_id(r);
   } else {
-    std::fprintf(stderr, "usage: %s ops|desc|lane|device|noid\n", argv[0]);
+    std::fprintf(stderr, "usage: %s ops|desc|lane|device|engine|noid\n", argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   MPI_Barrier(MPI_COMM_WORLD);
