@@ -92,6 +92,41 @@ std::string check_locally(const fl_comm_desc_t* desc, int size, int rank, int pr
   return "";
 }
 
+// The local checks of fl_mpi_nccl_comm_create, the ones every rank must pass; "" or the
+// failure (and its status). The lane and the device are among them: found only by
+// fl_comm_create, they left the other ranks waiting in NCCL's init for this one
+// (FLOWLANE_NCCL_INIT_TIMEOUT_MS, 10 minutes). The stream is the one fl_comm_create gets.
+std::string nccl_check_locally(fl_engine_t* engine, const fl_comm_desc_t* desc, int size, int rank, fl_comm_desc_t* d,
+                               fl_status_t* status) {
+  const std::string fn = "fl_mpi_nccl_comm_create";
+  *d = *desc;
+  if (desc->nranks == 0) {
+    d->nranks = uint64_t(size);
+    d->rank = uint64_t(rank);
+  } else if (desc->nranks != uint64_t(size) || desc->rank != uint64_t(rank)) {
+    return fn + ": desc says rank " + std::to_string(desc->rank) + " of " + std::to_string(desc->nranks) +
+           ", but this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
+           " in the MPI communicator";
+  }
+  const uint32_t lanes = fl_engine_lane_count(engine);  // 0: NULL or stale
+  if (lanes == 0) {
+    *status = FL_ERR_INVALID_HANDLE;
+    return fn + ": engine is NULL or not a live engine";
+  }
+  if (desc->lane >= lanes) {
+    *status = FL_ERR_OUT_OF_RANGE;
+    return fn + ": lane " + std::to_string(desc->lane) + " is out of range: this engine has " + std::to_string(lanes) +
+           " lanes";
+  }
+  fl_stream_t* s = nullptr;
+  const fl_device_t dev{FL_DEVICE_CUDA, desc->device > INT32_MAX ? INT32_MAX : int32_t(desc->device)};
+  if (const fl_status_t st = fl_stream_get(engine, uint32_t(desc->lane), dev, FL_STREAM_COLLECTIVE, &s); st != FL_OK) {
+    *status = st;
+    return fn + ": " + fl_last_error_message();
+  }
+  return "";
+}
+
 uint64_t random_id() {
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ uint64_t(rd()) ^ 0x6d7069ull;
@@ -179,16 +214,9 @@ FL_API fl_status_t fl_mpi_nccl_comm_create(fl_engine_t* engine, const fl_comm_de
       MPI_Comm_size(*mpi_comm, &size);
       MPI_Comm_rank(*mpi_comm, &rank);
     }
-    fl_comm_desc_t d = *desc;
-    std::string local;
-    if (desc->nranks == 0) {
-      d.nranks = uint64_t(size);
-      d.rank = uint64_t(rank);
-    } else if (desc->nranks != uint64_t(size) || desc->rank != uint64_t(rank)) {
-      local = std::string(fn) + ": desc says rank " + std::to_string(desc->rank) + " of " +
-              std::to_string(desc->nranks) + ", but this process is rank " + std::to_string(rank) + " of " +
-              std::to_string(size) + " in the MPI communicator";
-    }
+    fl_comm_desc_t d;
+    fl_status_t local_status = FL_ERR_INVALID_ARGUMENT;
+    const std::string local = nccl_check_locally(engine, desc, size, rank, &d, &local_status);
     d.backend = FL_COMM_NCCL;
     // Rank 0 makes the id; its status and text travel with it, so a failure there (no NCCL,
     // no device) fails every rank with rank 0's reason.
@@ -212,7 +240,7 @@ FL_API fl_status_t fl_mpi_nccl_comm_create(fl_engine_t* engine, const fl_comm_de
       return refuse(fl_status_t(pkt.status), std::string(fn) + ": rank 0 could not make the NCCL unique id: " + pkt.text);
     bool mpi_failed = false;
     if (std::string why = agree(*mpi_comm, rank, local, 0, fn, &mpi_failed); !why.empty())
-      return refuse(mpi_failed ? FL_ERR_INTERNAL : FL_ERR_INVALID_ARGUMENT, why);
+      return refuse(mpi_failed ? FL_ERR_INTERNAL : !local.empty() ? local_status : FL_ERR_INVALID_ARGUMENT, why);
     return fl_comm_create(engine, &d, &pkt.id, out_comm);
   } catch (const std::bad_alloc&) {
     return refuse(FL_ERR_NO_MEMORY, std::string(fn) + ": out of memory");

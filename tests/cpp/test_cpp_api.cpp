@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <array>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -625,6 +627,123 @@ TEST(CppComm, TimeoutRendezvousAndErrorMessageWrappers) {
   rmdir(dir);
   EXPECT_EQ(flowlane::set_last_error_message(FL_ERR_TIMEOUT, "plugin: it took too long"), FL_ERR_TIMEOUT);
   EXPECT_STREQ(fl_last_error_message(), "plugin: it took too long");
+}
+
+// An in-test transport (fl_comm_transport_t) joining two ranks of this process: a request
+// is done once both ranks started its sequence number; the first test() that sees both sums
+// the two ranks' float sends into both recvs (all-reduce only), before either reports done.
+struct Pair {
+  std::mutex mu;
+  std::map<uint64_t, std::array<std::vector<fl_coll_part_t>, 2>> started;  // by seq
+  std::map<uint64_t, bool> moved;
+  std::vector<std::string> signatures;  // as rank 0's start saw them
+  std::atomic<int> destroyed{0};
+};
+struct PairRank {
+  Pair* pair;
+  int rank;
+};
+struct PairRequest {
+  Pair* pair;
+  uint64_t seq;
+};
+
+fl_status_t pair_start(void* state, const fl_comm_transport_op_t* op, void** out, char*, uint64_t) {
+  auto* me = static_cast<PairRank*>(state);
+  std::lock_guard<std::mutex> lock(me->pair->mu);
+  me->pair->started[op->seq][size_t(me->rank)].assign(op->parts, op->parts + op->num_parts);
+  if (me->rank == 0) me->pair->signatures.push_back(op->signature);
+  *out = new PairRequest{me->pair, op->seq};
+  return FL_OK;
+}
+
+fl_status_t pair_test(void*, void* request, int32_t* done, char*, uint64_t) {
+  auto* q = static_cast<PairRequest*>(request);
+  Pair& p = *q->pair;
+  std::lock_guard<std::mutex> lock(p.mu);
+  auto& both = p.started[q->seq];
+  *done = !both[0].empty() && !both[1].empty();
+  if (*done == 0) return FL_OK;
+  if (!p.moved[q->seq]) {
+    p.moved[q->seq] = true;
+    for (size_t k = 0; k < both[0].size(); ++k) {
+      const fl_coll_part_t &x = both[0][k], &y = both[1][k];
+      std::vector<float> sum(x.count);
+      for (uint64_t i = 0; i < x.count; ++i)
+        sum[i] = static_cast<const float*>(x.sendbuf)[i] + static_cast<const float*>(y.sendbuf)[i];
+      std::copy(sum.begin(), sum.end(), static_cast<float*>(x.recvbuf));
+      std::copy(sum.begin(), sum.end(), static_cast<float*>(y.recvbuf));
+    }
+  }
+  delete q;
+  return FL_OK;
+}
+
+fl_comm_transport_t pair_transport(Pair* pair, int rank) {
+  fl_comm_transport_t t{};
+  t.struct_size = sizeof t;
+  t.name = "pair";
+  t.id = 0x9a17;
+  t.state = new PairRank{pair, rank};
+  t.start = pair_start;
+  t.test = pair_test;
+  t.destroy = [](void* state) {
+    ++static_cast<PairRank*>(state)->pair->destroyed;
+    delete static_cast<PairRank*>(state);
+  };
+  return t;
+}
+
+// flowlane::communicator(engine, options, transport): its collectives go through lane
+// o.lane's host COLLECTIVE stream whatever o.backend and o.device say, moves keep that, the
+// transport's destroy runs once per rank when the communicator goes, and a refused create
+// throws its status (the transport destroyed before it returns).
+TEST(CppComm, ATransportCommunicatorRunsOnTheHostCollectiveStream) {
+  flowlane::engine a(lanes(1, 2)), b(lanes(1, 2));
+  Pair pair;
+  flowlane::comm_options o;
+  o.nranks = 2;
+  o.lane = 1;
+  o.backend = FL_COMM_NCCL;  // not read for a transport, nor is the device
+  o.device = 7;
+  {
+    flowlane::communicator ca(a.get(), o, pair_transport(&pair, 0));
+    flowlane::comm_options ob = o;
+    ob.rank = 1;
+    flowlane::communicator cb0(b.get(), ob, pair_transport(&pair, 1));
+    flowlane::communicator cb = std::move(cb0);  // still a transport's: the host stream
+    const flowlane::stream_info info = ca.collective_stream().info();
+    EXPECT_EQ(info.lane, 1u);
+    EXPECT_EQ(info.kind, FL_STREAM_COLLECTIVE);
+    EXPECT_EQ(info.device.type, FL_DEVICE_CPU);
+    EXPECT_EQ(cb.collective_stream().info().device.type, FL_DEVICE_CPU);
+    float sa[3] = {1, 2, 3}, sb[3] = {10, 20, 30}, ra[3] = {}, rb[3] = {};
+    float ta[2] = {5, 6}, tb[2] = {-5, 1}, qa[2] = {}, qb[2] = {};
+    ca.submit({flowlane::all_reduce(sa, ra, 3)}, {}, "first");
+    cb.submit({flowlane::all_reduce(sb, rb, 3)}, {}, "first");
+    ca.submit({flowlane::all_reduce(ta, qa, 2)});
+    cb.submit({flowlane::all_reduce(tb, qb, 2)});
+    ca.collective_stream().synchronize();
+    cb.collective_stream().synchronize();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(ra[i], sa[i] + sb[i]);
+      EXPECT_EQ(rb[i], sa[i] + sb[i]);
+    }
+    EXPECT_EQ(qa[0], 0.0f);
+    EXPECT_EQ(qb[1], 7.0f);
+    {
+      std::lock_guard<std::mutex> lock(pair.mu);
+      ASSERT_EQ(pair.signatures.size(), 2u);
+      EXPECT_EQ(pair.signatures[0], "all_reduce(float32, sum, count=3)");
+      EXPECT_EQ(pair.started.count(1) + pair.started.count(2), 2u) << "sequence numbers 1, 2";
+    }
+    EXPECT_EQ(pair.destroyed.load(), 0);
+  }
+  EXPECT_EQ(pair.destroyed.load(), 2) << "each rank's transport destroyed once, with its communicator";
+  flowlane::comm_options bad = o;
+  bad.lane = 5;  // the engines have 2 lanes
+  EXPECT_EQ(status_of([&] { flowlane::communicator c(a.get(), bad, pair_transport(&pair, 0)); }), FL_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(pair.destroyed.load(), 3) << "a refused create destroys the transport";
 }
 
 }  // namespace

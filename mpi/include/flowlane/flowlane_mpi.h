@@ -63,7 +63,11 @@ FL_API fl_status_t fl_mpi_comm_create(fl_engine_t* engine, const fl_comm_desc_t*
    mpi_comm (NVIDIA's own recipe). desc as for fl_comm_create, except nranks 0 (size and rank
    taken from mpi_comm); desc->device is yours to choose (fl_comm_get_env's local_rank, for
    one GPU per process). A failure to make the id on rank 0 fails every rank with its
-   message. Statuses: those of fl_comm_get_unique_id and fl_comm_create, plus
+   message; so do, before NCCL's init, nranks or rank not mpi_comm's, a NULL or stale engine
+   and a lane or CUDA device the engine lacks on any rank (that rank: FL_ERR_INVALID_ARGUMENT,
+   FL_ERR_INVALID_HANDLE, FL_ERR_OUT_OF_RANGE or FL_ERR_NO_DEVICE saying why; the others:
+   FL_ERR_INVALID_ARGUMENT naming it). A rank whose fl_comm_create fails later (NCCL not loadable on that rank, say)
+   leaves the others in NCCL's init until FLOWLANE_NCCL_INIT_TIMEOUT_MS (FL_ERR_TIMEOUT). Statuses: those of fl_comm_get_unique_id and fl_comm_create, plus
    FL_ERR_INVALID_ARGUMENT for MPI not initialized or MPI_COMM_NULL and FL_ERR_INTERNAL for
    a failed MPI call. MPI's thread level does not matter (flowlane makes no MPI call after
    this one returns). */

@@ -374,6 +374,22 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   s->push([dst, src, n] { std::memcpy(dst, src, n); });
   return cudaSuccess;
 }
+// Device memory is host memory the fake does not know (memory_type: device), as every
+// "device pointer" of the fake is. For programs that stage buffers as they would on a GPU
+// (flowlane_nccl_procs run on the fakes); libflowlane calls none of these three.
+cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::malloc(n > 0 ? n : 1);
+  return *p != nullptr ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {  // synchronous; no stream ordering
+  if (g_sticky.load() != cudaSuccess) return set_err(cudaError_t(g_sticky.load()));
+  std::memmove(dst, src, n);
+  return cudaSuccess;
+}
 #ifndef FAKE_CUDART_OMIT_POINTER_ATTRIBUTES
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   std::memset(a, 0, sizeof *a);

@@ -32,13 +32,33 @@
 //   communicator, a call while a non-blocking one is still ncclInProgress, ncclGroupEnd
 //   without ncclGroupStart, destroy with kernels in flight) is counted and reported.
 //
+// Cross-process mode (fake_nccl_xproc.hpp): a unique id made while FAKE_NCCL_SHARED_DIR
+// names a folder carries it, and every communicator made from that id, in any process of
+// the machine, meets its peers through files there instead of through this process's
+// memory. Each rank's operation is one file (its signature, and its data for a
+// collective or a send, written aside and renamed); the rank's kernel writes its files,
+// then waits for its peers' (polling, and returning once the communicator is aborted),
+// compares the signatures (a mismatch: ncclInvalidUsage on every rank that sees it, the
+// operation never completes) and computes its own share with the same code as the
+// in-process mode, reducing in rank order: the same bits on every rank and in both modes.
+// A send waits for its receiver's file, as a recv waits for its sender's. A peer's abort
+// (its abort.<rank> file) gives ncclRemoteError to a rank waiting on the clique. Not
+// modelled across processes: deadlock detection (a cycle through another process is never
+// reported: the comm timeout must end it), "Duplicate GPU detected" (each process's fake
+// GPUs are its own), memory bandwidth or any timing. Files stay until the folder is removed.
+// Unique ids carry the making process's id, a random number and a counter, so two
+// processes never make the same one (in either mode).
+//
 // Test interface (extern "C", below): fake_nccl_set_thread_gpu, fake_nccl_counter,
 // fake_nccl_report, fake_nccl_reset.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -46,16 +66,21 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "fake_kernel.hpp"
+#include "fake_nccl_xproc.hpp"
 
 namespace {
 
 constexpr char kMagic[] = "fake-nccl-id";
+// Inside a unique id: the magic, then who made it (pid, a random number, a counter: the
+// clique's name), then the shared folder of a cross-process clique ("" otherwise).
+constexpr size_t kWhoAt = 16, kWhoBytes = 24, kDirAt = 40, kDirBytes = 128 - kDirAt;
 
 struct Launch;
 struct Clique;
@@ -87,6 +112,7 @@ struct Op {
   void* recv = nullptr;
   Slot* slot = nullptr;
   int role = 0;  // index in the slot: the rank (collectives), 0 send / 1 recv (p2p)
+  uint64_t seq = 0;  // k: the communicator's k-th collective, or k-th send/recv with this peer
   bool done = false;
   Launch* launch = nullptr;
   std::string sig() const {
@@ -115,6 +141,7 @@ struct Clique {
   int joined = 0;
   std::map<uint64_t, Slot> colls;
   std::map<std::tuple<int, int, uint64_t>, Slot> p2p;  // (from, to, k)
+  std::string xdir;  // cross-process: the clique's folder (fake_nccl_xproc.hpp); "" in-process
 };
 
 enum class Pending { kNone, kInit, kGroup, kFinalize };
@@ -290,34 +317,43 @@ void reduce_into(void* acc, const void* in, size_t n, ncclDataType_t dt, ncclRed
   }
 }
 
-// Every participant of a collective slot posted: move the data.
-void run_collective(Slot& s) {
-  const int n = int(s.issued.size());
-  const Op& o = *s.issued[0];
-  const size_t bytes = o.count * type_size(o.dt);
+// The whole result of collective `o` over the ranks' inputs src[rank] (reduced in rank
+// order: every rank gets the same bits, in either mode); copy_share gives rank q its part.
+std::vector<unsigned char> combine(const Op& o, const std::vector<const unsigned char*>& src) {
+  const size_t n = src.size(), bytes = o.count * type_size(o.dt);
   std::vector<unsigned char> tmp;
-  auto src = [&](int q) { return static_cast<const unsigned char*>(s.issued[q]->send); };
   switch (o.kind) {
     case kAllReduce:
-      tmp.assign(src(0), src(0) + bytes);
-      for (int q = 1; q < n; ++q) reduce_into(tmp.data(), src(q), o.count, o.dt, o.redop);
-      for (int q = 0; q < n; ++q) std::memcpy(s.issued[q]->recv, tmp.data(), bytes);
+      tmp.assign(src[0], src[0] + bytes);
+      for (size_t q = 1; q < n; ++q) reduce_into(tmp.data(), src[q], o.count, o.dt, o.redop);
       break;
     case kAllGather:
       tmp.resize(bytes * n);
-      for (int q = 0; q < n; ++q) std::memcpy(tmp.data() + q * bytes, src(q), bytes);
-      for (int q = 0; q < n; ++q) std::memcpy(s.issued[q]->recv, tmp.data(), bytes * n);
+      for (size_t q = 0; q < n; ++q) std::memcpy(tmp.data() + q * bytes, src[q], bytes);
       break;
     case kReduceScatter:
-      tmp.assign(src(0), src(0) + bytes * n);
-      for (int q = 1; q < n; ++q) reduce_into(tmp.data(), src(q), o.count * n, o.dt, o.redop);
-      for (int q = 0; q < n; ++q) std::memcpy(s.issued[q]->recv, tmp.data() + q * bytes, bytes);
+      tmp.assign(src[0], src[0] + bytes * n);
+      for (size_t q = 1; q < n; ++q) reduce_into(tmp.data(), src[q], o.count * n, o.dt, o.redop);
       break;
     case kBroadcast:
-      tmp.assign(src(o.peer), src(o.peer) + bytes);
-      for (int q = 0; q < n; ++q) std::memcpy(s.issued[q]->recv, tmp.data(), bytes);
+      tmp.assign(src[size_t(o.peer)], src[size_t(o.peer)] + bytes);
       break;
   }
+  return tmp;
+}
+void copy_share(const Op& o, const std::vector<unsigned char>& all, int q, void* recv) {
+  const size_t bytes = o.count * type_size(o.dt);
+  if (o.kind == kAllGather) std::memcpy(recv, all.data(), all.size());
+  else std::memcpy(recv, all.data() + (o.kind == kReduceScatter ? size_t(q) * bytes : 0), bytes);
+}
+
+// Every participant of a collective slot posted: move the data.
+void run_collective(Slot& s) {
+  std::vector<const unsigned char*> src;
+  for (Op* o : s.issued) src.push_back(static_cast<const unsigned char*>(o->send));
+  const Op& o = *s.issued[0];
+  const std::vector<unsigned char> all = combine(o, src);
+  for (size_t q = 0; q < s.issued.size(); ++q) copy_share(o, all, int(q), s.issued[q]->recv);
 }
 
 void complete_slot(Slot& s) {
@@ -336,6 +372,15 @@ void complete_slot(Slot& s) {
   g_cv.notify_all();
 }
 
+// The two sides agree: a's signature against b's (a the send, for send/recv).
+bool same_sig(const Op& a, const Op& b) {
+  if (a.kind == kSend) return b.kind == kRecv && a.dt == b.dt && a.count == b.count;
+  bool same = a.kind == b.kind && a.dt == b.dt && a.count == b.count;
+  if (same && (a.kind == kAllReduce || a.kind == kReduceScatter)) same = a.redop == b.redop;
+  if (same && a.kind == kBroadcast) same = a.peer == b.peer;
+  return same;
+}
+
 // Under g_mu: the participant `role` of s has issued its operation; compares signatures
 // once every participant has.
 void issued_one(Slot& s) {
@@ -344,15 +389,7 @@ void issued_one(Slot& s) {
   const Op& a = *s.issued[0];
   for (size_t q = 1; q < s.issued.size(); ++q) {
     const Op& b = *s.issued[q];
-    bool same;
-    if (a.kind == kSend) {
-      same = b.kind == kRecv && a.dt == b.dt && a.count == b.count;
-    } else {
-      same = a.kind == b.kind && a.dt == b.dt && a.count == b.count;
-      if (same && (a.kind == kAllReduce || a.kind == kReduceScatter)) same = a.redop == b.redop;
-      if (same && a.kind == kBroadcast) same = a.peer == b.peer;
-    }
-    if (!same) {
+    if (!same_sig(a, b)) {
       s.bad = true;
       std::string why = "fake NCCL: " + s.what + ": " + a.launch->comm->name() + " issued " + a.sig() + " but " +
                         b.launch->comm->name() + " issued " + b.sig();
@@ -376,7 +413,7 @@ std::vector<Launch*> waits_of(Launch* l) {
     if (h != nullptr && h != l) out.push_back(h);
   } else if (l->st == Launch::kRunning) {
     for (auto& op : l->ops) {
-      if (op->done) continue;
+      if (op->done || op->slot == nullptr) continue;  // (a cross-process op: no edge known)
       const Slot& s = *op->slot;
       for (size_t r = 0; r < s.issued.size(); ++r) {
         if (s.posted[r] || s.issued[r] == nullptr) continue;
@@ -431,9 +468,10 @@ void finish(Launch* l) {
   ncclComm* c = l->comm;
   bool cut = false;
   for (auto& op : l->ops) {
+    cut = cut || !op->done;
+    if (op->slot == nullptr) continue;  // cross-process: nothing shared in this process
     Slot& s = *op->slot;
     if (!op->done) {
-      cut = true;
       s.issued[op->role] = nullptr;  // abandoned: peers never complete it
       s.posted[op->role] = false;
     }
@@ -445,6 +483,123 @@ void finish(Launch* l) {
   g_launches.erase(l);
   delete l;
   g_cv.notify_all();
+}
+
+// ---- cross-process cliques (fake_nccl_xproc.hpp) ------------------------------------------
+
+// <shared folder>/fake-nccl-<who>: the folder of the cross-process clique of `id`, or "".
+std::string clique_dir(const ncclUniqueId& id) {
+  const std::string dir(id.internal + kDirAt, strnlen(id.internal + kDirAt, kDirBytes));
+  return dir.empty() ? dir : dir + "/fake-nccl-" + fake_xproc::hex(id.internal + kWhoAt, kWhoBytes);
+}
+
+std::string rank_file(const Clique& cl, const char* what, int rank) { return cl.xdir + "/" + what + "." + std::to_string(rank); }
+
+// The file op `o` of rank `me` writes (its own) or, with theirs, the one of the peer it waits
+// for: c<k>.r<rank> for a collective, s<from>.<to>.<k> for a send, r<from>.<to>.<k> for a recv.
+std::string op_file(const Clique& cl, const Op& o, int me, int peer, bool theirs) {
+  const std::string k = std::to_string(o.seq);
+  if (o.kind != kSend && o.kind != kRecv) return cl.xdir + "/c" + k + ".r" + std::to_string(theirs ? peer : me);
+  const bool send_file = (o.kind == kSend) != theirs;
+  const int from = o.kind == kSend ? me : peer, to = o.kind == kSend ? peer : me;
+  return cl.xdir + "/" + (send_file ? "s" : "r") + std::to_string(from) + "." + std::to_string(to) + "." + k;
+}
+
+// Without g_mu: writes rank c's file of op `o` (its data: a collective's input, a send's).
+bool post_across(const ncclComm* c, const Op& o, std::string* why) {
+  const size_t ts = type_size(o.dt);
+  fake_xproc::Header h{};
+  h.kind = o.kind, h.dt = o.dt, h.redop = o.redop, h.root = o.peer, h.rank = c->rank, h.count = o.count, h.seq = o.seq;
+  const bool has_data = o.kind != kRecv && (o.kind != kBroadcast || o.peer == c->rank);
+  h.bytes = !has_data ? 0 : o.count * ts * (o.kind == kReduceScatter ? size_t(c->clique->nranks) : 1);
+  return fake_xproc::put(op_file(*c->clique, o, c->rank, o.peer, false), h, o.send, why);
+}
+
+Op op_of(const fake_xproc::Header& h) {
+  Op o;
+  o.kind = h.kind, o.dt = ncclDataType_t(h.dt), o.redop = ncclRedOp_t(h.redop), o.peer = h.root, o.count = h.count;
+  return o;
+}
+
+// Under g_mu, released while it reads files and sleeps: waits for the files of op's peers,
+// compares signatures and moves the data. False: the communicator was aborted first (or the
+// operation can never complete: a mismatch, a bad file; it then waits for the abort).
+bool complete_across(std::unique_lock<std::mutex>& lk, ncclComm* c, Op& o) {
+  const Clique& cl = *c->clique;
+  const int n = cl.nranks, me = c->rank;
+  std::vector<int> peers;
+  for (int q = 0; q < n; ++q)
+    if ((o.kind == kSend || o.kind == kRecv) ? q == o.peer : q != me) peers.push_back(q);
+  std::vector<std::vector<unsigned char>> data(static_cast<size_t>(n));
+  std::vector<bool> got(size_t(n), false);
+  for (int polls = 0;; ++polls) {
+    if (c->aborted) return false;
+    lk.unlock();
+    std::string bad, gone;
+    bool all = true;
+    for (int q : peers) {
+      fake_xproc::Header h;
+      const std::string path = op_file(cl, o, me, q, true);
+      if (!got[size_t(q)] && fake_xproc::get(path, &h, &data[size_t(q)], &bad)) {
+        got[size_t(q)] = true;
+        const Op theirs = op_of(h);
+        const bool same = o.kind == kRecv ? same_sig(theirs, o) : same_sig(o, theirs);
+        if (bad.empty() && !same)
+          bad = "fake NCCL: " + path + ": rank " + std::to_string(me) + " issued " + o.sig() + " but rank " +
+                std::to_string(q) + " issued " + theirs.sig();
+      }
+      all = all && got[size_t(q)];
+    }
+    for (int q = 0; q < n && !all; ++q)
+      if (q != me && fake_xproc::exists(rank_file(cl, "abort", q))) gone = std::to_string(q);
+    lk.lock();
+    if (!bad.empty()) {
+      note("mismatches", bad);
+      set_async(c, ncclInvalidUsage, bad);
+      g_cv.wait(lk, [&] { return c->aborted; });
+      return false;
+    }
+    if (all) break;
+    if (!gone.empty()) set_async(c, ncclRemoteError, "fake NCCL: rank " + gone + " of " + cl.xdir + " aborted its communicator");
+    g_cv.wait_for(lk, std::chrono::milliseconds(std::min(20, 1 << std::min(polls, 5))));
+  }
+  if (o.kind == kRecv && o.count > 0) {
+    std::memcpy(o.recv, data[size_t(o.peer)].data(), o.count * type_size(o.dt));
+  } else if (o.kind != kSend && o.kind != kRecv && o.count > 0) {
+    std::vector<const unsigned char*> src;
+    for (int q = 0; q < n; ++q) src.push_back(q == me ? static_cast<const unsigned char*>(o.send) : data[size_t(q)].data());
+    copy_share(o, combine(o, src), me, o.recv);
+  }
+  o.done = true;
+  --o.launch->undone;
+  ++g_counters["ops"];
+  return true;
+}
+
+// Under g_mu: a running launch of a cross-process clique. Every file first (a group's send
+// and recv with one peer must not wait for each other), then each operation in order.
+void run_across(std::unique_lock<std::mutex>& lk, Launch* l) {
+  ncclComm* c = l->comm;
+  std::string why;
+  lk.unlock();
+  for (auto& op : l->ops)
+    if (!post_across(c, *op, &why)) break;
+  lk.lock();
+  if (!why.empty()) {
+    set_async(c, ncclSystemError, "fake NCCL: " + why);
+    g_cv.wait(lk, [&] { return c->aborted; });
+    return;
+  }
+  for (auto& op : l->ops)
+    if (!complete_across(lk, c, *op)) return;
+}
+
+// Under g_mu: every rank of the clique joined (cross-process: every join.<rank> file is there).
+bool all_joined(const Clique& cl) {
+  if (cl.xdir.empty()) return cl.joined == cl.nranks;
+  for (int r = 0; r < cl.nranks; ++r)
+    if (!fake_xproc::exists(rank_file(cl, "join", r))) return false;
+  return true;
 }
 
 int run_launch(const void* const* args) {
@@ -461,6 +616,12 @@ int run_launch(const void* const* args) {
   }
   gpu.holder = l;
   l->st = Launch::kRunning;
+  if (!c->clique->xdir.empty()) {
+    run_across(lk, l);
+    gpu.holder = nullptr;
+    finish(l);
+    return 0;
+  }
   for (auto& op : l->ops) {
     Slot& s = *op->slot;
     s.posted[op->role] = true;
@@ -498,6 +659,13 @@ ncclResult_t enqueue_group() {
     op->launch = l;
     ncclComm* c = q.comm;
     Clique& cl = *c->clique;
+    if (!cl.xdir.empty()) {  // cross-process: matched through files when the launch runs
+      const bool p2p = op->kind == kSend || op->kind == kRecv;
+      op->seq = !p2p ? c->colls++ : op->kind == kSend ? c->sends[op->peer]++ : c->recvs[op->peer]++;
+      ++l->undone;
+      l->ops.push_back(std::move(op));
+      continue;
+    }
     Slot* s;
     if (op->kind == kSend || op->kind == kRecv) {
       int from = op->kind == kSend ? c->rank : op->peer, to = op->kind == kSend ? op->peer : c->rank;
@@ -649,11 +817,27 @@ const char* ncclGetLastError(ncclComm_t comm) {
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  const std::string dir = fake_xproc::shared_dir_from_env();
   std::lock_guard<std::mutex> lk(g_mu);
   std::memset(id, 0, sizeof *id);
   std::memcpy(id->internal, kMagic, sizeof kMagic);
+  static const uint64_t nonce = (uint64_t(std::random_device()()) << 32) ^ std::random_device()();
+  const int64_t pid = ::getpid();
   long n = ++g_next_id;
+  std::memcpy(id->internal + kWhoAt, &pid, sizeof pid);
+  std::memcpy(id->internal + kWhoAt + 8, &nonce, sizeof nonce);
   std::memcpy(id->internal + 32, &n, sizeof n);
+  if (dir.empty()) return ncclSuccess;
+  if (dir.size() >= kDirBytes) {
+    g_last_error = "ncclGetUniqueId (fake): FAKE_NCCL_SHARED_DIR is longer than " + std::to_string(kDirBytes - 1) + " bytes";
+    return ncclInvalidArgument;
+  }
+  std::memcpy(id->internal + kDirAt, dir.data(), dir.size());
+  std::string why;
+  if (!fake_xproc::make_dir(clique_dir(*id), &why)) {
+    g_last_error = "ncclGetUniqueId (fake): " + why;
+    return ncclSystemError;
+  }
   return ncclSuccess;
 }
 
@@ -677,6 +861,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
     cl->nranks = nranks;
     cl->ranks.assign(nranks, nullptr);
     cl->gone.assign(nranks, false);
+    cl->xdir = clique_dir(id);
   }
   if (cl->nranks != nranks) {
     g_last_error = "ncclCommInitRankConfig: nranks disagrees with the ranks that joined before";
@@ -693,6 +878,16 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
                      std::to_string(o->rank) + " both on gpu " + std::to_string(gpu);
       return ncclInvalidUsage;
     }
+  if (!cl->xdir.empty()) {  // a rank joins once, in whichever process
+    std::string why;
+    int err = 0;
+    if (!fake_xproc::make_dir(cl->xdir, &why) ||
+        !fake_xproc::create_exclusive(rank_file(*cl, "join", rank), std::to_string(::getpid()), &err, &why)) {
+      g_last_error = err == EEXIST ? "ncclCommInitRankConfig: rank " + std::to_string(rank) + " already joined this unique id"
+                                   : "ncclCommInitRankConfig (fake): " + why;
+      return err == EEXIST ? ncclInvalidUsage : ncclSystemError;
+    }
+  }
   auto* c = new ncclComm();  // never freed: kernels and peers may still point at it
   c->clique = cl;
   c->rank = rank;
@@ -705,6 +900,11 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
   g_cv.notify_all();
   *out = c;
   if (c->blocking) {
+    if (!cl->xdir.empty()) {
+      for (int polls = 0; !all_joined(*cl) && !c->aborted; ++polls)
+        g_cv.wait_for(lk, std::chrono::milliseconds(std::min(20, 1 << std::min(polls, 5))));
+      return ncclSuccess;
+    }
     g_cv.wait(lk, [&] { return cl->joined == cl->nranks || c->aborted; });
     return ncclSuccess;
   }
@@ -725,7 +925,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* out) {
     return ncclSuccess;
   }
   if (c->state == ncclInProgress) {
-    bool ready = c->pending == Pending::kGroup || (c->pending == Pending::kInit && c->clique->joined == c->clique->nranks) ||
+    bool ready = c->pending == Pending::kGroup || (c->pending == Pending::kInit && all_joined(*c->clique)) ||
                  (c->pending == Pending::kFinalize && c->launches_out == 0);
     if (ready) {
       c->state = ncclSuccess;
@@ -774,6 +974,11 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     if (p != nullptr && p != c && p->launches_out > 0)
       set_async(p, ncclRemoteError, "fake NCCL: rank " + std::to_string(c->rank) + " of clique " +
                                         std::to_string(cl.serial) + " aborted its communicator");
+  if (!cl.xdir.empty()) {  // peers in other processes see its abort.<rank> file
+    std::string why;
+    int err = 0;
+    (void)fake_xproc::create_exclusive(rank_file(cl, "abort", c->rank), std::to_string(::getpid()), &err, &why);
+  }
   g_cv.notify_all();  // its kernels return; a blocking init waiting for peers gives up
   return ncclSuccess;
 }

@@ -44,7 +44,7 @@ for suite in $FAKE_SUITES; do
         echo "run.sh: $lib was built without NCCL: skipping fake_nccl_test"
         continue
       fi
-      g++ -std=c++20 -O1 -g $FAKE_FLAGS -shared -fPIC -Wall -Wextra -I"$CUDA_INC" -I"$here" "$here/fake_nccl.cpp" \
+      g++ -std=c++20 -O1 -g $FAKE_FLAGS -shared -fPIC -Wall -Wextra -I"$CUDA_INC" -I"$here" "$here/fake_nccl.cpp" "$here/fake_nccl_xproc.cpp" \
         -o "$tmp/libfakenccl.so" -L"$tmp" -lfakecudart -lpthread -Wl,-rpath,"$tmp"
       g++ -std=c++20 -O1 -g $FAKE_FLAGS -Wall -Wextra -I"$CUDA_INC" -I"$root/capi/include" -I"$root/tests" -I"$here" \
         "$here/fake_nccl_test.cpp" -o "$tmp/fake_nccl_test" -L"$BUILD/capi" -lflowlane -L"$tmp" -lfakenccl -lfakecudart \
