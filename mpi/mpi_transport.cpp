@@ -20,8 +20,13 @@
 //   off                  no check: a skip leaves garbage on the peers, a mismatch hangs until
 //                        the timeout, or corrupts memory.
 //
-// A mismatch is then explained: every rank all-gathers the ranks' signatures (256 bytes
-// each, on `ctl`) and fails naming who issued what. A skipped rank takes part with zeroed
+// A mismatch is then explained: every rank sends its signature (256 bytes) to every other
+// rank and receives theirs, point to point on `ctl` with the sequence number as the tag
+// (not a collective: a rank finds the mismatch in test(), on whichever thread tests, while
+// its lane runner may be issuing the next check on `ctl`; collectives issued in different
+// orders on two ranks would be matched with each other — measured: a heap corruption that
+// crashed Open MPI in a later MPI_Allreduce — while point-to-point messages never match a
+// collective, nor a message of another tag) and fails naming who issued what. A skipped rank takes part with zeroed
 // scratch buffers of the parts' sizes (its own buffers may hold poisoned data or belong to
 // released objects); every rank then fails with FL_ERR_DEPENDENCY_FAILED naming it.
 //
@@ -46,7 +51,7 @@ namespace flowlane::mpi {
 
 namespace {
 
-constexpr size_t kSignatureCell = 256;  // bytes per rank in a mismatch's all-gather
+constexpr size_t kSignatureCell = 256;  // bytes per rank in a mismatch's exchange
 
 struct State {
   MPI_Comm data = MPI_COMM_NULL, ctl = MPI_COMM_NULL;
@@ -82,7 +87,7 @@ struct Req {
   MPI_Request ctl = MPI_REQUEST_NULL;
   bool ctl_done = false;
   int64_t ctl_in[3] = {}, ctl_out[3] = {};
-  MPI_Request sig = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> sig;  // the signature exchange's sends and receives
   bool sig_started = false, sig_done = false;
   std::vector<char> sig_cell, sig_cells;  // this rank's signature, every rank's (alive while gathered)
   std::string error;      // an MPI call failed
@@ -215,7 +220,31 @@ void strict_issue(Req& r, bool agreed) {
   ++st.next_data_seq;
 }
 
-// The mismatch's text once the signatures are gathered: the ranks grouped by signature.
+// Posts the signature exchange of mismatched collective r (the top): this rank's cell to
+// every other rank, theirs into sig_cells. "" or the MPI failure (what was posted is tested on).
+std::string exchange_signatures(Req& r) {
+  const State& st = *r.st;
+  const size_t n = size_t(st.nranks), me = size_t(st.rank);
+  r.sig_cell.assign(kSignatureCell, 0);
+  std::memcpy(r.sig_cell.data(), r.signature.data(), std::min(r.signature.size(), kSignatureCell - 1));
+  r.sig_cells.assign(kSignatureCell * n, 0);
+  std::memcpy(r.sig_cells.data() + me * kSignatureCell, r.sig_cell.data(), kSignatureCell);
+  r.sig.reserve(2 * (n - 1));
+  r.sig_started = true;
+  const int tag = int(r.seq % (uint64_t(st.tag_ub) + 1));
+  for (size_t q = 0; q < n; ++q) {
+    if (q == me) continue;
+    MPI_Request in = MPI_REQUEST_NULL, out = MPI_REQUEST_NULL;
+    int code = MPI_Irecv(r.sig_cells.data() + q * kSignatureCell, int(kSignatureCell), MPI_CHAR, int(q), tag, st.ctl, &in);
+    if (code == MPI_SUCCESS) r.sig.push_back(in);
+    if (code == MPI_SUCCESS) code = MPI_Isend(r.sig_cell.data(), int(kSignatureCell), MPI_CHAR, int(q), tag, st.ctl, &out);
+    if (code != MPI_SUCCESS) return mpi_error(code, "the signature exchange (MPI_Irecv/MPI_Isend)");
+    r.sig.push_back(out);
+  }
+  return "";
+}
+
+// The mismatch's text once the signatures are exchanged: the ranks grouped by signature.
 std::string mismatch_text(const Req& r) {
   const int n = r.st->nranks;
   std::vector<std::string> sigs(static_cast<size_t>(n));
@@ -300,8 +329,8 @@ std::string poll(Req& r) {
     r.ctl_done = flag != 0;
   }
   if (r.sig_started && !r.sig_done) {
-    const int code = MPI_Test(&r.sig, &flag, MPI_STATUS_IGNORE);
-    if (code != MPI_SUCCESS) return mpi_error(code, "MPI_Test (the signatures)");
+    const int code = MPI_Testall(int(r.sig.size()), r.sig.data(), &flag, MPI_STATUSES_IGNORE);
+    if (code != MPI_SUCCESS) return mpi_error(code, "MPI_Testall (the signatures)");
     r.sig_done = flag != 0;
   }
   // The data operations are completed only once the check agreed (a mismatched one may fail,
@@ -347,14 +376,9 @@ fl_status_t test(void* state, void* request, int32_t* done, char* msg, uint64_t 
       const int64_t skipped_by = checked && r->ctl_done ? r->ctl_out[2] : INT64_MAX;
       if (r->ctl_done && !r->data_issued && r->error.empty())
         strict_issue(*r, !mismatch && skipped_by == INT64_MAX);
-      if (mismatch && !r->sig_started && r->error.empty()) {  // explain it: gather the signatures
-        r->sig_cell.assign(kSignatureCell, 0);
-        std::memcpy(r->sig_cell.data(), r->signature.data(), std::min(r->signature.size(), kSignatureCell - 1));
-        r->sig_cells.assign(kSignatureCell * size_t(st->nranks), 0);
-        const int code = MPI_Iallgather(r->sig_cell.data(), int(kSignatureCell), MPI_CHAR, r->sig_cells.data(),
-                                        int(kSignatureCell), MPI_CHAR, st->ctl, &r->sig);
-        r->sig_started = code == MPI_SUCCESS;
-        r->error = code == MPI_SUCCESS ? poll(*r) : mpi_error(code, "MPI_Iallgather (the signatures)");
+      if (mismatch && !r->sig_started && r->error.empty()) {  // explain it: exchange the signatures
+        const std::string err = exchange_signatures(*r);
+        r->error = err.empty() ? poll(*r) : err;
       }
       bool all_done = r->ctl_done && (!r->sig_started || r->sig_done) && r->data_issued && r->data_done;
       if (mismatch && r->sig_done) {  // explained: its data operations are abandoned, and the others'

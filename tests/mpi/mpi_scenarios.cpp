@@ -9,6 +9,9 @@
 //                 seq 5 works
 //   mismatch      the last rank all-reduces 5 elements at seq 3, the others 4: every rank fails
 //                 naming both signatures and the rank; the communicator is broken after
+//   mismatch_late rank 0 submits seq 2 only after seq 1's mismatch failed, the others at once
+//                 (their seq 2 check is on `ctl` before the signature exchange, rank 0's never
+//                 is): the explanations still match up, and nothing corrupts MPI
 //   timeout       rank 1 is late for seq 2: rank 0's fails with FL_ERR_TIMEOUT, rank 1's late
 //                 one pairs with rank 0's request, still outstanding, and completes
 //   two_comms     three communicators on one engine, two sharing a lane, submitted in crossed
@@ -304,6 +307,25 @@ void mismatch() {
   (void)fl_engine_synchronize_for(k.engine, kWaitNs);
 }
 
+// The signature exchange of a mismatch, issued on whichever thread tests, against the next
+// collective's check issued by the lane runner: in a different order on rank 0 than on the
+// others. When the exchange was an MPI_Iallgather on `ctl`, rank 0's exchange was matched
+// with the others' next check (collectives match by issue order).
+void mismatch_late() {
+  Rank k;
+  std::vector<std::vector<int32_t>> b(2, std::vector<int32_t>(5, 1));
+  const bool odd = g_rank == g_size - 1;
+  const fl_instr_id first = k.submit({part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, b[0].data(), b[0].data(), odd ? 5 : 4)});
+  fl_instr_id second = 0;
+  if (g_rank != 0) second = k.submit({part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, b[1].data(), b[1].data(), 4)});
+  const std::string last = "rank " + std::to_string(g_size - 1) + " issued all_reduce(int32, sum, count=5)";
+  check_err(k.wait(first), FL_ERR_INSTRUCTION_FAILED, last, "seq 1 mismatched");
+  check_err(k.wait(first), FL_ERR_INSTRUCTION_FAILED, "issued all_reduce(int32, sum, count=4)", "seq 1 mismatched");
+  if (g_rank == 0) second = k.submit({part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, b[1].data(), b[1].data(), 4)});
+  check_err(k.wait(second), FL_ERR_CANCELLED, "", "seq 2 after the mismatch");
+  (void)fl_engine_synchronize_for(k.engine, kWaitNs);
+}
+
 void timeout() {
   Rank k;
   check_ok(fl_comm_set_timeout(k.comm, 500), "fl_comm_set_timeout");
@@ -446,7 +468,7 @@ void hang(const std::string& kind);  // mpi_hangs.cpp
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s ops|skip|mismatch|timeout|two_comms|destroy [engine]|threads LEVEL|hang KIND\n",
+    std::fprintf(stderr, "usage: %s ops|skip|mismatch|mismatch_late|timeout|two_comms|destroy [engine]|threads LEVEL|hang KIND\n",
                  argv[0]);
     return 2;
   }
@@ -459,6 +481,7 @@ int main(int argc, char** argv) {
   if (scenario == "ops") ops();
   else if (scenario == "skip") skip();
   else if (scenario == "mismatch") mismatch();
+  else if (scenario == "mismatch_late") mismatch_late();
   else if (scenario == "timeout") timeout();
   else if (scenario == "two_comms") two_comms();
   else if (scenario == "destroy") destroy(arg);
