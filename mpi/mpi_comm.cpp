@@ -64,6 +64,21 @@ std::string agree(MPI_Comm comm, int rank, const std::string& mine, int64_t mode
   return "";
 }
 
+// desc with its ranks taken from the MPI communicator (nranks 0) or checked against it, into
+// *d; "" or the disagreement.
+std::string take_ranks(const std::string& fn, const fl_comm_desc_t* desc, int size, int rank, fl_comm_desc_t* d) {
+  *d = *desc;
+  if (desc->nranks == 0) {
+    d->nranks = uint64_t(size);
+    d->rank = uint64_t(rank);
+  } else if (desc->nranks != uint64_t(size) || desc->rank != uint64_t(rank)) {
+    return fn + ": desc says rank " + std::to_string(desc->rank) + " of " + std::to_string(desc->nranks) +
+           ", but this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
+           " in the MPI communicator (or give nranks 0 to take both from it)";
+  }
+  return "";
+}
+
 // The local checks of fl_mpi_comm_create; "" or the failure.
 std::string check_locally(const fl_comm_desc_t* desc, int size, int rank, int provided, fl_comm_desc_t* d) {
   const std::string fn = "fl_mpi_comm_create";
@@ -79,16 +94,8 @@ std::string check_locally(const fl_comm_desc_t* desc, int size, int rank, int pr
                   "while flowlane communicators exist"
                 : " (or MPI_THREAD_SERIALIZED with FL_MPI_SERIALIZED in fl_comm_desc_t.flags, if your program makes "
                   "no MPI call of its own while flowlane communicators exist)");
-  *d = *desc;
+  if (std::string why = take_ranks(fn, desc, size, rank, d); !why.empty()) return why;
   d->flags &= ~FL_MPI_SERIALIZED;
-  if (desc->nranks == 0) {
-    d->nranks = uint64_t(size);
-    d->rank = uint64_t(rank);
-  } else if (desc->nranks != uint64_t(size) || desc->rank != uint64_t(rank)) {
-    return fn + ": desc says rank " + std::to_string(desc->rank) + " of " + std::to_string(desc->nranks) +
-           ", but this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
-           " in the MPI communicator (or give nranks 0 to take both from it)";
-  }
   return "";
 }
 
@@ -99,15 +106,7 @@ std::string check_locally(const fl_comm_desc_t* desc, int size, int rank, int pr
 std::string nccl_check_locally(fl_engine_t* engine, const fl_comm_desc_t* desc, int size, int rank, fl_comm_desc_t* d,
                                fl_status_t* status) {
   const std::string fn = "fl_mpi_nccl_comm_create";
-  *d = *desc;
-  if (desc->nranks == 0) {
-    d->nranks = uint64_t(size);
-    d->rank = uint64_t(rank);
-  } else if (desc->nranks != uint64_t(size) || desc->rank != uint64_t(rank)) {
-    return fn + ": desc says rank " + std::to_string(desc->rank) + " of " + std::to_string(desc->nranks) +
-           ", but this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
-           " in the MPI communicator";
-  }
+  if (std::string why = take_ranks(fn, desc, size, rank, d); !why.empty()) return why;
   const uint32_t lanes = fl_engine_lane_count(engine);  // 0: NULL or stale
   if (lanes == 0) {
     *status = FL_ERR_INVALID_HANDLE;

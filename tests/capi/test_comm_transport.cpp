@@ -74,6 +74,26 @@ struct Ranks {
   }
 };
 
+// n more two-rank loopback groups on base's two engines, group k's communicators on lane
+// lane_of(k) with transport id id_base + k: comms[r][k] is rank r's of group k.
+template <class LaneOf>
+void more_comms(Ranks& base, uint32_t n, LaneOf lane_of, uint64_t id_base, std::vector<fltest::Loopback*>& groups,
+                std::vector<std::vector<fl_comm_t*>>& comms) {
+  for (uint32_t k = 0; k < n; ++k) {
+    groups.push_back(new fltest::Loopback(2));
+    for (uint32_t r = 0; r < 2; ++r) {
+      fl_comm_desc_t cd = FL_COMM_DESC_INIT;
+      cd.nranks = 2;
+      cd.rank = r;
+      cd.lane = lane_of(k);
+      fl_comm_transport_t t = groups[k]->transport(r, id_base + k);
+      fl_comm_t* c = nullptr;
+      EXPECT_FL_OK(fl_comm_create_transport(base.engines[r], &cd, &t, &c));
+      comms[r].push_back(c);
+    }
+  }
+}
+
 fl_coll_part_t allreduce(std::vector<int64_t>& b) {
   return fltest::coll_part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT64, b.data(), b.data(), b.size());
 }
@@ -335,19 +355,7 @@ TEST(CommTransport, ManyThreadsSubmittingToTheirOwnCommunicators) {
   Ranks base(2);
   std::vector<fltest::Loopback*> groups;
   std::vector<std::vector<fl_comm_t*>> comms(2);
-  for (uint32_t k = 0; k < kComms; ++k) {
-    groups.push_back(new fltest::Loopback(2));
-    for (uint32_t r = 0; r < 2; ++r) {
-      fl_comm_desc_t cd = FL_COMM_DESC_INIT;
-      cd.nranks = 2;
-      cd.rank = r;
-      cd.lane = 1 + k % 2;  // two communicators share lane 1
-      fl_comm_transport_t t = groups[k]->transport(r, 100 + k);
-      fl_comm_t* c = nullptr;
-      ASSERT_FL_OK(fl_comm_create_transport(base.engines[r], &cd, &t, &c));
-      comms[r].push_back(c);
-    }
-  }
+  more_comms(base, kComms, [](uint32_t k) { return 1 + k % 2; }, 100, groups, comms);  // two share lane 1
   std::vector<std::vector<std::vector<int64_t>>> bufs(2, std::vector<std::vector<int64_t>>(kComms * kEach));
   std::vector<std::thread> ts;
   for (uint32_t r = 0; r < 2; ++r)
@@ -427,19 +435,7 @@ TEST(CommTransport, WaitersOnManyThreadsDriveProgressTogether) {
   Ranks base(2);
   std::vector<fltest::Loopback*> groups;
   std::vector<std::vector<fl_comm_t*>> comms(2);
-  for (uint32_t k = 0; k < kComms; ++k) {
-    groups.push_back(new fltest::Loopback(2));
-    for (uint32_t r = 0; r < 2; ++r) {
-      fl_comm_desc_t cd = FL_COMM_DESC_INIT;
-      cd.nranks = 2;
-      cd.rank = r;
-      cd.lane = 2 + k;
-      fl_comm_transport_t t = groups[k]->transport(r, 200 + k);
-      fl_comm_t* c = nullptr;
-      ASSERT_FL_OK(fl_comm_create_transport(base.engines[r], &cd, &t, &c));
-      comms[r].push_back(c);
-    }
-  }
+  more_comms(base, kComms, [](uint32_t k) { return 2 + k; }, 200, groups, comms);
   std::vector<std::thread> ts;
   for (uint32_t r = 0; r < 2; ++r)
     for (uint32_t k = 0; k < kComms; ++k)
