@@ -207,7 +207,14 @@ cudaError_t order_after_preds(StreamState* ss, Instr* i) {
     // acquire pairs with mark_issued's release store of kIssued (the predecessor's record,
     // its event and check_preds, was written before) and complete()'s store of its outcome.
     const InstrState st = d.pred->load_state(std::memory_order_acquire);
-    if (core::is_terminal(st)) continue;  // completed: nothing to wait for
+    if (core::is_terminal(st)) {  // completed: nothing to wait for
+      // A value edge's producer may have completed failed (cancelled, skipped) after the lane
+      // runner looked for poisoned inputs (Executor::execute_async) and before this load:
+      // i is then skipped at completion (poisoned_pred), not completed as if it had run on a
+      // valid input.
+      if (reads && (st == InstrState::kFailed || st == InstrState::kSkipped)) rec.check_preds = true;
+      continue;
+    }
     // An input that may still turn out poisoned after its issue poisons i at completion.
     // (Its record is final once it is issued, or written by this lane runner before.)
     if (reads && (st == InstrState::kIssued || d.pred->stream->lane == i->stream->lane) &&
