@@ -172,7 +172,11 @@ FL_API fl_status_t fl_task_group_create(fl_engine_t* engine, fl_task_group_t** o
       Recycler<GroupBox>::put(g);
       throw;
     }
-    g->engine = ref;
+    // Field by field: a copy of the whole Ref made a 16-byte load of the parts just stored
+    // separately (a store-forwarding stall: 40 % of the call's samples).
+    g->engine.gen = ref.gen;
+    g->engine.live = ref.live;
+    g->engine.ptr = ref.ptr;
     g->give_back = &give_back_group;
     g->handle = group_table().insert(g);
     if (g->handle == 0) {
