@@ -97,6 +97,32 @@ class HandleTable {
     return s->ptr.load(std::memory_order_relaxed);
   }
 
+  // A live handle kept by an object that checks it on every call (a task group its
+  // engine's): the slot's generation word, the generation the handle carries and the object
+  // it named when ref() was called. Slots are type-stable memory, so the word can be read
+  // after the handle was erased (it then holds a later generation) and get() costs one
+  // load and a compare instead of a decode of the handle.
+  struct Ref {
+    const std::atomic<uint32_t>* gen = nullptr;
+    uint32_t live = 0;
+    T* ptr = nullptr;
+    // The object while the handle is live or claimed (as lookup()), else null. Only for a
+    // Ref whose ptr was non-null when ref() made it.
+    T* get() const {
+      // Acquire pairs with the release stores of gen in insert(), unclaim(), erase_claimed().
+      return (gen->load(std::memory_order_acquire) | kClaimedBit) == (live | kClaimedBit) ? ptr : nullptr;
+    }
+  };
+  // h's Ref; its ptr is null (and get() must not be called) when lookup(h) is null.
+  Ref ref(uint64_t h) const {
+    const Slot* s = live_slot(h);
+    if (s == nullptr) return Ref{};
+    const uint32_t gen = uint32_t(h >> 32);
+    // Acquire pairs with the release store in insert(), as in lookup().
+    if ((s->gen.load(std::memory_order_acquire) | kClaimedBit) != (gen | kClaimedBit)) return Ref{};
+    return Ref{&s->gen, gen, s->ptr.load(std::memory_order_relaxed)};
+  }
+
   // Claims a live handle for its destructor: returns its object, or nullptr when h is not
   // live (stale, erased, or claimed by another caller: exactly one of concurrent claims and
   // erases of a handle succeeds). The handle stays valid for lookups until erase_claimed().

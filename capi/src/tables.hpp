@@ -23,11 +23,12 @@ struct GraphBox {
 };
 
 // A task group handle: the engine's task group (`group`, its handle, and the engine's rules
-// for it: core/engine/fork_join.hpp) and its engine's handle (a group may outlive its
-// engine: every call but destroy then answers FL_ERR_INVALID_HANDLE). Recycled
-// (base/recycler.hpp): a group per recursive call costs no allocation.
+// for it: core/engine/fork_join.hpp) and its engine's handle, kept as a Ref (handles.hpp):
+// a group may outlive its engine, and every call but destroy then answers
+// FL_ERR_INVALID_HANDLE; a group's calls check the engine with one load instead of a
+// lookup. Recycled (base/recycler.hpp): a group per recursive call costs no allocation.
 struct GroupBox : core::EngineTaskGroup {
-  uint64_t engine_handle = 0;
+  HandleTable<core::Engine, HandleType::kEngine>::Ref engine;
 };
 
 // The tables, never destroyed (handles may be used, and answered as stale, during static

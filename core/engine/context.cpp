@@ -23,8 +23,10 @@ Instr* current_instr() {
   return nullptr;
 }
 
-CallbackFrame* pending_frame(const Engine* e) {
-  for (CallbackFrame* f = frames(); f != nullptr; f = f->parent) {
+CallbackFrame* pending_frame(const Engine* e) { return pending_frame_in(frames(), e); }
+
+CallbackFrame* pending_frame_in(const CallbackFrame* innermost, const Engine* e) {
+  for (CallbackFrame* f = const_cast<CallbackFrame*>(innermost); f != nullptr; f = f->parent) {
     if (f->engine != e || f->instr == nullptr) continue;
     // A group task's instruction may have completed meanwhile: then nothing waits for the
     // task. Acquire pairs with the seq_cst store of the terminal state in complete().

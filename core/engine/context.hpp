@@ -80,6 +80,9 @@ Instr* current_instr();
 // The innermost such instruction of engine `e`, or null; and its frame.
 Instr* pending_instr(const Engine* e);
 CallbackFrame* pending_frame(const Engine* e);
+// pending_frame() among `innermost` and its parents: the frames a thread had at some point
+// (a wait kept them), still on its stack.
+CallbackFrame* pending_frame_in(const CallbackFrame* innermost, const Engine* e);
 
 // True when the calling thread is one `e` runs: a worker of one of its pools, its device
 // backend's completion thread, or a thread inside one of its callbacks.

@@ -132,8 +132,7 @@ void EngineTaskGroup::spawn(Engine& e, fl_task_fn fn, void* user_data, fl_releas
   if (outside) e.cancel_drain().end_outside_spawn();
 }
 
-const EngineTaskGroup* EngineTaskGroup::running(const Engine& e) {
-  const sched::TaskGroup* g = sched::TaskGroup::running();
+const EngineTaskGroup* EngineTaskGroup::of(const sched::TaskGroup* g, const Engine& e) {
   if (g == nullptr) return nullptr;
   auto* eg = static_cast<const EngineTaskGroup*>(g->owner());  // null: a group of no engine (core tests)
   return eg != nullptr && eg->engine_ == &e ? eg : nullptr;
@@ -167,9 +166,10 @@ class NoteWatch final : public sched::BlockWatch {
 fl_status_t EngineTaskGroup::wait(Engine& e, const char* call, std::string* detail, const Deadline& deadline,
                                   bool* given_up) {
   *given_up = false;
-  if (group.idle()) return group.wait(detail, deadline);  // nothing to block on (fork-join's usual case)
-  WaitNote note(e, pending_instr(&e), call, this);
-  if (!note.tracked()) return group.wait(detail, deadline);  // a thread of the program's
+  if (group.idle()) return group.result(detail);  // reached at once (fork-join's usual case)
+  // In the wait-for graph only if it blocks: a wait that ends by running the group's tasks
+  // (the usual case) costs the note a few stores.
+  WaitNote note(e, call, this);
   NoteWatch watch(note);
   fl_status_t st = group.wait(detail, deadline, &watch);
   // Decided once the note has ended: a wait given up whose tasks finished meanwhile reached
@@ -182,7 +182,7 @@ fl_status_t EngineTaskGroup::wait(Engine& e, const char* call, std::string* deta
                       std::to_string(group.unfinished()) + (group.unfinished() == 1 ? " unfinished task" : " unfinished tasks") +
                       ") was on a cycle of waits (a deadlock); its tasks go on running");
   }
-  if (watch.gave_up) st = group.wait(detail, deadline);  // stopped as the tasks ended: their result
+  if (watch.gave_up) st = group.result(detail);  // stopped as the tasks ended (finish() saw it idle): their result
   return st;
 }
 

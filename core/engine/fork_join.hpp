@@ -105,7 +105,9 @@ class EngineTaskGroup {
   [[nodiscard]] bool close(Engine* e);
 
   // The group of engine `e` whose task the calling thread runs (its innermost), or null.
-  static const EngineTaskGroup* running(const Engine& e);
+  static const EngineTaskGroup* running(const Engine& e) { return of(sched::TaskGroup::running(), e); }
+  // The engine group of pool group `g` (may be null) when it is one of engine `e`'s, or null.
+  static const EngineTaskGroup* of(const sched::TaskGroup* g, const Engine& e);
   // "task group 0x000000060000002a".
   std::string describe() const;
 

@@ -25,7 +25,7 @@ WaitNote::WaitNote(Engine& e, Instr* self, const char* call, Stream* s, uint64_t
   rec_.target = target;
   rec_.is_id = is_id;
   init(e, self);
-  if (tracked()) link();
+  link();
 }
 
 WaitNote::WaitNote(Engine& e, Instr* self, Instr* on, uint64_t obj) {
@@ -33,16 +33,20 @@ WaitNote::WaitNote(Engine& e, Instr* self, Instr* on, uint64_t obj) {
   rec_.on = on;
   rec_.obj = obj;  // the handle, not the object: the wait holds no reference on it
   init(e, self);
-  if (!tracked()) return;
+  if (engine_ == nullptr) return;
   on->ref();  // the note's reference: `on` may complete and drop its last other one meanwhile
   link();
 }
 
-WaitNote::WaitNote(Engine& e, Instr* self, const char* call, const EngineTaskGroup* g) {
+WaitNote::WaitNote(Engine& e, const char* call, const EngineTaskGroup* g) {
   rec_.call = call;
   rec_.group = g;
-  lazy_ = true;  // linked while it blocks
-  init(e, self);
+  lazy_ = true;  // linked while it blocks; who waits is worked out then (resolve())
+  engine_ = &e;
+  context_ = sched::current_context();
+  running_ = sched::TaskGroup::running();
+  outer_ = t_notes;
+  t_notes = this;
 }
 
 void WaitNote::init(Engine& e, Instr* self) {
@@ -51,12 +55,27 @@ void WaitNote::init(Engine& e, Instr* self) {
   engine_ = &e;
   lane_ = self != nullptr ? self->stream->lane : nullptr;
   rec_.by = self;
+  resolved_ = true;
   outer_ = t_notes;
   t_notes = this;
 }
 
-WaitNote::~WaitNote() {
-  if (!tracked()) return;
+bool WaitNote::resolve() {
+  if (!resolved_) {
+    resolved_ = true;
+    // As init() from the frames the thread had at the wait (an inner wait may be linking
+    // this one now).
+    const CallbackFrame* f = pending_frame_in(static_cast<const CallbackFrame*>(context_), engine_);
+    Instr* self = f != nullptr ? f->instr : nullptr;
+    rec_.task_of = EngineTaskGroup::of(static_cast<const sched::TaskGroup*>(running_), *engine_);
+    nobody_ = self == nullptr && rec_.task_of == nullptr;
+    lane_ = self != nullptr ? self->stream->lane : nullptr;
+    rec_.by = self;
+  }
+  return !nobody_;
+}
+
+void WaitNote::end() {
   finish();
   t_notes = outer_;  // notes end in the reverse order of their construction
 }
@@ -75,6 +94,7 @@ void WaitNote::with_list(F&& f) {
 void WaitNote::link_record() {
   with_list([this](WaitRecord*& list) { link_wait(list, &rec_); });
   linked_ = true;
+  was_linked_ = true;
 }
 
 void WaitNote::unlink_record() {
@@ -83,20 +103,20 @@ void WaitNote::unlink_record() {
 }
 
 void WaitNote::link() {
-  if (!tracked() || linked_) return;
+  if (engine_ == nullptr || linked_ || !resolve()) return;
   link_record();
   // The thread's outer group waits, suspended while this one lasts (a task run on top of
   // them while they helped): they cannot return before it does. Only this thread touches
-  // its notes' linked_ and linked_by_.
+  // its notes' state (linked_, linked_by_, what resolve() sets).
   for (WaitNote* n = outer_; n != nullptr; n = n->outer_)
-    if (n->lazy_ && !n->linked_) {
+    if (n->lazy_ && !n->linked_ && n->resolve()) {
       n->link_record();
       n->linked_by_ = this;
     }
 }
 
 void WaitNote::unlink() {
-  if (!tracked() || !linked_) return;
+  if (engine_ == nullptr || !linked_) return;
   for (WaitNote* n = outer_; n != nullptr; n = n->outer_)
     if (n->linked_by_ == this) {
       n->unlink_record();
@@ -111,9 +131,7 @@ bool WaitNote::reached() const {
   return rec_.stream->reached(rec_.target, rec_.is_id);
 }
 
-bool WaitNote::finish() {
-  if (!tracked() || finished_) return false;
-  finished_ = true;
+bool WaitNote::finish_linked() {
   unlink();
   // Read once unlinked: the flag is set only under the list's lock while the record is
   // linked, so the unlink's lock orders every store before this load.

@@ -121,11 +121,14 @@ class Waits {
 //
 // Object, stream and instruction waits are noted from construction to finish(). A task
 // group's wait is noted only while it blocks (link() / unlink(), from its BlockWatch):
-// fork-join code waits for groups millions of times and almost never blocks. So that a
-// thread's outer group waits are in the graph while an inner wait of the same thread is —
-// a task run on top of an outer wait while it helps keeps that wait from returning — each
-// note is on a thread-local stack, and a note that is linked also links the outer group
-// waits that are not (and unlinks them when it is unlinked).
+// fork-join code waits for groups millions of times and almost never blocks, so such a note
+// costs a few stores until then. It only keeps what the thread's frames were at the wait
+// (the callback frames and the running group task, both on the stack below the wait) and
+// works out who waits from them the first time it is linked (resolve()). So that a thread's
+// outer group waits are in the graph while an inner wait of the same thread is — a task
+// run on top of an outer wait while it helps keeps that wait from returning — each note is
+// on a thread-local stack, and a note that is linked also links the outer group waits that
+// are not (and unlinks them when it is unlinked).
 class WaitNote {
  public:
   // fl_stream_synchronize / fl_instr_wait_for: stream `s` reaching `target` (a completion
@@ -135,26 +138,36 @@ class WaitNote {
   WaitNote(Engine& e, Instr* self, Instr* on, uint64_t obj);
   // fl_task_group_wait(_for), fl_task_group_destroy: group `g` (of engine `e`); noted while
   // it blocks.
-  WaitNote(Engine& e, Instr* self, const char* call, const EngineTaskGroup* g);
-  ~WaitNote();
+  WaitNote(Engine& e, const char* call, const EngineTaskGroup* g);
+  ~WaitNote() {
+    if (engine_ != nullptr) end();
+  }
   WaitNote(const WaitNote&) = delete;  // linked into a list by address
   WaitNote& operator=(const WaitNote&) = delete;
 
-  // Whether anyone tracked waits (the note does something).
-  bool tracked() const { return engine_ != nullptr; }
   // What the wait sleeps on besides its target: set when drain or destroy gives it up.
-  const std::atomic<bool>* cancel_flag() const { return tracked() ? &rec_.cancelled : nullptr; }
+  const std::atomic<bool>* cancel_flag() const { return engine_ != nullptr ? &rec_.cancelled : nullptr; }
   // A group wait's blocking begins / ends (BlockWatch::blocking).
   void link();
   void unlink();
   // Ends the note; true when drain or destroy gave the wait up (it was on a wait cycle) and
   // its target has not been reached. The flag is read under the list's lock, where it is set.
-  bool finish();
+  // A note never linked was never given up: that is decided without a call.
+  bool finish() {
+    if (engine_ == nullptr || finished_) return false;
+    finished_ = true;
+    return was_linked_ && finish_linked();
+  }
   // "'x' (#3, lane 1, host)" or "a task of task group 0x..": who waits, for messages.
   std::string waiter() const;
 
  private:
   void init(Engine& e, Instr* self);
+  // A group wait, the first time it is linked: who waits (from the frames kept at the
+  // wait). False when nobody does (a thread of the program's): the note is never linked.
+  bool resolve();
+  bool finish_linked();
+  void end();  // finish() and off the thread's stack
   // Runs f(list head) under the lock of the note's list.
   template <class F>
   void with_list(F&& f);
@@ -162,13 +175,20 @@ class WaitNote {
   void unlink_record();
   bool reached() const;
 
-  Engine* engine_ = nullptr;  // null: untracked
+  Engine* engine_ = nullptr;  // null: untracked (and not on the thread's stack)
   Lane* lane_ = nullptr;      // the list: a lane's, or (null) the engine's loose waits
-  bool lazy_ = false;         // a group wait: linked while it blocks
+  // A group wait: the thread's callback frames and running group task at the wait, read by
+  // resolve() (both outlive the wait: they are below it on the thread's stack).
+  const void* context_ = nullptr;
+  const void* running_ = nullptr;
+  bool lazy_ = false;        // a group wait: linked while it blocks
+  bool resolved_ = false;    // who waits is known (always, but for a lazy note not yet linked)
+  bool nobody_ = false;      // resolved: nobody waits (a lazy note of a thread of the program's)
   bool linked_ = false;
+  bool was_linked_ = false;  // linked at some point: finish() reads the cancel flag
   bool finished_ = false;
-  WaitNote* outer_ = nullptr;         // the thread's stack of notes
-  WaitNote* linked_by_ = nullptr;     // an inner note that linked this one (a group wait)
+  WaitNote* outer_ = nullptr;      // the thread's stack of notes
+  WaitNote* linked_by_ = nullptr;  // an inner note that linked this one (a group wait)
   WaitRecord rec_;
 };
 

@@ -28,25 +28,33 @@ bool Latch::wait(const Deadline& deadline, BlockWatch* watch) {
       cpu_relax();
     }
   }
-  if (watch == nullptr) return sched::wait([this] { return done(); }, [this](const Deadline& d) { block(d, nullptr); }, deadline);
-  sched::wait([this, watch] { return done() || watch->stopped(); },
-              [this, watch](const Deadline& d) {
-                watch->blocking(true);
-                block(d, watch);
-                watch->blocking(false);
-              },
-              deadline);
-  return done();
+  // What the wait saw, never a fresh look once it stops: a group's latch starts a new round
+  // when a task is spawned into the group after the count reached zero, and a wait that saw
+  // zero (in a poll, or in block()) has reached its target even if the count is up again
+  // by the time it returns. (Looking again answered FL_ERR_TIMEOUT to untimed waits.)
+  bool reached = false;
+  sched::wait(
+      [this, watch, &reached] {
+        reached = reached || done();
+        return reached || (watch != nullptr && watch->stopped());
+      },
+      [this, watch, &reached](const Deadline& d) {
+        if (watch != nullptr) watch->blocking(true);
+        if (block(d, watch)) reached = true;
+        if (watch != nullptr) watch->blocking(false);
+      },
+      deadline);
+  return reached;
 }
 
-void Latch::block(const Deadline& deadline, const BlockWatch* watch) {
+bool Latch::block(const Deadline& deadline, const BlockWatch* watch) {
   auto* word = reinterpret_cast<std::atomic<uint32_t>*>(&count_);
   int64_t v = count_.load(std::memory_order_acquire);  // pairs with count_down()
   for (;;) {
-    if ((v & kCountMask) == 0) return;
+    if ((v & kCountMask) == 0) return true;
     // Given up (wake() follows the stop flag's store; a wake-up that comes between this
     // check and the sleep below is lost, and the layer above repeats it: see BlockWatch).
-    if (watch != nullptr && watch->stopped()) return;
+    if (watch != nullptr && watch->stopped()) return false;
     if ((v & kSleeper) == 0) {
       // Announce a sleeper so that the final count_down() issues the FUTEX_WAKE. acquire
       // on failure too: a failed CAS may read the final count.
@@ -60,7 +68,7 @@ void Latch::block(const Deadline& deadline, const BlockWatch* watch) {
       futex_wait(word, uint32_t(uint64_t(v)));
     } else {
       int64_t left = deadline.remaining_ns();
-      if (left == 0) return;
+      if (left == 0) return false;
       futex_wait_for(word, uint32_t(uint64_t(v)), left);
     }
     v = count_.load(std::memory_order_acquire);  // pairs with count_down()

@@ -53,9 +53,10 @@ class Latch {
   void count_down(int64_t n);  // n counts at once (n >= 1), same rules as count_down()
   void wait() { (void)wait(Deadline::forever()); }
   // As wait(), giving up once `deadline` passes, or once watch->stop is set (when `watch` is
-  // given; it is told when the wait blocks); returns done(). A waiter that gave up may leave
-  // the sleeper bit set: the final count_down() then makes one wake-up call for nobody, and
-  // rearm() clears it.
+  // given; it is told when the wait blocks); returns whether it saw the count at zero (a
+  // reused latch may be counting again by the time it returns). A waiter that gave up may
+  // leave the sleeper bit set: the final count_down() then makes one wake-up call for
+  // nobody, and rearm() clears it.
   bool wait(const Deadline& deadline, BlockWatch* watch = nullptr);
   // Wakes every thread sleeping in wait() so that it looks at its watch's stop flag again.
   // Reads no memory of the latch (a FUTEX_WAKE hashes the address).
@@ -77,8 +78,9 @@ class Latch {
  private:
   static constexpr int64_t kSleeper = int64_t(1) << 62;
   static constexpr int64_t kCountMask = kSleeper - 1;
-  // Sleeps until the count is zero, `deadline` passes or `watch` (may be null) is stopped.
-  [[gnu::cold]] void block(const Deadline& deadline, const BlockWatch* watch);
+  // Sleeps until the count is zero (returns true: it saw zero), `deadline` passes or
+  // `watch` (may be null) is stopped (false).
+  [[gnu::cold]] bool block(const Deadline& deadline, const BlockWatch* watch);
   std::atomic<int64_t> count_;
 };
 

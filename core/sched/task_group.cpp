@@ -145,6 +145,10 @@ fl_status_t TaskGroup::wait(std::string* message, const Deadline& deadline, Bloc
       return FL_ERR_CANCELLED;
     }
   }
+  return result(message);
+}
+
+fl_status_t TaskGroup::result(std::string* message) {
   latch_.rearm();
   // Fast path, no failure: a failure recorded concurrently (by a task spawned meanwhile from
   // another thread) is left to the next wait. The record itself is read under the lock.

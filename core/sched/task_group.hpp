@@ -48,6 +48,10 @@ class TaskGroup {
   // when given, is told when the wait blocks: latch.hpp): the tasks go on, and a failure
   // stays for the next wait.
   fl_status_t wait(std::string* message, const Deadline& deadline = Deadline::forever(), BlockWatch* watch = nullptr);
+  // The end of a wait that saw the group idle (wait() calls it then): rearms the latch and
+  // returns FL_OK or the first failure, as wait() does. For a caller that saw idle() true
+  // since its wait began.
+  fl_status_t result(std::string* message);
   // Wakes the threads blocked in wait() so that they look at their watch's stop flag.
   void wake_waiters() { latch_.wake(); }
 

@@ -169,6 +169,70 @@ TEST(TaskGroupRaces, SpawnsFromSeveralThreadsAndTasksWhileAnotherThreadWaits) {
   EXPECT_FL_OK(fl_task_group_destroy(c.g));
 }
 
+// A task of another group waits for `g` again and again (its waits are the engine's: in
+// the wait-for graph while they block) until `stop`, while a program thread spawns into `g`
+// a task at a time, each as soon as the previous one's cleanup ran: the group's count
+// reaches zero and goes up again about when the waiter sees it reach zero.
+struct RoundWaiter {
+  fl_task_group_t* g = nullptr;
+  std::atomic<bool> stop{false}, ending{false};
+  std::atomic<int> waits{0}, bad{0}, cleaned{0};
+  std::string first_bad;  // written once, by the waiting task, before `bad` is raised
+};
+
+fl_status_t round_waiter(void* ud) {
+  auto* w = static_cast<RoundWaiter*>(ud);
+  while (!w->stop.load()) {
+    fl_status_t st = fl_task_group_wait(w->g);
+    ++w->waits;
+    if (st != FL_OK && w->bad.load() == 0) {
+      w->first_bad = std::string(fl_status_name(st)) + ": " + fl_last_error_message();
+      ++w->bad;
+    }
+  }
+  return FL_OK;
+}
+
+// Every untimed wait of the task returns FL_OK: a wait that saw the count reach zero has
+// reached its target, even if the next round's task is spawned before it returns. (A wait
+// that looked at the count again before it returned answered FL_ERR_TIMEOUT then: once in
+// about 300 runs of 20000 rounds; the window is a few instructions wide.)
+TEST(TaskGroupRaces, ATaskWaitingForAGroupOthersSpawnIntoNeverTimesOut) {
+  EngineFixture f(2, 4);
+  RoundWaiter w;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &w.g));
+  fl_task_group_t* outer = nullptr;
+  ASSERT_FL_OK(fl_task_group_create(f.engine, &outer));
+  ASSERT_FL_OK(fl_task_group_spawn(outer, &round_waiter, &w, nullptr));
+  const int n = int(fl_scaled(5000, 1000));  // rounds (slow on a loaded machine: three threads poll)
+  int spawned = 0;
+  bool stuck = false;  // no ASSERT before `stop` is set: the waiting task would go on
+  for (int k = 0; k < n && w.bad.load() == 0 && !stuck; ++k) {
+    fl_status_t st = fl_task_group_spawn(w.g, [](void*) { return FL_OK; }, &w, [](void* p) {
+      auto* rw = static_cast<RoundWaiter*>(p);
+      ++rw->cleaned;
+      rw->ending.store(true);  // the task's count is dropped right after this
+    });
+    EXPECT_FL_OK(st);
+    if (st != FL_OK) break;
+    ++spawned;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (unsigned spins = 1; !w.ending.exchange(false) && !stuck; ++spins)
+      if (spins % 64 == 0) {
+        stuck = Clock::now() > deadline;
+        std::this_thread::yield();
+      }
+  }
+  EXPECT_FALSE(stuck) << "a task of the group did not end within 60 s";
+  w.stop = true;
+  EXPECT_FL_OK(fl_task_group_wait(outer));
+  EXPECT_FL_OK(fl_task_group_wait(w.g));
+  EXPECT_EQ(w.bad.load(), 0) << "first: " << w.first_bad << " (of " << w.waits.load() << " waits)";
+  EXPECT_EQ(w.cleaned.load(), spawned);
+  EXPECT_FL_OK(fl_task_group_destroy(outer));
+  EXPECT_FL_OK(fl_task_group_destroy(w.g));
+}
+
 fl_status_t storm_failing(void* ud) {
   ++static_cast<GroupStorm*>(ud)->ran;
   return FL_ERR_INSTRUCTION_FAILED;
