@@ -53,6 +53,8 @@ namespace {
 
 constexpr size_t kSignatureCell = 256;  // bytes per rank in a mismatch's exchange
 
+struct Req;
+
 struct State {
   MPI_Comm data = MPI_COMM_NULL, ctl = MPI_COMM_NULL;
   int rank = 0, nranks = 1;
@@ -60,12 +62,20 @@ struct State {
   int tag_ub = 32767;
   std::mutex mu;
   uint64_t next_data_seq = 1;  // strict: data operations are issued in sequence order (under mu)
+  bool data_mismatched = false;  // strict: a check found a mismatch, no data is issued (under mu)
   // A check found a mismatch at this sequence number: the data operations of that collective
   // and of later ones are never tested (earlier ones matched: they complete as usual). Open MPI 4.1 raises the errors of nonblocking collectives on
   // MPI_COMM_WORLD's error handler, whatever the communicator's (measured: MPI_ERR_TRUNCATE
   // of mismatched counts ended the job through MPI_ERRORS_ARE_FATAL), and MPI cannot cancel
   // them: they are left to MPI, which still progresses them.
   std::atomic<uint64_t> abandoned_from{UINT64_MAX};
+  // Collectives the engine is done with whose MPI requests are still active (see
+  // keep_or_delete): MPI may still write their buffers, and the communicators cannot be
+  // freed under them. Under orphans_mu; orphan_count mirrors the size for a lock-free look
+  // (relaxed: a stale zero only delays a sweep to the next test).
+  std::mutex orphans_mu;
+  std::vector<std::unique_ptr<Req>> orphans;
+  std::atomic<size_t> orphan_count{0};
 };
 
 struct Req {
@@ -209,13 +219,18 @@ void issue_data(Req& r) {
   if (r.data.empty()) r.data_done = true;
 }
 
-// Strict mode: issues r's data operations if the check agreed and every earlier
-// collective's were issued (or never will be: they mismatched or were skipped).
-void strict_issue(Req& r, bool agreed) {
+// Strict mode: issues r's data operations if the check agreed, every earlier collective's
+// were issued (or never will be: they were skipped or mismatched), and none mismatched.
+// Every rank sees the same check results in the same order, so every rank decides the same
+// for every collective: after a mismatch at seq k no rank issues the data of seq k or later
+// (issued on some ranks only, they would stay pending, and MPI would write their buffers
+// after the engine had failed them: measured, a heap corruption at MPI_Finalize).
+void strict_issue(Req& r, bool agreed, bool mismatch) {
   State& st = *r.st;
   std::lock_guard<std::mutex> lk(st.mu);
   if (st.next_data_seq != r.seq) return;  // an earlier one first (tested before this one)
-  if (agreed) issue_data(r);
+  st.data_mismatched = st.data_mismatched || mismatch;
+  if (agreed && !st.data_mismatched) issue_data(r);
   else r.data_issued = r.data_done = true;  // nothing moves
   ++st.next_data_seq;
 }
@@ -352,15 +367,63 @@ std::string poll(Req& r) {
   return "";
 }
 
+// Whether MPI still holds an active request of r: it may still write r's buffers (the
+// check's ctl_out, the signature cells, scratch and staging), and progresses it on r's
+// communicators.
+bool in_use(const Req& r) {
+  return (!r.ctl_done && r.ctl != MPI_REQUEST_NULL) || (r.sig_started && !r.sig_done) || (r.data_issued && !r.data_done);
+}
+
+// Called under the gate with MPI not finalized: tests the orphans' checks and signature
+// messages (they complete once every rank issued theirs) and deletes the orphans MPI is done
+// with. An orphan's data operations are never tested: they belong to a collective at or
+// after a mismatch (State::abandoned_from), which MPI may never complete, or fail on
+// MPI_COMM_WORLD's error handler.
+void sweep_orphans(State& st) {
+  std::lock_guard<std::mutex> lk(st.orphans_mu);
+  auto& v = st.orphans;
+  for (auto& o : v) {
+    int flag = 0;
+    if (!o->ctl_done && o->ctl != MPI_REQUEST_NULL)
+      o->ctl_done = MPI_Test(&o->ctl, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0;
+    if (o->sig_started && !o->sig_done)
+      o->sig_done = MPI_Testall(int(o->sig.size()), o->sig.data(), &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || flag != 0;
+  }
+  v.erase(std::remove_if(v.begin(), v.end(), [](const std::unique_ptr<Req>& o) { return !in_use(*o); }), v.end());
+  st.orphan_count.store(v.size(), std::memory_order_relaxed);
+}
+
+// The engine is done with r. Deleted unless MPI still holds one of its requests (a
+// collective abandoned after a mismatch, or the mismatched one's data operations under
+// `alongside`): then it is kept, with its buffers, until MPI is done with it (sweep_orphans),
+// or for good. Deleting it wrote MPI's late results into freed memory, and freeing the
+// communicators under it crashed Open MPI's progress in a later MPI call (measured: 8 of 40
+// runs of mpi.mismatch segfaulted in mca_pml_ob1_isend under a later MPI_Allreduce).
+void keep_or_delete(State& st, Req* r, bool mpi_gone) {
+  if (mpi_gone || !in_use(*r)) {
+    delete r;
+    return;
+  }
+  std::lock_guard<std::mutex> lk(st.orphans_mu);
+  try {
+    st.orphans.emplace_back(r);
+  } catch (const std::bad_alloc&) {  // r is left to MPI for good: leaked, never freed under it
+  }
+  st.orphan_count.store(st.orphans.size(), std::memory_order_relaxed);
+}
+
 fl_status_t test(void* state, void* request, int32_t* done, char* msg, uint64_t size) {
   auto* st = static_cast<State*>(state);
   auto* r = static_cast<Req*>(request);
   *done = 0;
   fl_status_t fail = FL_OK;
   std::string text;
+  bool mpi_gone = false;
   {
     GateLock gate;
-    if (finalized()) {  // nothing can be tested any more: forget it
+    mpi_gone = finalized();
+    if (!mpi_gone && st->orphan_count.load(std::memory_order_relaxed) != 0) sweep_orphans(*st);
+    if (mpi_gone) {  // nothing can be tested any more: forget it
       *done = 1;
       fail = FL_ERR_INSTRUCTION_FAILED;
       text = "MPI_Finalize was called while collective seq " + std::to_string(r->seq) + " was in flight";
@@ -375,7 +438,7 @@ fl_status_t test(void* state, void* request, int32_t* done, char* msg, uint64_t 
       const bool mismatch = checked && r->ctl_done && r->ctl_out[0] != -r->ctl_out[1];
       const int64_t skipped_by = checked && r->ctl_done ? r->ctl_out[2] : INT64_MAX;
       if (r->ctl_done && !r->data_issued && r->error.empty()) {
-        strict_issue(*r, !mismatch && skipped_by == INT64_MAX);
+        strict_issue(*r, !mismatch && skipped_by == INT64_MAX, mismatch);
         // Tested at once: the peers may have issued theirs already (a small one then completes
         // in this call instead of the next round).
         if (r->data_issued && !r->data_done) r->error = poll(*r);
@@ -414,7 +477,7 @@ fl_status_t test(void* state, void* request, int32_t* done, char* msg, uint64_t 
   if (*done != 0) {
     if (fail == FL_OK && !r->reported)
       for (const Req::Copy& c : r->after) std::memcpy(c.to, c.from, c.bytes);
-    delete r;
+    keep_or_delete(*st, r, mpi_gone);
   }
   return fail;
 }
@@ -424,11 +487,33 @@ void abort_fn(void*, const char*) {
   // tested until done. Nothing to do here.
 }
 
+// What destroy cannot free while MPI still runs operations on it: kept reachable, for good.
+struct Kept {
+  std::mutex mu;
+  std::vector<std::unique_ptr<State>> states;
+};
+Kept& kept() {
+  static auto* k = new Kept();  // never destroyed: MPI may write the orphans' buffers until exit
+  return *k;
+}
+
 void destroy(void* state) {
   auto* st = static_cast<State*>(state);
   {
     GateLock gate;
     if (!finalized()) {
+      sweep_orphans(*st);
+      if (st->orphan_count.load(std::memory_order_relaxed) != 0) {
+        // Open MPI progresses a pending operation on a freed communicator and crashes: the
+        // communicators and the orphans' buffers stay for the life of the process (a few
+        // hundred bytes per collective left behind by a mismatch).
+        std::lock_guard<std::mutex> lk(kept().mu);
+        try {
+          kept().states.emplace_back(st);
+        } catch (const std::bad_alloc&) {  // leaked all the same
+        }
+        return;
+      }
       MPI_Comm_free(&st->data);
       MPI_Comm_free(&st->ctl);
     }

@@ -9,6 +9,7 @@
 //                 seq 5 works
 //   mismatch      the last rank all-reduces 5 elements at seq 3, the others 4: every rank fails
 //                 naming both signatures and the rank; the communicator is broken after
+//                 (6 rounds: nothing writes a buffer of theirs after its collective ended)
 //   mismatch_late rank 0 submits seq 2 only after seq 1's mismatch failed, the others at once
 //                 (their seq 2 check is on `ctl` before the signature exchange, rank 0's never
 //                 is): the explanations still match up, and nothing corrupts MPI
@@ -288,23 +289,40 @@ void skip() {
   fl_object_release(bad);
 }
 
-void mismatch() {
+void mismatch_round(int round) {
   Rank k;
   std::vector<std::vector<int32_t>> b(5, std::vector<int32_t>(5, 1));
   const bool odd = g_rank == g_size - 1;
+  const std::string in = " (round " + std::to_string(round) + ")";
   fl_instr_id ids[4];
   for (int s = 0; s < 4; ++s)
     ids[s] = k.submit({part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, b[s].data(), b[s].data(), s == 2 && odd ? 5 : 4)});
-  check_ok(k.wait(ids[1]), "seq 2");
+  check_ok(k.wait(ids[1]), "seq 2" + in);
   const std::string last = "rank " + std::to_string(g_size - 1) + " issued all_reduce(int32, sum, count=5)";
-  check_err(k.wait(ids[2]), FL_ERR_INSTRUCTION_FAILED, last, "seq 3 mismatched");
-  check_err(k.wait(ids[2]), FL_ERR_INSTRUCTION_FAILED, "issued all_reduce(int32, sum, count=4)", "seq 3 mismatched");
+  check_err(k.wait(ids[2]), FL_ERR_INSTRUCTION_FAILED, last, "seq 3 mismatched" + in);
+  check_err(k.wait(ids[2]), FL_ERR_INSTRUCTION_FAILED, "issued all_reduce(int32, sum, count=4)", "seq 3 mismatched" + in);
   // Seq 4 was started with seq 3: it fails with it, or completed before (strict: it agreed).
   const fl_status_t s4 = k.wait(ids[3]);
-  check(s4 == FL_ERR_CANCELLED || s4 == FL_OK, std::string("seq 4 in flight at the mismatch: ") + fl_status_name(s4));
-  const fl_instr_id s5 = k.submit({part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, b[3].data(), b[3].data(), 4)});
-  check_err(k.wait(s5), FL_ERR_CANCELLED, "the communicator is broken", "seq 5 after the mismatch");
+  check(s4 == FL_ERR_CANCELLED || s4 == FL_OK, std::string("seq 4 in flight at the mismatch: ") + fl_status_name(s4) + in);
+  const fl_instr_id s5 = k.submit({part(FL_COLL_ALL_REDUCE, FL_DTYPE_INT32, b[4].data(), b[4].data(), 4)});
+  check_err(k.wait(s5), FL_ERR_CANCELLED, "the communicator is broken", "seq 5 after the mismatch" + in);
   (void)fl_engine_synchronize_for(k.engine, kWaitNs);
+  // A failed collective's buffers are the caller's again: nothing may write them any more,
+  // whatever MPI still has pending (MPI drives every pending operation in any call).
+  const std::vector<int32_t> sentinel(5, -7);
+  for (int s = 2; s < 5; ++s) b[size_t(s)] = sentinel;
+  for (int i = 0; i < 20; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int s = 2; s < 5; ++s)
+    check(b[size_t(s)] == sentinel, "seq " + std::to_string(s + 1) + "'s buffer written after it ended" + in);
+}
+
+// Rounds of it, each on a fresh engine and communicator (the buffers are freed between
+// them): a write after a failure corrupts the heap, caught by a later allocation or by MPI.
+void mismatch() {
+  for (int round = 0; round < 6; ++round) mismatch_round(round);
 }
 
 // The signature exchange of a mismatch, issued on whichever thread tests, against the next
