@@ -25,10 +25,18 @@
 // kBusy after that change (MPI's non-blocking collectives advance only while someone tests
 // them: a 4 MiB all-reduce is a millisecond of rounds); then it sleeps kSleepMin doubling to
 // kSleepMax between rounds while outcomes are awaited (only kZombieSleep when what is left
-// has been delivered already), and parks on a futex when nothing is outstanding. While a waiting program thread drives the rounds (one within
-// kStandBack), the thread stands back: it sleeps instead of spinning, so that on a machine
-// with few cores the waiter and the peers' threads get them. Its sleeps are futex waits on
-// `epoch`, so a new request or a state change (progress_add, progress_wake) cuts them short.
+// has been delivered already), and parks on a futex when nothing is outstanding. While a
+// program thread drives the rounds (one within kStandBack), the thread stands back: it naps
+// instead of spinning, so that on a machine with few cores the waiter and the peers' threads
+// get them, and a new request does not wake a napping thread (the driver tests it; measured,
+// 2 ranks on 2 cores: each wake-up was a context switch taken from a waiter). A waiting
+// thread that stops polling (progress_leave: its wait returns, or it goes to sleep) wakes a
+// napping thread if outcomes are still awaited. Its sleeps are futex waits on `epoch`, so a
+// new request (unless it naps) or a state change (progress_add, progress_wake) cuts them short.
+//
+// The leave pair (seq_cst both sides): a leaver increments `leaves`, then loads `sleeping`;
+// the thread stores kNapping, then loads `leaves`. Either the thread sees the leave and does
+// not nap, or the leaver sees the nap and ends it.
 //
 // The wake-up protocol (a store-load pair, both sides seq_cst): a waker publishes its
 // request (the counts `incoming_count` and `live`, under `mu`), then loads `sleeping`; the
@@ -53,8 +61,9 @@ constexpr int64_t kSpinNs = 50'000;
 constexpr int64_t kSleepMinNs = 10'000;
 constexpr int64_t kSleepMaxNs = 200'000;
 constexpr int64_t kZombieSleepNs = 10'000'000;
-constexpr int64_t kStandBackNs = 30'000;
+constexpr int64_t kStandBackNs = 100'000;
 constexpr int64_t kBusyNs = 2'000'000;
+constexpr uint32_t kAwake = 0, kNapping = 1, kAsleep = 2;
 
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
@@ -79,7 +88,7 @@ struct Progress {
   // outcome is not delivered: what the thread's sleep decides on (the protocol at the top).
   std::atomic<uint64_t> live{0};
   std::atomic<uint64_t> awaited{0};
-  std::atomic<bool> sleeping{false};
+  std::atomic<uint32_t> sleeping{kAwake};
   std::atomic<uint32_t> epoch{0};
 
   // The round's try-lock: exchange(acquire) takes it, store(release) lets go; the pair hands
@@ -91,6 +100,8 @@ struct Progress {
   // round last moved (now_ns): hints for the thread's back-off only.
   std::atomic<uint64_t> helps{0};
   std::atomic<int64_t> moved_at{0};
+  // Waits that stopped polling (progress_leave): with `sleeping`, the leave pair at the top.
+  std::atomic<uint64_t> leaves{0};
 };
 
 Progress& progress() {
@@ -100,7 +111,7 @@ Progress& progress() {
 
 void wake(Progress& p) {
   // seq_cst: the load side of the store-load pair described at the top.
-  if (p.sleeping.load(std::memory_order_seq_cst)) {
+  if (p.sleeping.load(std::memory_order_seq_cst) == kAsleep) {
     p.epoch.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&p.epoch, 1);
   }
@@ -250,18 +261,19 @@ bool drive(Progress& p, bool* took) {
 void run() {
   Progress& p = progress();
   int64_t sleep_ns = kSleepMinNs;
-  uint64_t helps_seen = 0;
+  uint64_t helps_seen = 0, leaves_seen = 0;
   int64_t helps_changed_at = 0;
   for (;;) {
     bool took = false;
     if (drive(p, &took)) sleep_ns = kSleepMinNs;
-    // Relaxed loads: hints; a stale value costs one round of spinning or one short sleep.
+    // Relaxed loads: hints; a stale value costs one round of spinning or one nap.
     const int64_t now = now_ns();
     const int64_t still = now - p.moved_at.load(std::memory_order_relaxed);
     if (const uint64_t h = p.helps.load(std::memory_order_relaxed); h != helps_seen) {
       helps_seen = h;
       helps_changed_at = now;
     }
+    leaves_seen = p.leaves.load(std::memory_order_relaxed);
     const bool helped = !took || now - helps_changed_at < kStandBackNs;
     if (!helped && still < kSpinNs) {
       cpu_relax();
@@ -273,19 +285,25 @@ void run() {
     }
     // Sleep (or park): announce it, then look for new work once more (the pair at the top).
     const uint32_t e = p.epoch.load(std::memory_order_seq_cst);
-    p.sleeping.store(true, std::memory_order_seq_cst);
+    p.sleeping.store(kAsleep, std::memory_order_seq_cst);
     if (p.incoming_count.load(std::memory_order_seq_cst) == 0) {
       // seq_cst: the load side of the store-load pair at the top (with progress_add's increments).
       const bool awaited = p.awaited.load(std::memory_order_seq_cst) != 0;
-      if (p.live.load(std::memory_order_seq_cst) == 0)  // seq_cst: the same pair
+      if (p.live.load(std::memory_order_seq_cst) == 0) {  // seq_cst: the same pair
         futex_wait(&p.epoch, e);
-      else if (helped)
-        futex_wait_for(&p.epoch, e, kStandBackNs);
-      else
+      } else if (helped) {
+        // A nap while a program thread drives: a new request does not wake it (the driver
+        // tests it), a waiter that stops with outcomes awaited does (the leave pair: the
+        // seq_cst store, then the load of `leaves`).
+        p.sleeping.store(kNapping, std::memory_order_seq_cst);
+        if (p.leaves.load(std::memory_order_seq_cst) == leaves_seen || !awaited)
+          futex_wait_for(&p.epoch, e, kStandBackNs);
+      } else {
         futex_wait_for(&p.epoch, e, awaited ? sleep_ns : kZombieSleepNs);
-      if (awaited && !helped) sleep_ns = std::min(sleep_ns * 2, kSleepMaxNs);
+        if (awaited) sleep_ns = std::min(sleep_ns * 2, kSleepMaxNs);
+      }
     }
-    p.sleeping.store(false, std::memory_order_relaxed);
+    p.sleeping.store(kAwake, std::memory_order_relaxed);
   }
 }
 
@@ -322,6 +340,17 @@ bool progress_help() {
   p.helps.fetch_add(1, std::memory_order_relaxed);  // a hint: see run()
   bool took = false;
   return drive(p, &took);
+}
+
+void progress_leave() {
+  Progress& p = progress();
+  // seq_cst: the store side of the leave pair at the top (the thread's load of `leaves` after
+  // its store of kNapping).
+  p.leaves.fetch_add(1, std::memory_order_seq_cst);
+  if (p.sleeping.load(std::memory_order_seq_cst) == kNapping && p.awaited.load(std::memory_order_relaxed) != 0) {
+    p.epoch.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&p.epoch, 1);
+  }
 }
 
 }  // namespace flowlane::comm::transport_internal

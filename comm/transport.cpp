@@ -198,7 +198,9 @@ Communicator* create_transport(Engine* e, const fl_comm_desc_t& d, const fl_comm
   check_desc(*e, d);
   const Settings settings = read_settings();
   const char* name = transport_internal::intern_name(t.name);
-  core::set_async_helper(&transport_internal::progress_help);  // waits on collective streams drive progress
+  // Waits on collective streams drive the progress.
+  static constexpr core::AsyncHelper kHelper{&transport_internal::progress_help, &transport_internal::progress_leave};
+  core::set_async_helper(&kHelper);
   auto c = std::make_shared<TransportComm>(e, d, t, name, settings);  // its destructor calls t.destroy
   *owned = false;
   return enroll(std::move(c), settings);

@@ -78,7 +78,11 @@ void progress_add(Request r);
 // Wakes the progress thread (a communicator's state changed: it fails what is in flight).
 void progress_wake();
 // One round of progress on the calling thread, if no other thread is taking one (a program
-// thread's wait on a collective stream: core::set_async_helper). True when anything moved.
+// thread's wait on, or query of, a collective stream: core::set_async_helper). True when
+// anything moved.
 bool progress_help();
+// A waiting program thread stopped polling (core::Executor::help_leave): the thread takes
+// the rounds back at once.
+void progress_leave();
 
 }  // namespace flowlane::comm::transport_internal

@@ -302,20 +302,21 @@ namespace {
 FL_TLS thread_local Instr* t_help_target = nullptr;
 FL_TLS thread_local Lane* t_help_resumed = nullptr;
 
-std::atomic<AsyncHelper> g_async_helper{nullptr};
+std::atomic<const AsyncHelper*> g_async_helper{nullptr};
 
 }  // namespace
 
-void set_async_helper(AsyncHelper helper) {
-  g_async_helper.store(helper, std::memory_order_release);  // pairs with the acquire load in help_complete
+void set_async_helper(const AsyncHelper* helper) {
+  // release: pairs with the acquire loads in help_complete and help_leave.
+  g_async_helper.store(helper, std::memory_order_release);
 }
 
 bool Executor::help_complete(Stream* s, Instr* target) {
   if (s != nullptr && s->completes_async()) {
     if (in_any_engine_context()) return false;  // a callback's wait leaves it to the progress thread
     // acquire: pairs with the release store in set_async_helper.
-    AsyncHelper helper = g_async_helper.load(std::memory_order_acquire);
-    return helper != nullptr && helper();
+    const AsyncHelper* helper = g_async_helper.load(std::memory_order_acquire);
+    return helper != nullptr && helper->help();
   }
   DeviceBackend* dev = engine_.device();
   if (dev == nullptr || in_any_engine_context()) return false;
@@ -328,6 +329,12 @@ bool Executor::help_complete(Stream* s, Instr* target) {
     progress = true;
   }
   return progress;
+}
+
+void Executor::help_leave(const Stream* s) {
+  if (!s->completes_async() || in_any_engine_context()) return;  // help_complete did not poll it
+  // acquire: pairs with the release store in set_async_helper.
+  if (const AsyncHelper* helper = g_async_helper.load(std::memory_order_acquire)) helper->leave();
 }
 
 void Executor::resume(Lane* lane, Instr* succ) {

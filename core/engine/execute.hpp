@@ -97,6 +97,9 @@ class Executor {
   // (Lane::run_resumed_here), instead of being handed to a worker. True when anything
   // completed (or was delivered).
   bool help_complete(Stream* s, Instr* target);
+  // A program thread that polled s with help_complete stops (its wait returns, or it goes to
+  // sleep): for a COLLECTIVE stream, the async helper's owner takes the rounds back at once.
+  void help_leave(const Stream* s);
 
  private:
   void complete(Instr* i);
@@ -121,11 +124,16 @@ class Executor {
 };
 
 // The process's helper for asynchronous host instructions (the comm layer's progress round,
-// comm/progress.cpp), called by help_complete() on a program thread that waits on a host
-// COLLECTIVE stream; true when it delivered anything. Set once, before the first such
-// instruction is submitted; the store (release) pairs with help_complete()'s acquire load.
-using AsyncHelper = bool (*)();
-void set_async_helper(AsyncHelper helper);
+// comm/progress.cpp): `help` is called by help_complete() on a program thread that waits on
+// or queries a host COLLECTIVE stream, true when it delivered anything; `leave` by
+// help_leave() when such a wait stops polling. Set once, before the first such instruction
+// is submitted; the store (release) pairs with the acquire loads in help_complete() and
+// help_leave(). The struct outlives every engine.
+struct AsyncHelper {
+  bool (*help)();
+  void (*leave)();
+};
+void set_async_helper(const AsyncHelper* helper);
 
 // Marks i failed with `st` (its detail in i->error, which becomes the full message naming
 // i): the outcome complete() will publish. For the executing thread only.

@@ -17,7 +17,9 @@ bool Waits::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, c
     // A program thread polling: it may complete finished device work itself (help_complete).
     return i->engine->executor().help_complete(i->stream, i) && is_terminal(i->load_state());
   };
-  return sched::wait(done, [i, &done](const Deadline& d) {
+  Executor& ex = i->engine->executor();
+  const bool reached = sched::wait(done, [i, &done, &ex](const Deadline& d) {
+    ex.help_leave(i->stream);  // it stops polling: the helper's owner takes the rounds back
     // seq_cst increment, then the state load: the store–load pair with Executor::complete().
     i->sleepers.fetch_add(1, std::memory_order_seq_cst);
     for (;;) {
@@ -33,7 +35,9 @@ bool Waits::sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, c
       }
     }
     i->sleepers.fetch_sub(1, std::memory_order_relaxed);
-  }, deadline);
+  }, deadline, spin_budget(i->stream));
+  ex.help_leave(i->stream);
+  return reached;
 }
 
 namespace {

@@ -146,13 +146,22 @@ std::string WaitNote::waiter() const {
   return "a thread of the program";
 }
 
+int64_t Waits::spin_budget(const Stream* s) {
+  return s->completes_async() ? sched::async_spin_ns() : sched::caller_spin_ns();
+}
+
 bool Waits::wait_stream(Stream* s, uint64_t target, const Deadline& deadline, const std::atomic<bool>* cancelled) {
   // A program thread polling may complete finished device work itself (help_complete).
   sched::wait([s, target, cancelled] {
                 return s->reached(target, false) || given_up(cancelled) ||
                        (s->engine->executor().help_complete(s, nullptr) && s->reached(target, false));
               },
-              [s, target, cancelled](const Deadline& d) { s->wait_completed(target, d, cancelled); }, deadline);
+              [s, target, cancelled](const Deadline& d) {
+                s->engine->executor().help_leave(s);
+                s->wait_completed(target, d, cancelled);
+              },
+              deadline, spin_budget(s));
+  s->engine->executor().help_leave(s);
   return s->reached(target, false);
 }
 
@@ -274,7 +283,12 @@ fl_status_t Waits::wait_instr(Stream* s, fl_instr_id id, const Deadline& deadlin
                 return s->reached(id, true) || given_up(cancelled) ||
                        (s->engine->executor().help_complete(s, nullptr) && s->reached(id, true));
               },
-              [s, id, cancelled](const Deadline& d) { s->wait_completed_id(id, d, cancelled); }, deadline);
+              [s, id, cancelled](const Deadline& d) {
+                s->engine->executor().help_leave(s);
+                s->wait_completed_id(id, d, cancelled);
+              },
+              deadline, spin_budget(s));
+  engine_.executor().help_leave(s);
   if (ob) ob->on_wait(false, "fl_instr_wait_for");
   // Decided once the note has ended, as in synchronize(Stream*): a wait given up whose
   // target completed in the meantime reached it.

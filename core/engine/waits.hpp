@@ -90,6 +90,9 @@ class Waits {
   // Sleeps until i is terminal or *cancelled is set (by a thread that then wakes i's state
   // futex) or the deadline passes; returns false only on the deadline.
   static bool sleep_until_terminal(Instr* i, const std::atomic<bool>* cancelled, const Deadline& deadline);
+  // How long a program thread polls s before it sleeps (sched/pool.hpp): longer on a stream
+  // whose completions its polls drive (a collective's transport: help_complete).
+  static int64_t spin_budget(const Stream* s);
 
   // The engine's loose waits: waits of tasks of groups that no pending instruction owns
   // (WaitNote), the wait-for graph's edges out of those groups. Under loose_lock().

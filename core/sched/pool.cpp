@@ -219,6 +219,11 @@ int64_t caller_spin_ns() {
   return ns;
 }
 
+int64_t async_spin_ns() {
+  static const int64_t ns = std::max(caller_spin_ns(), env_count("FLOWLANE_ASYNC_WAIT_SPIN_NS", kAsyncSpinNs, 100'000'000));
+  return ns;
+}
+
 const void* Pool::current_owner() { return detail::t_pool_object != nullptr ? detail::t_pool_object->impl_->owner : nullptr; }
 
 int worker_index(const Pool& pool) {

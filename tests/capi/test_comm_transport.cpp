@@ -405,6 +405,35 @@ TEST(CommTransport, AProgramThreadsWaitDrivesTheProgressItself) {
   EXPECT_GE(ranks.group.ranks[0]->tests_on_only_thread.load(), 20u);
 }
 
+// A waiter that stops polling with the collective still in flight (its timed wait ends)
+// hands the rounds back: the progress thread, napping while the waiter drove, completes the
+// collective on its own once the peer joins, with no program thread calling in (the
+// transport's count of outstanding requests is watched without any flowlane call).
+TEST(CommTransport, AWaiterThatStopsHandsTheRoundsBackToTheProgressThread) {
+  Ranks ranks(2);
+  for (int k = 0; k < 5; ++k) {
+    std::vector<int64_t> b0(4, 1), b1(4, 2);
+    fl_coll_part_t p0 = allreduce(b0), p1 = allreduce(b1);
+    fl_collective_instr_t in = FL_COLLECTIVE_INSTR_INIT;
+    in.num_parts = 1;
+    in.flags = FL_SUBMIT_INLINE;
+    in.parts = &p0;
+    fl_instr_id id0 = 0, id1 = 0;
+    ASSERT_FL_OK(fl_submit_collective(coll_of(ranks.engines[0], 1), ranks.comms[0], &in, &id0));
+    // Rank 1 has not joined: the wait polls (driving the rounds), then gives up.
+    EXPECT_EQ(fl_instr_wait_for(coll_of(ranks.engines[0], 1), id0, 3'000'000ull), FL_ERR_TIMEOUT);
+    in.parts = &p1;
+    ASSERT_FL_OK(fl_submit_collective(coll_of(ranks.engines[1], 1), ranks.comms[1], &in, &id1));
+    const auto until = fltest::Clock::now() + std::chrono::seconds(10);
+    auto landed = [&] { return ranks.group.outstanding.load() == 0; };  // both requests tested done
+    while (!landed() && fltest::Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    EXPECT_TRUE(landed()) << "round " << k << ": nothing tested the collective after its waiter left";
+    EXPECT_FL_OK(fl_instr_wait_for(coll_of(ranks.engines[0], 1), id0, kWaitNs));
+    EXPECT_FL_OK(fl_instr_wait_for(coll_of(ranks.engines[1], 1), id1, kWaitNs));
+    EXPECT_EQ(b0, std::vector<int64_t>(4, 3));
+  }
+}
+
 // So does a program thread polling with fl_instr_query (as MPI_Test does): a poll loop
 // completes the collective it polls for (on the old code it polled until the deadline).
 TEST(CommTransport, AProgramThreadsQueryDrivesTheProgressItself) {
