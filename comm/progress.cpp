@@ -348,7 +348,7 @@ void progress_leave() {
   // its store of kNapping).
   p.leaves.fetch_add(1, std::memory_order_seq_cst);
   if (p.sleeping.load(std::memory_order_seq_cst) == kNapping && p.awaited.load(std::memory_order_relaxed) != 0) {
-    // seq_cst: as in wake(), the futex wait returns at once if epoch moved since its read.
+    // seq_cst: the store side of wake()'s store-load pair (the futex wait returns at once).
     p.epoch.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&p.epoch, 1);
   }
