@@ -96,6 +96,7 @@ struct Progress {
   std::atomic<bool> driving{false};
   std::vector<CommQueue> queues;  // under driving
   std::vector<Request> fresh;     // under driving (scratch)
+  std::vector<Request> spare_reqs;  // under driving: an empty vector with capacity, for a new queue
   // Rounds program threads drove (a count: cheaper than a clock read per poll), and when a
   // round last moved (now_ns): hints for the thread's back-off only.
   std::atomic<uint64_t> helps{0};
@@ -231,7 +232,9 @@ bool drive(Progress& p, bool* took) {
   // acquire: pairs with the release store below, by the previous driver.
   *took = !p.driving.exchange(true, std::memory_order_acquire);
   if (!*took) return false;
-  std::vector<Outcome> out;
+  // The round's outcomes: this thread's (they are finished after the lock is let go, while
+  // another thread may drive), kept with their capacity from round to round.
+  static thread_local std::vector<Outcome> out;
   bool moved;
   // Acquire: pairs with the seq_cst increment in progress_add, made under mu after the
   // request was added. A request counted just after this load is taken next round.
@@ -243,7 +246,10 @@ bool drive(Progress& p, bool* took) {
   moved = !p.fresh.empty();
   for (Request& r : p.fresh) {
     auto it = std::find_if(p.queues.begin(), p.queues.end(), [&](const CommQueue& q) { return q.comm == r.comm; });
-    if (it == p.queues.end()) it = p.queues.insert(p.queues.end(), CommQueue{r.comm, {}});
+    if (it == p.queues.end()) {
+      it = p.queues.insert(p.queues.end(), CommQueue{r.comm, {}});
+      it->reqs.swap(p.spare_reqs);  // a dropped queue's capacity: no allocation per collective
+    }
     it->reqs.push_back(std::move(r));
   }
   p.fresh.clear();
@@ -251,10 +257,23 @@ bool drive(Progress& p, bool* took) {
     moved |= test_all(q);
     moved |= deliver_all(q, out);
   }
-  std::erase_if(p.queues, [](const CommQueue& q) { return q.reqs.empty(); });  // may drop a communicator's last reference
+  for (auto it = p.queues.begin(); it != p.queues.end();) {
+    if (!it->reqs.empty()) {
+      ++it;
+      continue;
+    }
+    if (it->reqs.capacity() > p.spare_reqs.capacity()) p.spare_reqs.swap(it->reqs);
+    it = p.queues.erase(it);  // may drop a communicator's last reference
+  }
   if (moved) p.moved_at.store(now_ns(), std::memory_order_relaxed);  // a hint: see run()
   p.driving.store(false, std::memory_order_release);  // pairs with the acquire exchange above
-  for (Outcome& o : out) o.instr->engine->executor().finish_async(o.instr, o.status, o.detail);
+  // Taken out first: a finish may run completion work that waits on a collective stream,
+  // whose help drives a round on this thread (into `out` again).
+  std::vector<Outcome> mine;
+  mine.swap(out);
+  for (Outcome& o : mine) o.instr->engine->executor().finish_async(o.instr, o.status, o.detail);
+  mine.clear();
+  out.swap(mine);  // the capacity back (a nested round's outcomes were finished by it)
   return moved;
 }
 

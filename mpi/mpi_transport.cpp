@@ -52,6 +52,7 @@ namespace flowlane::mpi {
 namespace {
 
 constexpr size_t kSignatureCell = 256;  // bytes per rank in a mismatch's exchange
+constexpr size_t kSpareReqs = 16;       // finished requests kept for reuse per communicator
 
 struct Req;
 
@@ -76,6 +77,9 @@ struct State {
   std::mutex orphans_mu;
   std::vector<std::unique_ptr<Req>> orphans;
   std::atomic<size_t> orphan_count{0};
+  // Finished requests kept for reuse (take_req, recycle); under spare_mu, a leaf lock.
+  std::mutex spare_mu;
+  std::vector<std::unique_ptr<Req>> spare;
 };
 
 struct Req {
@@ -102,7 +106,54 @@ struct Req {
   std::vector<char> sig_cell, sig_cells;  // this rank's signature, every rank's (alive while gathered)
   std::string error;      // an MPI call failed
   bool reported = false;  // a failure was returned to the engine
+
+  // Back to a new Req's values, every field, the containers' capacity kept (State::spare).
+  void reset() {
+    st = nullptr;
+    seq = 0;
+    skipped = false;
+    signature.clear();
+    parts.clear();
+    temps.clear();
+    after.clear();
+    data.clear();
+    statuses.clear();
+    data_issued = data_done = false;
+    ctl = MPI_REQUEST_NULL;
+    ctl_done = false;
+    std::fill(std::begin(ctl_in), std::end(ctl_in), 0);
+    std::fill(std::begin(ctl_out), std::end(ctl_out), 0);
+    sig.clear();
+    sig_started = sig_done = false;
+    sig_cell.clear();
+    sig_cells.clear();
+    error.clear();
+    reported = false;
+  }
 };
+
+// A Req from st's spare ones (their vectors and strings keep their capacity: a collective
+// then allocates nothing here), or a new one.
+std::unique_ptr<Req> take_req(State& st) {
+  {
+    std::lock_guard<std::mutex> lk(st.spare_mu);
+    if (!st.spare.empty()) {
+      std::unique_ptr<Req> r = std::move(st.spare.back());
+      st.spare.pop_back();
+      return r;
+    }
+  }
+  return std::make_unique<Req>();
+}
+
+// r is done with (MPI holds none of its requests): reset and kept for the next collective,
+// up to kSpareReqs, else deleted.
+void recycle(State& st, Req* r) {
+  std::unique_ptr<Req> owned(r);
+  owned->reset();
+  std::lock_guard<std::mutex> lk(st.spare_mu);
+  if (st.spare.size() < kSpareReqs) st.spare.push_back(std::move(owned));  // capacity reserved at creation
+}
 
 // Copies text into the engine's message buffer.
 void put(char* msg, uint64_t size, const std::string& text) {
@@ -287,7 +338,7 @@ fl_status_t start(void* state, const fl_comm_transport_op_t* op, void** out, cha
   auto* st = static_cast<State*>(state);
   std::unique_ptr<Req> r;
   try {
-    r = std::make_unique<Req>();
+    r = take_req(*st);
     r->st = st;
     r->seq = op->seq;
     r->skipped = (op->flags & FL_TRANSPORT_SKIPPED) != 0;
@@ -400,8 +451,12 @@ void sweep_orphans(State& st) {
 // communicators under it crashed Open MPI's progress in a later MPI call (measured: 8 of 40
 // runs of mpi.mismatch segfaulted in mca_pml_ob1_isend under a later MPI_Allreduce).
 void keep_or_delete(State& st, Req* r, bool mpi_gone) {
-  if (mpi_gone || !in_use(*r)) {
+  if (mpi_gone) {
     delete r;
+    return;
+  }
+  if (!in_use(*r)) {
+    recycle(st, r);
     return;
   }
   std::lock_guard<std::mutex> lk(st.orphans_mu);
@@ -525,6 +580,7 @@ void destroy(void* state) {
 
 fl_comm_transport_t make_transport(MPI_Comm data, MPI_Comm ctl, int rank, int nranks, uint64_t id, uint64_t check) {
   auto* st = new State();
+  st->spare.reserve(kSpareReqs);  // recycle() never allocates
   st->data = data;
   st->ctl = ctl;
   st->rank = rank;
