@@ -2,6 +2,7 @@
 // (bench/run_comm_mpi.sh runs it under mpirun and writes its section of BENCHMARKS.md).
 //
 //   mpirun -np 2 bench_comm_mpi [--rounds R] [--json FILE]
+//   bench_comm_mpi --loop CHECK ELEMENTS COUNT   (only the collectives: for callgrind)
 //
 // Latency, per all-reduce (float32 sum) of 4 B, 64 KiB and 4 MiB, each variant timed over a
 // batch of back-to-back operations, the variants alternating within a round (each round
@@ -199,6 +200,23 @@ int main(int argc, char** argv) {
   for (int k = 1; k + 1 < argc; k += 2) {
     if (!std::strcmp(argv[k], "--rounds")) rounds = std::atoi(argv[k + 1]);
     if (!std::strcmp(argv[k], "--json")) json = argv[k + 1];
+  }
+  // --loop CHECK ELEMENTS COUNT: COUNT float32 all-reduces of ELEMENTS, submitted inline and
+  // waited for one by one (CHECK "raw": MPI_Iallreduce + MPI_Wait), nothing else
+  // (scripts/dev/callgrind-comm-mpi.sh counts them).
+  if (argc == 5 && !std::strcmp(argv[1], "--loop")) {
+    const uint64_t n = std::strtoull(argv[3], nullptr, 10);
+    const long count = std::atol(argv[4]);
+    std::vector<float> buf(n == 0 ? 1 : n, 1.0f);
+    if (!std::strcmp(argv[2], "raw")) {
+      for (long i = 0; i < count; ++i) raw_op(nullptr, buf.data(), n);
+    } else {
+      Fl f(argv[2]);
+      f.flags = FL_SUBMIT_INLINE;
+      for (long i = 0; i < count; ++i) fl_op(&f, buf.data(), n);
+    }
+    MPI_Finalize();
+    return 0;
   }
   Fl strict("strict"), alongside("alongside");
   struct Size {
