@@ -34,9 +34,10 @@
 // napping thread if outcomes are still awaited. Its sleeps are futex waits on `epoch`, so a
 // new request (unless it naps) or a state change (progress_add, progress_wake) cuts them short.
 //
-// The leave pair (seq_cst both sides): a leaver increments `leaves`, then loads `sleeping`;
-// the thread stores kNapping, then loads `leaves`. Either the thread sees the leave and does
-// not nap, or the leaver sees the nap and ends it.
+// The leave pair (seq_cst both sides): a leaver with outcomes awaited increments
+// `handbacks`, then loads `sleeping`; the thread stores kNapping, then loads `handbacks`.
+// Either the thread sees the hand-back and does not nap (nor stands back any more, unless
+// another waiter's rounds go on), or the leaver sees the nap and ends it.
 //
 // The wake-up protocol (a store-load pair, both sides seq_cst): a waker publishes its
 // request (the counts `incoming_count` and `live`, under `mu`), then loads `sleeping`; the
@@ -101,8 +102,9 @@ struct Progress {
   // round last moved (now_ns): hints for the thread's back-off only.
   std::atomic<uint64_t> helps{0};
   std::atomic<int64_t> moved_at{0};
-  // Waits that stopped polling (progress_leave): with `sleeping`, the leave pair at the top.
-  std::atomic<uint64_t> leaves{0};
+  // Waits that stopped polling with outcomes still awaited (progress_leave): with
+  // `sleeping`, the leave pair at the top.
+  std::atomic<uint64_t> handbacks{0};
 };
 
 Progress& progress() {
@@ -280,7 +282,7 @@ bool drive(Progress& p, bool* took) {
 void run() {
   Progress& p = progress();
   int64_t sleep_ns = kSleepMinNs;
-  uint64_t helps_seen = 0, leaves_seen = 0;
+  uint64_t helps_seen = 0, handbacks_seen = 0;
   int64_t helps_changed_at = 0;
   for (;;) {
     bool took = false;
@@ -292,7 +294,13 @@ void run() {
       helps_seen = h;
       helps_changed_at = now;
     }
-    leaves_seen = p.leaves.load(std::memory_order_relaxed);
+    if (const uint64_t b = p.handbacks.load(std::memory_order_relaxed); b != handbacks_seen) {
+      // A waiter left its rounds to this thread: it takes them (unless another waiter's
+      // rounds go on, which `helps` then shows).
+      handbacks_seen = b;
+      helps_seen = p.helps.load(std::memory_order_relaxed);
+      helps_changed_at = now - kStandBackNs;
+    }
     const bool helped = !took || now - helps_changed_at < kStandBackNs;
     if (!helped && still < kSpinNs) {
       cpu_relax();
@@ -313,10 +321,9 @@ void run() {
       } else if (helped) {
         // A nap while a program thread drives: a new request does not wake it (the driver
         // tests it), a waiter that stops with outcomes awaited does (the leave pair: the
-        // seq_cst store, then the load of `leaves`).
+        // seq_cst store, then the load of `handbacks`).
         p.sleeping.store(kNapping, std::memory_order_seq_cst);
-        if (p.leaves.load(std::memory_order_seq_cst) == leaves_seen || !awaited)
-          futex_wait_for(&p.epoch, e, kStandBackNs);
+        if (p.handbacks.load(std::memory_order_seq_cst) == handbacks_seen) futex_wait_for(&p.epoch, e, kStandBackNs);
       } else {
         futex_wait_for(&p.epoch, e, awaited ? sleep_ns : kZombieSleepNs);
         if (awaited) sleep_ns = std::min(sleep_ns * 2, kSleepMaxNs);
@@ -363,10 +370,13 @@ bool progress_help() {
 
 void progress_leave() {
   Progress& p = progress();
-  // seq_cst: the store side of the leave pair at the top (the thread's load of `leaves` after
-  // its store of kNapping).
-  p.leaves.fetch_add(1, std::memory_order_seq_cst);
-  if (p.sleeping.load(std::memory_order_seq_cst) == kNapping && p.awaited.load(std::memory_order_relaxed) != 0) {
+  // Nothing awaited (the usual end of a wait: what it waited for was delivered): the thread's
+  // nap, if any, runs its course, and a new request is tested by whoever waits for it next.
+  if (p.awaited.load(std::memory_order_relaxed) == 0) return;
+  // seq_cst: the store side of the leave pair at the top (the thread's load of `handbacks`
+  // after its store of kNapping).
+  p.handbacks.fetch_add(1, std::memory_order_seq_cst);
+  if (p.sleeping.load(std::memory_order_seq_cst) == kNapping) {
     // seq_cst: the store side of wake()'s store-load pair (the futex wait returns at once).
     p.epoch.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&p.epoch, 1);
